@@ -1,0 +1,15 @@
+"""nkicc: compile NKI kernels with loops kept rolled, and simulate them.
+
+    import nkicc
+    import nkicc.language as nl
+    import nkicc.isa as nisa
+
+    @nkicc.jit
+    def add(a, b): ...
+"""
+from .ir import NkiccError  # noqa: F401  (re-exported)
+from .api import CompiledKernel, JitKernel, compile, jit, simulate
+from .specs import TensorSpec
+
+__version__ = "0.1.0"
+__all__ = ["CompiledKernel", "JitKernel", "NkiccError", "TensorSpec", "compile", "jit", "simulate", "__version__"]

@@ -1,0 +1,350 @@
+"""Can a loop body be traced once for all its iterations?
+
+Rolling runs the Python body once. That is only the same as unrolling when
+the body carries no Python state from one iteration to the next: no name read
+before the body assigns it, no mutation of objects from outside the body, no
+`break`/`return`, no `global`/`nonlocal`, and the same for the helpers it
+calls. This module answers from the AST (and the objects the names resolve to
+in the frame); whatever it cannot prove clean is traced concretely.
+"""
+from __future__ import annotations
+
+import ast
+import builtins
+import inspect
+import linecache
+import textwrap
+import types
+
+MUTATING_METHODS = frozenset({
+    "append", "extend", "insert", "pop", "remove", "clear", "update", "add", "discard",
+    "setdefault", "sort", "reverse", "popitem", "__setitem__", "__delitem__", "__iadd__",
+})
+PURE_BUILTINS = frozenset({
+    "abs", "all", "any", "bool", "dict", "divmod", "enumerate", "filter", "float", "format", "frozenset",
+    "getattr", "hasattr", "int", "isinstance", "issubclass", "len", "list", "map", "max", "min", "print",
+    "range", "repr", "reversed", "round", "set", "slice", "sorted", "str", "sum", "tuple", "type", "zip",
+})
+_PURE_MODULE_ROOTS = ("nkicc", "nki", "math", "operator", "functools", "itertools")
+
+
+class _Scan(ast.NodeVisitor):
+    """Walks statements in program order, tracking which names the body has
+    bound so far; records the first reason the body is not clean."""
+
+    def __init__(self, bound_by_loop: set[str], assigned: set[str], resolve, depth: int, env=None) -> None:
+        self.env = env
+        self.bound = set(bound_by_loop)
+        self.assigned = assigned
+        self.resolve = resolve
+        self.depth = depth
+        self.reason: str | None = None
+        self.loop_depth = 0
+
+    def fail(self, node: ast.AST, why: str) -> None:
+        if self.reason is None:
+            self.reason = f"line {getattr(node, 'lineno', '?')}: {why}"
+
+    # statements that change control flow or scope
+    def visit_Break(self, node):
+        if self.loop_depth == 0:
+            self.fail(node, "`break` leaves the loop early")
+
+    def visit_Return(self, node):
+        self.fail(node, "`return` inside the loop")
+
+    def visit_Global(self, node):
+        self.fail(node, "`global` statement")
+
+    def visit_Nonlocal(self, node):
+        self.fail(node, "`nonlocal` statement")
+
+    def visit_Yield(self, node):
+        self.fail(node, "`yield` inside the loop")
+
+    visit_YieldFrom = visit_Yield
+
+    def visit_Delete(self, node):
+        for t in node.targets:
+            if isinstance(t, ast.Name) and t.id not in self.bound:
+                self.fail(node, f"deletes outer name {t.id}")
+
+    def _inner_loop(self, node):
+        self.visit(node.iter if isinstance(node, ast.For) else node.test)
+        if isinstance(node, ast.For):
+            self._bind(node.target)
+        self.loop_depth += 1
+        for s in node.body + node.orelse:
+            self.visit(s)
+        self.loop_depth -= 1
+
+    visit_For = _inner_loop
+    visit_While = _inner_loop
+
+    def visit_FunctionDef(self, node):
+        self.bound.add(node.name)
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+    visit_ClassDef = visit_FunctionDef
+
+    def visit_Lambda(self, node):
+        pass
+
+    def _comprehension(self, node):
+        # its targets are local to the comprehension; only the iterables and
+        # conditions read the enclosing scope
+        inner = set()
+        for gen in node.generators:
+            self.visit(gen.iter)
+            inner |= {n.id for n in ast.walk(gen.target) if isinstance(n, ast.Name)}
+        saved = set(self.bound)
+        self.bound |= inner
+        for gen in node.generators:
+            for cond in gen.ifs:
+                self.visit(cond)
+        for part in ("elt", "key", "value"):
+            if hasattr(node, part):
+                self.visit(getattr(node, part))
+        self.bound = saved
+
+    visit_ListComp = visit_SetComp = visit_GeneratorExp = visit_DictComp = _comprehension
+
+    # assignments: value first, then targets
+    def visit_Assign(self, node):
+        self.visit(node.value)
+        for t in node.targets:
+            self._store(t)
+
+    def visit_AnnAssign(self, node):
+        if node.value is not None:
+            self.visit(node.value)
+            self._store(node.target)
+
+    def visit_AugAssign(self, node):
+        self.visit(node.value)
+        t = node.target
+        if isinstance(t, ast.Name):
+            if t.id not in self.bound:
+                self.fail(node, f"`{t.id} {type(node.op).__name__}=` carries a value from one iteration to the next")
+        else:
+            self._store(t)
+
+    def visit_NamedExpr(self, node):
+        self.visit(node.value)
+        self._bind(node.target)
+
+    def visit_With(self, node):
+        for item in node.items:
+            self.visit(item.context_expr)
+            if item.optional_vars is not None:
+                self._store(item.optional_vars)
+        for s in node.body:
+            self.visit(s)
+
+    def visit_Import(self, node):
+        for a in node.names:
+            self.bound.add((a.asname or a.name).split(".")[0])
+
+    visit_ImportFrom = visit_Import
+
+    def visit_ExceptHandler(self, node):
+        if node.type is not None:
+            self.visit(node.type)
+        if node.name:
+            self.bound.add(node.name)
+        for s in node.body:
+            self.visit(s)
+
+    def _bind(self, target):
+        for n in ast.walk(target):
+            if isinstance(n, ast.Name):
+                self.bound.add(n.id)
+
+    def _store(self, target):
+        if isinstance(target, ast.Name):
+            self.bound.add(target.id)
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            for e in target.elts:
+                self._store(e)
+        elif isinstance(target, ast.Starred):
+            self._store(target.value)
+        elif isinstance(target, (ast.Subscript, ast.Attribute)):
+            base = _base_name(target)
+            self.visit(target.value)
+            if isinstance(target, ast.Subscript):
+                self.visit(target.slice)
+            if base is None or base not in self.bound:
+                self.fail(target, f"stores into `{ast.unparse(target)}`, which outlives one iteration")
+
+    # reads
+    def visit_Name(self, node):
+        if isinstance(node.ctx, ast.Load) and node.id in self.assigned and node.id not in self.bound:
+            self.fail(node, f"`{node.id}` is read before the body assigns it: its value carries "
+                            "from one iteration to the next")
+
+    def visit_Call(self, node):
+        self.generic_visit(node)
+        f = node.func
+        if isinstance(f, ast.Attribute) and f.attr in MUTATING_METHODS:
+            base = _base_name(f.value)
+            if base is None or base not in self.bound:
+                owner = self.env.lookup(f.value) if self.env is not None else _UNRESOLVED
+                if not isinstance(owner, types.ModuleType):
+                    self.fail(node, f"`{ast.unparse(f)}(...)` mutates an object from outside the loop body")
+                    return
+        if self.reason is None and self.depth < 8:
+            why = self.resolve(f, self.bound, self.depth)
+            if why:
+                self.fail(node, why)
+
+
+def _base_name(node: ast.AST) -> str | None:
+    while isinstance(node, (ast.Attribute, ast.Subscript)):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _assigned_names(body: list[ast.stmt]) -> set[str]:
+    names: set[str] = set()
+    for stmt in body:
+        for n in ast.walk(stmt):
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+                names.add(n.id)
+    return names
+
+
+class EffectChecker:
+    """Answers, per `for` statement, why its body cannot be rolled (or None)."""
+
+    def __init__(self) -> None:
+        self._helpers: dict[object, str | None] = {}
+
+    def loop_reason(self, node: ast.For, frame_globals: dict, frame_locals: dict) -> str | None:
+        bound_by_loop = {n.id for n in ast.walk(node.target) if isinstance(n, ast.Name)}
+        if node.orelse:
+            return f"line {node.lineno}: `for ... else`"
+        env = _Env(frame_globals, frame_locals)
+        scan = _Scan(bound_by_loop, _assigned_names(node.body), lambda f, bound, d: self._call_reason(f, bound, env, d), 0, env)
+        for s in node.body:
+            scan.visit(s)
+            if scan.reason:
+                break
+        return scan.reason
+
+    def _call_reason(self, func: ast.expr, bound: set[str], env: "_Env", depth: int) -> str | None:
+        base = _base_name(func)
+        if base is None or base in bound:
+            return None  # a call on something the body made itself
+        obj = env.lookup(func)
+        if obj is _UNRESOLVED:
+            return None if isinstance(func, ast.Attribute) else f"calls `{ast.unparse(func)}`, which nkicc cannot see"
+        return self.callable_reason(obj, depth + 1)
+
+    def callable_reason(self, obj, depth: int) -> str | None:
+        if isinstance(obj, types.MethodType):
+            obj = obj.__func__
+        if isinstance(obj, type) or isinstance(obj, types.BuiltinFunctionType):
+            return None
+        module = getattr(obj, "__module__", None) or ""
+        if module.split(".")[0] in _PURE_MODULE_ROOTS or module == "builtins":
+            return None
+        if module.startswith("numpy"):
+            return "calls numpy.random" if "random" in module else None
+        if not isinstance(obj, types.FunctionType):
+            return None
+        if obj in self._helpers:
+            return self._helpers[obj]
+        self._helpers[obj] = None  # recursion guard
+        reason = self._function_reason(obj, depth)
+        self._helpers[obj] = reason
+        return reason
+
+    def _function_reason(self, fn: types.FunctionType, depth: int) -> str | None:
+        try:
+            src = textwrap.dedent(inspect.getsource(fn))
+            tree = ast.parse(src)
+        except (OSError, TypeError, SyntaxError):
+            return f"calls {fn.__qualname__}, whose source nkicc cannot read"
+        fdef = tree.body[0]
+        if not isinstance(fdef, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return None
+        params = {a.arg for a in fdef.args.args + fdef.args.kwonlyargs + fdef.args.posonlyargs}
+        for extra in (fdef.args.vararg, fdef.args.kwarg):
+            if extra is not None:
+                params.add(extra.arg)
+        closure = {}
+        if fn.__closure__:
+            closure = dict(zip(fn.__code__.co_freevars, (c.cell_contents for c in fn.__closure__ if _filled(c))))
+        env = _Env(fn.__globals__, closure)
+        # Parameters are bound, but mutating them mutates the caller's objects.
+        scan = _Scan(set(), set(), lambda f, bound, d: self._call_reason(f, bound, env, d), depth, env)
+        scan.bound = set()
+        locals_made = _assigned_names(fdef.body) - params
+        scan.bound |= locals_made
+        for s in fdef.body:
+            scan.visit(s)
+            if scan.reason:
+                return f"in {fn.__qualname__}: {scan.reason}"
+        return None
+
+
+def _filled(cell) -> bool:
+    try:
+        cell.cell_contents
+        return True
+    except ValueError:
+        return False
+
+
+_UNRESOLVED = object()
+
+
+class _Env:
+    def __init__(self, globals_: dict, locals_: dict) -> None:
+        self.globals = globals_ or {}
+        self.locals = locals_ or {}
+
+    def lookup(self, node: ast.expr):
+        if isinstance(node, ast.Name):
+            for scope in (self.locals, self.globals, vars(builtins)):
+                if node.id in scope:
+                    return scope[node.id]
+            return _UNRESOLVED
+        if isinstance(node, ast.Attribute):
+            base = self.lookup(node.value)
+            if base is _UNRESOLVED:
+                return _UNRESOLVED
+            return getattr(base, node.attr, _UNRESOLVED)
+        return _UNRESOLVED
+
+
+def for_node_at(filename: str, positions: tuple, cache: dict) -> "ast.For | bool | None":
+    """The `for` statement whose iterable sits at `positions` (line, end_line,
+    col, end_col); False when that iterable belongs to a comprehension; None
+    when the source cannot be read."""
+    index = cache.get(filename)
+    if index is None:
+        source = "".join(linecache.getlines(filename))
+        if not source:
+            cache[filename] = index = {}
+        else:
+            try:
+                tree = ast.parse(source)
+            except SyntaxError:
+                tree = ast.Module(body=[], type_ignores=[])
+            index = {}
+            # CPython reports GET_ITER at the whole statement or comprehension
+            # (3.11) or at the iterable (later versions): index both.
+            for n in ast.walk(tree):
+                if isinstance(n, ast.For):
+                    index[_span(n)] = index[_span(n.iter)] = n
+                elif isinstance(n, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+                    index[_span(n)] = False
+                    for gen in n.generators:
+                        index[_span(gen.iter)] = False
+            cache[filename] = index
+    return index.get(positions)
+
+
+def _span(node: ast.AST) -> tuple:
+    return (node.lineno, node.end_lineno, node.col_offset, node.end_col_offset)

@@ -1,0 +1,25 @@
+"""Compile reports: the numbers a kernel author reads after a compile."""
+from __future__ import annotations
+
+import resource
+import sys
+
+
+def peak_rss_mb() -> float:
+    """Peak resident set size of this process so far."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
+
+
+def summary_lines(report: dict) -> list[str]:
+    loops = report["loops"]
+    return [
+        f"kernel {report['kernel']}: traced in {report['trace_s'] * 1000:.1f} ms "
+        f"({report['trace_attempts']} attempt{'s' if report['trace_attempts'] != 1 else ''}), "
+        f"total {report['total_s'] * 1000:.1f} ms, peak RSS {report['peak_rss_mb']:.0f} MB",
+        f"  instructions: {report['instructions_rolled']:,} rolled, "
+        f"{report['instructions_unrolled']:,} if static loops were unrolled, "
+        f"{report['instructions_executed']:,} executed",
+        f"  loops: {loops['rolled']} rolled, {loops['split']} split, {loops['concrete']} traced concretely, "
+        f"{loops['dynamic']} dynamic",
+    ]

@@ -1,0 +1,91 @@
+"""Argument specs: `float32[4096,32768]` on the command line, numpy arrays at
+call time, or string annotations on the kernel's parameters."""
+from __future__ import annotations
+
+import inspect
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from .ir import NkiccError
+from .language import dtypes
+
+_SPEC = re.compile(r"^\s*([A-Za-z0-9_]+)\s*\[\s*([0-9,\s]*)\]\s*$")
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    shape: tuple[int, ...]
+    dtype: str
+
+    def __str__(self) -> str:
+        return f"{self.dtype}[{','.join(map(str, self.shape))}]"
+
+    @staticmethod
+    def parse(text: str) -> "TensorSpec":
+        m = _SPEC.match(text)
+        if not m:
+            raise NkiccError("E201", f"cannot read tensor spec {text!r}", None, "write DTYPE[D0,D1,...], e.g. float32[128,512]")
+        dims = [d for d in m.group(2).replace(" ", "").split(",") if d]
+        if not dims or any(int(d) <= 0 for d in dims):
+            raise NkiccError("E201", f"tensor spec {text!r} needs positive dimensions", None, "e.g. float32[128,512]")
+        return TensorSpec(tuple(int(d) for d in dims), dtypes.dtype_name(m.group(1)))
+
+    @staticmethod
+    def of_array(a: np.ndarray) -> "TensorSpec":
+        return TensorSpec(tuple(int(d) for d in a.shape), dtypes.dtype_name(a.dtype))
+
+
+def parameters(fn) -> list[inspect.Parameter]:
+    return list(inspect.signature(fn).parameters.values())
+
+
+def bind_call(fn, args: tuple, kwargs: dict, allow_specs: bool = False
+              ) -> tuple[dict[str, TensorSpec], dict, dict[str, np.ndarray]]:
+    """Split a call into tensor specs, compile-time constants and the arrays.
+    With allow_specs, TensorSpecs and "dtype[shape]" strings stand for tensors."""
+    try:
+        bound = inspect.signature(fn).bind(*args, **kwargs)
+    except TypeError as exc:
+        raise NkiccError("E002", f"calling kernel {fn.__name__}: {exc}", None,
+                         f"its signature is {fn.__name__}{inspect.signature(fn)}") from None
+    bound.apply_defaults()
+    specs: dict[str, TensorSpec] = {}
+    constants: dict = {}
+    arrays: dict[str, np.ndarray] = {}
+    for name, value in bound.arguments.items():
+        if isinstance(value, np.ndarray):
+            if value.ndim == 0:
+                constants[name] = value.item()
+                continue
+            specs[name] = TensorSpec.of_array(value)
+            arrays[name] = value
+        elif allow_specs and isinstance(value, TensorSpec):
+            specs[name] = value
+        elif allow_specs and isinstance(value, str) and _SPEC.match(value):
+            specs[name] = TensorSpec.parse(value)
+        else:
+            constants[name] = value
+    return specs, constants, arrays
+
+
+def annotated_specs(fn) -> dict[str, TensorSpec]:
+    """Default tensor specs from string annotations: `def k(a: "float32[128,512]")`."""
+    out = {}
+    for p in parameters(fn):
+        ann = p.annotation
+        if isinstance(ann, str) and _SPEC.match(ann):
+            out[p.name] = TensorSpec.parse(ann)
+    return out
+
+
+def constant_key(value) -> object:
+    """A hashable, printable form of a compile-time constant."""
+    if isinstance(value, (int, float, str, bool, type(None))):
+        return (type(value).__name__, value)
+    if isinstance(value, (tuple, list)):
+        return (type(value).__name__, tuple(constant_key(v) for v in value))
+    if isinstance(value, dict):
+        return ("dict", tuple(sorted((str(k), constant_key(v)) for k, v in value.items())))
+    return ("repr", repr(value))

@@ -1,0 +1,189 @@
+"""Trace a kernel into rolled IR, retrying with what each attempt learned.
+
+An attempt runs the kernel's Python body with tracer tensors. When the body
+asks a question that has no single answer over a loop's range, or needs a
+Python int, the attempt stops with a `TraceRetry` naming the loop and what to
+do with it (split at given iterations, or trace concretely); the next attempt
+starts over with that decision. Attempts take milliseconds.
+"""
+from __future__ import annotations
+
+import dis
+import os
+import sys
+import time
+import traceback
+import types
+from dataclasses import dataclass, field
+
+from .ir import Kernel, Loc, NkiccError
+from .language import ranges
+from .language.tensor import Tensor
+from .language.tracing import Builder, LoopPlan, LoopSite, TraceRetry, is_nkicc_file
+from .effects import EffectChecker, for_node_at
+from .specs import TensorSpec
+
+MAX_ATTEMPTS = 2000
+_GET_ITER = dis.opmap["GET_ITER"]
+
+
+@dataclass
+class RetryPolicy:
+    splits: dict = field(default_factory=dict)
+    concrete: dict = field(default_factory=dict)  # key -> reason
+    effects: EffectChecker = field(default_factory=EffectChecker)
+    _ast_index: dict = field(default_factory=dict)
+    _sites: dict = field(default_factory=dict)
+    _body_reasons: dict = field(default_factory=dict)
+
+    def site(self, frame) -> LoopSite | None:
+        code, lasti = frame.f_code, frame.f_lasti
+        cached = self._sites.get((code, lasti), 0)
+        if cached == 0:
+            cached = self._find_site(code, lasti)
+            self._sites[(code, lasti)] = cached
+        if cached is None:
+            return None
+        return LoopSite(cached[0], cached[1], cached[2], cached[3], frame.f_globals, frame.f_locals)
+
+    def _find_site(self, code, lasti):
+        if lasti < 0 or code.co_code[lasti] != _GET_ITER:
+            return None  # list(...), star-unpacking, etc.: plain iteration
+        if hasattr(code, "co_positions"):
+            positions = list(code.co_positions())[lasti // 2]
+            node = for_node_at(code.co_filename, positions, self._ast_index)
+            line, col = positions[0], positions[2]
+        else:  # Python 3.10 has no column positions: such loops are traced concretely
+            line, col, node = 0, 0, None
+        if node is False:
+            return None  # a comprehension
+        return (code.co_filename, line or 0, col or 0, node)
+
+    def plan(self, key: tuple, trip: int, site: LoopSite) -> LoopPlan:
+        if key in self.concrete:
+            return LoopPlan(concrete=True, reason=self.concrete[key])
+        reason = self._body_reason(site)
+        if reason:
+            self.concrete[key] = reason
+            return LoopPlan(concrete=True, reason=reason)
+        return LoopPlan(splits=frozenset(self.splits.get(key, ())))
+
+    def _body_reason(self, site: LoopSite) -> str | None:
+        node = site.node
+        if node is None:
+            return "the loop's source is not available"
+        if id(node) not in self._body_reasons:
+            self._body_reasons[id(node)] = self.effects.loop_reason(node, site.frame_globals, site.frame_locals)
+        return self._body_reasons[id(node)]
+
+    def learn(self, retry: TraceRetry) -> None:
+        if retry.concrete:
+            if retry.key in self.concrete:
+                raise RuntimeError(f"trace retry did not progress: {retry.why}")
+            self.concrete[retry.key] = retry.why
+            return
+        known = self.splits.setdefault(retry.key, set())
+        if retry.split <= known:
+            raise RuntimeError(f"trace retry did not progress: {retry.why}")
+        known |= retry.split
+
+
+@dataclass
+class TraceResult:
+    kernel: Kernel
+    attempts: int
+    seconds: float
+    loops: dict
+    decisions: dict
+    warnings: list
+
+
+def _traced_function(fn: types.FunctionType) -> types.FunctionType:
+    """The kernel with the builtin `range` replaced by nkicc's rolling one, in
+    the kernel's own module namespace only."""
+    g = dict(fn.__globals__)
+    g["range"] = ranges.range
+    clone = types.FunctionType(fn.__code__, g, fn.__name__, fn.__defaults__, fn.__closure__)
+    clone.__kwdefaults__ = fn.__kwdefaults__
+    return clone
+
+
+def _user_frame(tb) -> Loc | None:
+    loc = None
+    for frame, line in traceback.walk_tb(tb):
+        if not is_nkicc_file(os.path.abspath(frame.f_code.co_filename)):
+            loc = Loc(frame.f_code.co_filename, line)
+    return loc
+
+
+def _innermost_is_nkicc(tb) -> bool:
+    last = None
+    for frame, _ in traceback.walk_tb(tb):
+        last = frame
+    return last is not None and is_nkicc_file(os.path.abspath(last.f_code.co_filename))
+
+
+def trace_kernel(fn, tensor_args: dict[str, TensorSpec], constants: dict, name: str | None = None) -> TraceResult:
+    """Trace `fn` with HBM tensors for `tensor_args` and Python values for
+    `constants` (both keyed by parameter name)."""
+    start = time.perf_counter()
+    fn = inspect_unwrap(fn)
+    traced = _traced_function(fn)
+    policy = RetryPolicy()
+    kernel_loc = Loc(fn.__code__.co_filename, fn.__code__.co_firstlineno)
+    for attempt in range(1, MAX_ATTEMPTS + 1):
+        builder = Builder(name or fn.__name__, policy)
+        with builder:
+            kwargs = dict(constants)
+            for pname, spec in tensor_args.items():
+                kwargs[pname] = Tensor(builder, builder.new_tensor(spec.shape, spec.dtype, "hbm", pname, "arg"))
+            try:
+                result = traced(**kwargs)
+            except TraceRetry as retry:
+                policy.learn(retry)
+                continue
+            except NkiccError:
+                raise
+            except RecursionError:
+                raise
+            except Exception as exc:  # the kernel's own Python failed
+                if _innermost_is_nkicc(exc.__traceback__):
+                    raise
+                raise NkiccError("E001", f"{type(exc).__name__}: {exc}", _user_frame(exc.__traceback__),
+                                 "a Python error in the kernel body") from None
+            outputs = _outputs(result, builder, kernel_loc)
+            kernel = builder.finish(outputs, list(tensor_args), kernel_loc)
+        seconds = time.perf_counter() - start
+        return TraceResult(kernel, attempt, seconds, dict(builder.loop_stats),
+                           {"splits": {str(k): sorted(v) for k, v in policy.splits.items()},
+                            "concrete": {str(k): v for k, v in policy.concrete.items()}},
+                           list(builder.warnings.values()))
+    raise NkiccError("E180", f"tracing did not settle after {MAX_ATTEMPTS} attempts", kernel_loc,
+                     "the kernel branches on loop indices in too many places; use smaller static loops")
+
+
+def inspect_unwrap(fn):
+    while hasattr(fn, "__wrapped__"):
+        fn = fn.__wrapped__
+    if not isinstance(fn, types.FunctionType):
+        raise NkiccError("E200", f"{fn!r} is not a Python function", None, "pass the kernel function itself")
+    return fn
+
+
+def _outputs(result, builder: Builder, loc: Loc) -> list[str]:
+    if result is None:
+        return []
+    items = list(result) if isinstance(result, (tuple, list)) else [result]
+    names = []
+    for item in items:
+        if not isinstance(item, Tensor):
+            raise NkiccError("E104", f"the kernel returns a {type(item).__name__}; kernels return HBM tensors", loc,
+                             "return tensors made with nl.ndarray(..., buffer=nl.shared_hbm)")
+        if item.decl.on_chip:
+            raise NkiccError("E104", f"the kernel returns {item.name}, which lives in {item.buffer}", loc,
+                             "store the tile into an nl.shared_hbm tensor and return that")
+        if item.decl.role == "arg":
+            raise NkiccError("E104", f"the kernel returns its argument {item.name}", loc,
+                             "return a new nl.shared_hbm tensor")
+        names.append(item.name)
+    return names

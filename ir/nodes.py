@@ -1,0 +1,159 @@
+"""The IR: a kernel is a tree of blocks, loops, allocations and operations.
+
+Tensors are referred to by name so that the IR is plain data: it prints,
+hashes and serialises without object identity.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterator, Union
+
+from .affine import Affine
+
+BUFFERS = ("sbuf", "psum", "hbm", "shared_hbm")
+ON_CHIP = ("sbuf", "psum")
+
+
+@dataclass(frozen=True)
+class Loc:
+    file: str
+    line: int
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}"
+
+
+@dataclass(frozen=True)
+class TensorDecl:
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    buffer: str
+    # arg: kernel input, output: returned shared_hbm tensor, local: anything else
+    role: str = "local"
+    loc: Loc | None = None
+
+    @property
+    def on_chip(self) -> bool:
+        return self.buffer in ON_CHIP
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+
+@dataclass(frozen=True)
+class ScalarOffset:
+    """A runtime offset: either a loop register or element [0] of a tensor."""
+    register: str | None = None
+    tensor: str | None = None
+    offset: Affine = Affine()  # element offset into `tensor`
+
+    def __str__(self) -> str:
+        return self.register if self.register else f"{self.tensor}[{self.offset}]"
+
+
+@dataclass(frozen=True)
+class Access:
+    """view[i0, ..., ik] = flat(tensor)[start + sum(i_j * step_j)] with
+    start = offset + value(scalar) * scalar_scale."""
+    tensor: str
+    offset: Affine
+    pattern: tuple[tuple[int, int], ...]  # (step, num), outermost first
+    scalar: ScalarOffset | None = None
+    scalar_scale: int = 0
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(n for _, n in self.pattern)
+
+    @property
+    def count(self) -> int:
+        n = 1
+        for _, num in self.pattern:
+            n *= num
+        return n
+
+    def __str__(self) -> str:
+        pat = ",".join(f"[{s},{n}]" for s, n in self.pattern)
+        dyn = f" + {self.scalar}*{self.scalar_scale}" if self.scalar else ""
+        return f"{self.tensor}@({self.offset}{dyn}){{{pat}}}"
+
+
+@dataclass(frozen=True)
+class Const:
+    value: float | int
+
+    def __str__(self) -> str:
+        return repr(self.value)
+
+
+Operand = Union[Access, Const]
+
+
+@dataclass(frozen=True)
+class Op:
+    opcode: str
+    outs: tuple[Access, ...]
+    ins: tuple[Operand, ...]
+    attrs: tuple[tuple[str, object], ...] = ()
+    loc: Loc | None = None
+
+    def attr(self, key: str, default=None):
+        for k, v in self.attrs:
+            if k == key:
+                return v
+        return default
+
+
+@dataclass(frozen=True)
+class Alloc:
+    tensor: str
+
+
+@dataclass(frozen=True)
+class Loop:
+    var: str
+    trip: int
+    # the source-level index is start + step * var; kept for the printer
+    start: int = 0
+    step: int = 1
+    kind: str = "static"  # static | dynamic
+    body: "Block" = field(default_factory=lambda: Block(()))
+    loc: Loc | None = None
+
+
+Stmt = Union[Op, Alloc, Loop]
+
+
+@dataclass(frozen=True)
+class Block:
+    stmts: tuple[Stmt, ...]
+
+    def walk(self) -> Iterator[Stmt]:
+        for s in self.stmts:
+            yield s
+            if isinstance(s, Loop):
+                yield from s.body.walk()
+
+
+@dataclass(frozen=True)
+class Kernel:
+    name: str
+    tensors: tuple[TensorDecl, ...]
+    args: tuple[str, ...]
+    outputs: tuple[str, ...]
+    body: Block
+    loc: Loc | None = None
+
+    def tensor(self, name: str) -> TensorDecl:
+        for t in self.tensors:
+            if t.name == name:
+                return t
+        raise KeyError(name)
+
+    def tensor_map(self) -> dict[str, TensorDecl]:
+        return {t.name: t for t in self.tensors}

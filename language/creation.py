@@ -1,0 +1,111 @@
+"""Tensor creation: nl.ndarray, zeros, ones, full and friends."""
+from __future__ import annotations
+
+import operator
+
+from ..ir import NkiccError
+from . import dtypes
+from .tensor import Tensor, require_builder
+from .tracing import SymInt, user_loc
+
+sbuf = "sbuf"
+psum = "psum"
+hbm = "hbm"
+private_hbm = "hbm"
+shared_hbm = "shared_hbm"
+_BUFFERS = {"sbuf": "sbuf", "psum": "psum", "hbm": "hbm", "private_hbm": "hbm", "shared_hbm": "shared_hbm"}
+
+PMAX = 128
+PSUM_BANK_BYTES = 2048
+
+
+def buffer_name(buffer, loc) -> str:
+    name = getattr(buffer, "name", buffer)
+    if name not in _BUFFERS:
+        raise NkiccError("E160", f"unknown buffer {buffer!r}", loc, "use nl.sbuf, nl.psum, nl.hbm or nl.shared_hbm")
+    return _BUFFERS[name]
+
+
+def concrete_shape(shape, loc) -> tuple[int, ...]:
+    if isinstance(shape, int):
+        shape = (shape,)
+    out = []
+    for d in shape:
+        if isinstance(d, SymInt):
+            raise NkiccError("E102", f"tensor shape {tuple(str(x) for x in shape)} depends on a loop index", loc,
+                             "shapes must be compile-time constants; allocate the largest tile and slice it")
+        try:
+            d = operator.index(d)
+        except TypeError:
+            raise NkiccError("E103", f"shape entries must be ints, got {d!r}", loc) from None
+        if d <= 0:
+            raise NkiccError("E103", f"shape {tuple(shape)} has a non-positive dimension", loc)
+        out.append(d)
+    return tuple(out)
+
+
+def new_tensor(shape, dtype, buffer="sbuf", name="", loc=None) -> Tensor:
+    loc = loc or user_loc(3)
+    b = require_builder("creating a tensor")
+    buf = buffer_name(buffer, loc)
+    shape = concrete_shape(shape, loc)
+    dt = dtypes.dtype_name(dtype)
+    if buf in ("sbuf", "psum"):
+        if shape[0] > PMAX:
+            raise NkiccError("E110", f"on-chip tensor of shape {list(shape)} spans {shape[0]} partitions; at most {PMAX}",
+                             loc, "dimension 0 is the partition dimension: tile it by 128")
+        free_bytes = dtypes.itemsize(dt)
+        for d in shape[1:]:
+            free_bytes *= d
+        if buf == "psum" and free_bytes > PSUM_BANK_BYTES:
+            raise NkiccError("E133", f"PSUM tile of shape {list(shape)} needs {free_bytes} bytes per partition; "
+                                     f"a bank holds {PSUM_BANK_BYTES}", loc,
+                             "at most 512 fp32 values per partition in one PSUM tile")
+    label = str(name) if name else ""
+    return Tensor(b, b.new_tensor(shape, dt, buf, label, "local", loc))
+
+
+def ndarray(shape, dtype, buffer=sbuf, name="", address=None, **_hints) -> Tensor:
+    return new_tensor(shape, dtype, buffer, name, user_loc(2))
+
+
+def _filled(shape, dtype, buffer, name, value, loc) -> Tensor:
+    t = new_tensor(shape, dtype, buffer, name, loc)
+    if t.buffer in ("sbuf", "psum"):
+        require_builder("memset").emit("memset", [t.access], [], {"value": value}, loc)
+    else:
+        raise NkiccError("E120", f"nl.zeros/ones/full on {t.buffer} is not supported", loc,
+                         "fill an SBUF tile and store it")
+    return t
+
+
+def zeros(shape, dtype, buffer=sbuf, name="", **_hints) -> Tensor:
+    return _filled(shape, dtype, buffer, name, 0.0, user_loc(2))
+
+
+def ones(shape, dtype, buffer=sbuf, name="", **_hints) -> Tensor:
+    return _filled(shape, dtype, buffer, name, 1.0, user_loc(2))
+
+
+def full(shape, fill_value, dtype, buffer=sbuf, name="", **_hints) -> Tensor:
+    return _filled(shape, dtype, buffer, name, float(fill_value), user_loc(2))
+
+
+def zeros_like(a: Tensor, dtype=None, buffer=None, name="", **_hints) -> Tensor:
+    return _filled(a.shape, dtype or a.dtype, buffer or a.buffer, name, 0.0, user_loc(2))
+
+
+def ones_like(a: Tensor, dtype=None, buffer=None, name="", **_hints) -> Tensor:
+    return _filled(a.shape, dtype or a.dtype, buffer or a.buffer, name, 1.0, user_loc(2))
+
+
+def empty_like(a: Tensor, dtype=None, buffer=None, name="", **_hints) -> Tensor:
+    return new_tensor(a.shape, dtype or a.dtype, buffer or a.buffer, name, user_loc(2))
+
+
+class tile_size:
+    pmax = 128
+    psum_fmax = 512
+    gemm_stationary_fmax = 128
+    gemm_moving_fmax = 512
+    psum_num_banks = 8

@@ -1,0 +1,67 @@
+"""NKI dtypes as kernels name them (`nl.float32`, `nl.bfloat16`, ...).
+Tensors record a dtype by canonical name; see nkicc.ir.dtypes for storage."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir import NkiccError
+from ..ir.dtypes import NAMES, is_float, itemsize, ml_dtype, name_of_numpy, storage  # noqa: F401
+
+
+class _NamedDtype:
+    """A dtype numpy has no type for (tfloat32): a name with float32 storage."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"nl.{self.name}"
+
+
+bool_ = np.bool_
+int8, int16, int32 = np.int8, np.int16, np.int32
+uint8, uint16, uint32 = np.uint8, np.uint16, np.uint32
+float16, float32 = np.float16, np.float32
+tfloat32 = _NamedDtype("tfloat32")
+LAZY = ("bfloat16", "float8_e4m3", "float8_e5m2")
+
+
+def __getattr__(name: str):
+    if name in LAZY:
+        return ml_dtype(name)
+    raise AttributeError(name)
+
+
+_ALIASES = {"bool_": "bool", "fp32": "float32", "bf16": "bfloat16", "fp16": "float16",
+            "float8_e4m3fn": "float8_e4m3", "fp8_e4m3": "float8_e4m3", "fp8_e5m2": "float8_e5m2",
+            "float": "float32", "int": "int32"}
+_NUMPY_PUBLIC = {"bool": bool_, "int8": int8, "int16": int16, "int32": int32, "uint8": uint8, "uint16": uint16,
+                 "uint32": uint32, "float16": float16, "float32": float32, "tfloat32": tfloat32}
+
+
+def dtype_name(dtype) -> str:
+    """Canonical name of anything that denotes a dtype."""
+    if isinstance(dtype, _NamedDtype):
+        return dtype.name
+    if isinstance(dtype, str):
+        name = _ALIASES.get(dtype, dtype)
+        if name in NAMES:
+            return name
+        raise NkiccError("E160", f"unknown dtype {dtype!r}", hint=f"use one of {', '.join(NAMES)}")
+    try:
+        np_dtype = np.dtype(dtype)
+    except TypeError:
+        raise NkiccError("E160", f"not a dtype: {dtype!r}", hint="use nl.float32, nl.bfloat16, ...") from None
+    name = name_of_numpy(np_dtype)
+    if name is not None:
+        return name
+    if np_dtype == np.dtype(np.float64):
+        return "float32"
+    if np_dtype == np.dtype(np.int64):
+        return "int32"
+    raise NkiccError("E160", f"dtype {np_dtype} is not an NKI dtype", hint="use nl.float32, nl.bfloat16, ...")
+
+
+def public(name: str):
+    """The object `t.dtype` returns for a tensor of this dtype."""
+    return _NUMPY_PUBLIC[name] if name in _NUMPY_PUBLIC else ml_dtype(name)

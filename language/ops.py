@@ -1,0 +1,251 @@
+"""nl operations: each returns a new tile (SBUF unless noted) and is built
+from the instructions in nkicc.isa."""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from ..ir import Access, NkiccError
+from .. import isa
+from . import dtypes
+from .creation import new_tensor
+from .opnames import BINARY, UNARY
+from .tensor import Tensor, require_builder
+from .tracing import user_loc
+
+
+def _tile(x, what: str, loc) -> Tensor:
+    if not isinstance(x, Tensor):
+        raise NkiccError("E103", f"{what} must be a tensor, got {type(x).__name__}", loc)
+    return x
+
+
+def _out_dtype(dtype, *tiles: Tensor) -> str:
+    if dtype is not None:
+        return dtypes.dtype_name(dtype)
+    names = {t.decl.dtype for t in tiles}
+    if len(names) == 1:
+        return names.pop()
+    return "float32" if any(dtypes.is_float(n) for n in names) else "int32"
+
+
+def broadcast_view(t: Tensor, shape: tuple[int, ...], loc) -> Tensor:
+    pattern = list(t.access.pattern)
+    if len(pattern) > len(shape):
+        raise NkiccError("E140", f"cannot broadcast {list(t.shape)} to {list(shape)}", loc)
+    pattern = [(0, 1)] * (len(shape) - len(pattern)) + pattern
+    out = []
+    for (step, num), want in zip(pattern, shape):
+        if num == want:
+            out.append((step, num))
+        elif num == 1:
+            out.append((0, want))
+        else:
+            raise NkiccError("E140", f"cannot broadcast {list(t.shape)} to {list(shape)}", loc)
+    a = t.access
+    return Tensor(t.builder, t.decl, Access(a.tensor, a.offset, tuple(out), a.scalar, a.scalar_scale))
+
+
+def _broadcast_shape(a: Tensor, b: Tensor, loc) -> tuple[int, ...]:
+    try:
+        return tuple(np.broadcast_shapes(a.shape, b.shape))
+    except ValueError:
+        raise NkiccError("E140", f"shapes {list(a.shape)} and {list(b.shape)} do not broadcast", loc) from None
+
+
+# --- memory ---------------------------------------------------------------------
+
+def load(src, dtype=None, mask=None, name="", **_hints) -> Tensor:
+    loc = user_loc(2)
+    src = _tile(src, "nl.load source", loc)
+    out = new_tensor(src.shape, dtype or src.dtype, "sbuf", name, loc)
+    isa.dma_copy(out, src)
+    return out
+
+
+def store(dst, value, mask=None, **_hints) -> None:
+    loc = user_loc(2)
+    dst, value = _tile(dst, "nl.store dst", loc), _tile(value, "nl.store value", loc)
+    isa.dma_copy(dst, value)
+
+
+def load_transpose2d(src, dtype=None, mask=None, name="", **_hints) -> Tensor:
+    loc = user_loc(2)
+    src = _tile(src, "nl.load_transpose2d source", loc)
+    if len(src.shape) != 2:
+        raise NkiccError("E140", f"load_transpose2d needs a 2-d source, got {list(src.shape)}", loc)
+    a = src.access
+    transposed = Tensor(src.builder, src.decl, Access(a.tensor, a.offset, (a.pattern[1], a.pattern[0]),
+                                                      a.scalar, a.scalar_scale))
+    out = new_tensor(transposed.shape, dtype or src.dtype, "sbuf", name, loc)
+    isa.dma_copy(out, transposed)
+    return out
+
+
+def copy(x, dtype=None, name="", **_hints) -> Tensor:
+    loc = user_loc(2)
+    x = _tile(x, "nl.copy source", loc)
+    out = new_tensor(x.shape, dtype or x.dtype, "sbuf", name, loc)
+    isa.tensor_copy(out, x)
+    return out
+
+
+# --- element-wise -----------------------------------------------------------------
+
+def _binary(op: str):
+    def fn(x, y, dtype=None, mask=None, name="", **_hints) -> Tensor:
+        loc = user_loc(2)
+        xt, yt = isinstance(x, Tensor), isinstance(y, Tensor)
+        if xt and yt:
+            shape = _broadcast_shape(x, y, loc)
+            out = new_tensor(shape, _out_dtype(dtype, x, y), "sbuf", name, loc)
+            isa.tensor_tensor(out, broadcast_view(x, shape, loc), broadcast_view(y, shape, loc), op)
+            return out
+        if not (xt or yt):
+            raise NkiccError("E103", f"nl.{op} needs at least one tile operand", loc)
+        tile, scalar = (x, y) if xt else (y, x)
+        out = new_tensor(tile.shape, _out_dtype(dtype, tile), "sbuf", name, loc)
+        isa.tensor_scalar(out, tile, op, scalar, reverse0=not xt)
+        return out
+    fn.__name__ = op
+    fn._nki_op = op
+    return fn
+
+
+def _unary(op: str):
+    def fn(x, dtype=None, mask=None, name="", **_hints) -> Tensor:
+        loc = user_loc(2)
+        x = _tile(x, f"nl.{op} operand", loc)
+        out = new_tensor(x.shape, _out_dtype(dtype, x), "sbuf", name, loc)
+        isa.activation(out, op, x)
+        return out
+    fn.__name__ = op
+    fn._nki_op = op
+    return fn
+
+
+for _op in BINARY:
+    globals()[_op] = _binary(_op)
+for _op in UNARY:
+    if _op not in ("copy",):
+        globals()[_op] = _unary(_op)
+
+
+def where(condition, x, y, dtype=None, name="", **_hints) -> Tensor:
+    loc = user_loc(2)
+    condition = _tile(condition, "nl.where condition", loc)
+    tiles = [t for t in (condition, x, y) if isinstance(t, Tensor)]
+    shape = condition.shape
+    for t in tiles:
+        shape = tuple(np.broadcast_shapes(shape, t.shape))
+    out = new_tensor(shape, _out_dtype(dtype, *[t for t in (x, y) if isinstance(t, Tensor)] or [condition]),
+                     "sbuf", name, loc)
+    views = [broadcast_view(t, shape, loc) if isinstance(t, Tensor) else t for t in (condition, x, y)]
+    isa.select(out, *views)
+    return out
+
+
+# --- reductions -----------------------------------------------------------------
+
+def _reduce_shape(x: Tensor, axes, keepdims: bool) -> tuple[int, ...]:
+    if keepdims:
+        return tuple(1 if i in axes else d for i, d in enumerate(x.shape))
+    return tuple(d for i, d in enumerate(x.shape) if i not in axes)
+
+
+def _reduce(op: str, name: str):
+    def fn(x, axis, dtype=None, keepdims=False, mask=None, name="", **_hints) -> Tensor:
+        loc = user_loc(2)
+        x = _tile(x, f"nl.{name} operand", loc)
+        axes = isa.normalize_axes(axis, len(x.shape), loc)
+        out = new_tensor(_reduce_shape(x, axes, keepdims), _out_dtype(dtype, x), "sbuf", name, loc)
+        isa.tensor_reduce(out, op, x, axes)
+        return out
+    fn.__name__ = name
+    return fn
+
+
+sum = _reduce("add", "sum")  # noqa: A001
+max = _reduce("maximum", "max")  # noqa: A001
+min = _reduce("minimum", "min")  # noqa: A001
+prod = _reduce("multiply", "prod")
+
+
+def mean(x, axis, dtype=None, keepdims=False, mask=None, name="", **_hints) -> Tensor:
+    loc = user_loc(2)
+    x = _tile(x, "nl.mean operand", loc)
+    axes = isa.normalize_axes(axis, len(x.shape), loc)
+    count = functools.reduce(lambda a, b: a * b, (x.shape[a] for a in axes), 1)
+    out = new_tensor(_reduce_shape(x, axes, keepdims), _out_dtype(dtype, x), "sbuf", name, loc)
+    isa.tensor_reduce(out, "add", x, axes)
+    isa.tensor_scalar(out, out, "multiply", 1.0 / count)
+    return out
+
+
+def var(x, axis, dtype=None, keepdims=False, mask=None, name="", **_hints) -> Tensor:
+    loc = user_loc(2)
+    x = _tile(x, "nl.var operand", loc)
+    m = mean(x, axis, dtype="float32", keepdims=True)
+    d = subtract(x, m, dtype="float32")
+    sq = multiply(d, d)
+    return mean(sq, axis, dtype=dtype or x.dtype, keepdims=keepdims, name=name)
+
+
+def softmax(x, axis=-1, dtype=None, name="", **_hints) -> Tensor:
+    loc = user_loc(2)
+    x = _tile(x, "nl.softmax operand", loc)
+    m = max(x, axis, dtype="float32", keepdims=True)
+    e = exp(subtract(x, m, dtype="float32"))
+    s = sum(e, axis, keepdims=True)
+    return divide(e, s, dtype=dtype or x.dtype, name=name)
+
+
+# --- matmul and layout ------------------------------------------------------------
+
+def matmul(x, y, transpose_x=False, mask=None, name="", **_hints) -> Tensor:
+    """x @ y as a PSUM tile [M, N] (fp32). With transpose_x, x is already [K, M]."""
+    loc = user_loc(2)
+    x, y = _tile(x, "nl.matmul x", loc), _tile(y, "nl.matmul y", loc)
+    stationary = x if transpose_x else transpose(x)
+    m = 1
+    for d in stationary.shape[1:]:
+        m *= d
+    n = 1
+    for d in y.shape[1:]:
+        n *= d
+    out = new_tensor((m, n), "float32", "psum", name, loc)
+    isa.nc_matmul(out, stationary, y)
+    return out
+
+
+def transpose(x, dtype=None, name="", **_hints) -> Tensor:
+    """2-d transpose through the Tensor Engine; the result is an SBUF tile."""
+    loc = user_loc(2)
+    x = _tile(x, "nl.transpose operand", loc)
+    if len(x.shape) != 2:
+        raise NkiccError("E140", f"nl.transpose needs a 2-d tile, got {list(x.shape)}", loc)
+    p, f = x.shape
+    staged = new_tensor((f, p), "float32", "psum", "", loc)
+    isa.nc_transpose(staged, x)
+    out = new_tensor((f, p), dtype or x.dtype, "sbuf", name, loc)
+    isa.tensor_copy(out, staged)
+    return out
+
+
+def broadcast_to(x, shape, **_hints) -> Tensor:
+    loc = user_loc(2)
+    x = _tile(x, "nl.broadcast_to operand", loc)
+    return broadcast_view(x, tuple(int(d) for d in shape), loc)
+
+
+def expand_dims(x, axis, **_hints) -> Tensor:
+    loc = user_loc(2)
+    x = _tile(x, "nl.expand_dims operand", loc)
+    pattern = list(x.access.pattern)
+    axis = axis + len(pattern) + 1 if axis < 0 else axis
+    if not 0 <= axis <= len(pattern):
+        raise NkiccError("E103", f"expand_dims axis {axis} out of range for {list(x.shape)}", loc)
+    pattern.insert(axis, (0, 1))
+    a = x.access
+    return Tensor(x.builder, x.decl, Access(a.tensor, a.offset, tuple(pattern), a.scalar, a.scalar_scale))

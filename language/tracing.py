@@ -1,0 +1,460 @@
+"""What a kernel body touches while it is traced: the IR builder, symbolic
+loop indices and the loop iterators.
+
+The retry policy (which loops to split, which to trace concretely, whether a
+body is free of Python side effects) is the driver's; it is handed in as a
+`LoopPolicy`, so this layer decides nothing about it.
+"""
+from __future__ import annotations
+
+import contextvars
+import functools
+import itertools
+import operator
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Protocol
+
+from ..ir import Access, Affine, Alloc, Block, Loc, Loop, NkiccError, Op, Stmt, TensorDecl
+
+_PACKAGES = ("nkicc", "nkicc.language", "nkicc.isa", "nkicc.ir", "nkicc.simulator", "nkicc.plugins", "nkicc.cache")
+
+_active: contextvars.ContextVar["Builder | None"] = contextvars.ContextVar("nkicc_builder", default=None)
+
+
+def current_builder() -> "Builder | None":
+    return _active.get()
+
+
+@functools.lru_cache(maxsize=None)
+def _package_dirs(loaded: frozenset) -> tuple[str, ...]:
+    dirs = []
+    for name in sorted(loaded):
+        file = getattr(sys.modules[name], "__file__", None)
+        if file:
+            dirs.append(os.path.dirname(os.path.abspath(file)) + os.sep)
+    return tuple(dirs)
+
+
+def is_nkicc_file(filename: str) -> bool:
+    """True for files of nkicc itself (installed, or editable with its
+    one-folder-per-layer layout)."""
+    loaded = frozenset(n for n in _PACKAGES if n in sys.modules)
+    return filename.startswith(_package_dirs(loaded))
+
+
+def user_loc(depth: int = 2) -> Loc | None:
+    """File and line of the innermost frame outside nkicc."""
+    f = sys._getframe(depth)
+    while f is not None:
+        if not is_nkicc_file(f.f_code.co_filename):
+            return Loc(f.f_code.co_filename, f.f_lineno)
+        f = f.f_back
+    return None
+
+
+# --- retries -----------------------------------------------------------------
+
+class TraceRetry(BaseException):
+    """Raised mid-trace when a loop must be split or traced concretely.
+    A BaseException so that a kernel's own `except Exception` cannot swallow it."""
+
+    def __init__(self, key: tuple, split: frozenset[int] = frozenset(), concrete: bool = False, why: str = ""):
+        super().__init__(why)
+        self.key = key
+        self.split = split
+        self.concrete = concrete
+        self.why = why
+
+
+@dataclass(frozen=True)
+class LoopPlan:
+    concrete: bool = False
+    splits: frozenset[int] = frozenset()
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class LoopSite:
+    """Where a loop iterator is being iterated by a `for` statement."""
+    file: str
+    line: int
+    col: int
+    node: object = None  # the ast.For, for the policy's effect analysis
+    frame_globals: dict | None = None
+    frame_locals: dict | None = None
+
+
+class LoopPolicy(Protocol):
+    def site(self, frame) -> LoopSite | None: ...
+    def plan(self, key: tuple, trip: int, site: LoopSite) -> LoopPlan: ...
+
+
+# --- the builder ---------------------------------------------------------------
+
+@dataclass
+class _Frame:
+    """One traced loop piece, or the kernel itself (key == ())."""
+    key: tuple
+    var: str | None
+    trip: int
+    kind: str  # static | dynamic | root
+    first: int = 0  # iteration of the whole loop at which this piece starts
+    depth: int = 0
+    ended: bool = False
+    children: dict = field(default_factory=dict)  # site -> occurrences this iteration
+
+
+class Builder:
+    def __init__(self, name: str, policy: LoopPolicy) -> None:
+        self.name = name
+        self.policy = policy
+        self.decls: dict[str, TensorDecl] = {}
+        self.tensor_frame: dict[str, _Frame] = {}
+        self.var_frame: dict[str, _Frame] = {}
+        self._blocks: list[list[Stmt]] = [[]]
+        self._frames: list[_Frame] = [_Frame((), None, 1, "root")]
+        self._names = itertools.count()
+        self._vars = itertools.count()
+        self.loop_stats = {"rolled": 0, "split": 0, "concrete": 0, "dynamic": 0}
+        self.warnings: dict[tuple, NkiccError] = {}
+        self._token = None
+
+    # context management
+    def __enter__(self) -> "Builder":
+        self._token = _active.set(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _active.reset(self._token)
+
+    # tensors
+    def new_tensor(self, shape, dtype: str, buffer: str, name: str = "", role: str = "local",
+                   loc: Loc | None = None) -> TensorDecl:
+        base = name if name else "t"
+        unique = base if base not in self.decls else f"{base}.{next(self._names)}"
+        while unique in self.decls:
+            unique = f"{base}.{next(self._names)}"
+        decl = TensorDecl(unique, tuple(int(d) for d in shape), dtype, buffer, role, loc)
+        self.decls[unique] = decl
+        self.tensor_frame[unique] = self._frames[-1]
+        if role == "local":
+            self._blocks[-1].append(Alloc(unique))
+        return decl
+
+    def set_role(self, name: str, role: str) -> None:
+        d = self.decls[name]
+        self.decls[name] = TensorDecl(d.name, d.shape, d.dtype, d.buffer, role, d.loc)
+
+    def warn(self, code: str, message: str, loc: Loc | None) -> None:
+        self.warnings.setdefault((code, loc), NkiccError(code, message, loc))
+
+    # statements
+    def emit(self, opcode: str, outs, ins, attrs: dict | None = None, loc: Loc | None = None) -> Op:
+        for a in list(outs) + [x for x in ins if isinstance(x, Access)]:
+            self.check_live(a, loc)
+        op = Op(opcode, tuple(outs), tuple(ins), tuple((attrs or {}).items()), loc or user_loc(3))
+        self._blocks[-1].append(op)
+        return op
+
+    def check_live(self, access: Access, loc: Loc | None = None) -> None:
+        """A tensor or index that outlives the rolled loop piece it was made in
+        would behave differently rolled and unrolled: trace that loop concretely."""
+        frame = self.tensor_frame.get(access.tensor)
+        if frame is not None and frame.ended and frame.kind == "static":
+            raise TraceRetry(frame.key, concrete=True, why=f"tensor {access.tensor} is used after its loop")
+        self.check_vars(access.offset, loc)
+        if access.scalar is not None:
+            if access.scalar.register:
+                self.check_vars(Affine.var(access.scalar.register), loc)
+            if access.scalar.tensor:
+                self.check_live(Access(access.scalar.tensor, access.scalar.offset, ((1, 1),)), loc)
+
+    def check_vars(self, expr: Affine, loc: Loc | None = None) -> None:
+        for v in expr.vars:
+            frame = self.var_frame[v]
+            if frame.ended:
+                if frame.kind == "dynamic":
+                    raise NkiccError("E151", f"the dynamic_range index {v} is used after its loop", loc or user_loc(3),
+                                     "copy it into a tensor inside the loop")
+                raise TraceRetry(frame.key, concrete=True, why=f"index {v} is used after its loop")
+
+    def trips(self) -> dict[str, int]:
+        return {v: f.trip for v, f in self.var_frame.items() if not f.ended}
+
+    def finish(self, outputs: list[str], args: list[str], loc: Loc | None) -> "Kernel":
+        from ..ir import Kernel
+        assert len(self._blocks) == 1
+        for name in outputs:
+            self.set_role(name, "output")
+        return Kernel(self.name, tuple(self.decls.values()), tuple(args), tuple(outputs),
+                      Block(tuple(self._blocks[0])), loc)
+
+    # loops
+    def _child_key(self, site: LoopSite) -> tuple:
+        parent = self._frames[-1]
+        where = (site.file, site.line, site.col)
+        n = parent.children.get(where, 0)
+        parent.children[where] = n + 1
+        return parent.key + ((where, n),)
+
+    def static_loop(self, start: int, step: int, trip: int, site: LoopSite) -> Iterator[object]:
+        key = self._child_key(site)
+        plan = self.policy.plan(key, trip, site)
+        loc = Loc(site.file, site.line)
+        if plan.concrete:
+            self.loop_stats["concrete"] += 1
+            return self._concrete(start, step, trip)
+        bounds = sorted({0, trip, *(p for p in plan.splits if 0 < p < trip)})
+        pieces = list(zip(bounds, bounds[1:]))
+        if len(pieces) > 1:
+            self.loop_stats["split"] += 1
+        return self._pieces(key, start, step, pieces, loc)
+
+    def _concrete(self, start: int, step: int, trip: int) -> Iterator[int]:
+        parent = self._frames[-1]
+        for t in range(trip):
+            parent.children.clear()
+            yield start + step * t
+
+    def _pieces(self, key: tuple, start: int, step: int, pieces, loc: Loc) -> Iterator[object]:
+        parent = self._frames[-1]
+        for lo, hi in pieces:
+            parent.children.clear()
+            if hi - lo == 1:
+                yield start + step * lo
+                continue
+            self.loop_stats["rolled"] += 1
+            var = f"i{next(self._vars)}"
+            frame = _Frame(key, var, hi - lo, "static", lo)
+            index = SymInt(Affine.var(var, step, start + step * lo), self)
+            yield from self._in_loop(frame, index, lambda body: Loop(var, hi - lo, start + step * lo, step, "static", body, loc))
+
+    def dynamic_loop(self, start: int, step: int, trip: int, loc: Loc) -> Iterator[object]:
+        self.loop_stats["dynamic"] += 1
+        var = f"r{next(self._vars)}"
+        frame = _Frame(self._frames[-1].key + (("dyn", loc.line, var),), var, trip, "dynamic")
+        index = SymInt(Affine.var(var, step, start), self)
+        yield from self._in_loop(frame, index, lambda body: Loop(var, trip, start, step, "dynamic", body, loc))
+
+    def _in_loop(self, frame: _Frame, index: "SymInt", make: Callable[[Block], Loop]) -> Iterator[object]:
+        frame.depth = len(self._frames)
+        self._frames.append(frame)
+        self.var_frame[frame.var] = frame
+        self._blocks.append([])
+        yield index
+        # Reached only when the body completed normally; an exception abandons the trace.
+        body = self._blocks.pop()
+        self._frames.pop()
+        frame.ended = True
+        if body:
+            self._blocks[-1].append(make(Block(tuple(body))))
+
+    # questions about symbolic indices
+    def decide(self, expr: Affine, rel: str, describe: str) -> bool:
+        """Answer `expr <rel> 0` if it has one answer over the loop ranges;
+        else ask the driver to split a loop where the answer changes, or, when
+        no single loop can separate the answers, to trace one concretely."""
+        loc = user_loc(3)
+        self.check_vars(expr, loc)
+        trips = self.trips()
+        answer = _uniform(*expr.bounds(trips), rel)
+        if answer is not None:
+            return answer
+        dyn = [v for v in expr.vars if self.var_frame[v].kind == "dynamic"]
+        if dyn:
+            raise NkiccError("E150", f"`{describe}` depends on the dynamic_range index {dyn[0]}, "
+                                     "which is only known at run time", loc,
+                             "use a static loop, or move the decision into the data (nl.where / a mask)")
+        constant = None
+        for var in sorted(expr.vars, key=lambda v: self.var_frame[v].depth):
+            c = expr.coeff(var)
+            rest_lo, rest_hi = Affine(tuple(t for t in expr.terms if t[0] != var), expr.const).bounds(trips)
+            status = [_uniform(c * t + rest_lo, c * t + rest_hi, rel) for t in range(trips[var])]
+            points = [t for t in range(1, len(status)) if status[t] != status[t - 1]]
+            if points:
+                frame = self.var_frame[var]
+                raise TraceRetry(frame.key, split=frozenset(p + frame.first for p in points),
+                                 why=f"`{describe}` changes inside the loop")
+            constant = status[0]
+        if constant is not None and len(expr.vars) == 1:
+            return constant
+        var = min(expr.vars, key=lambda v: trips[v])
+        raise TraceRetry(self.var_frame[var].key, concrete=True,
+                         why=f"`{describe}` depends on several loop indices")
+
+    def need_concrete(self, expr: Affine, why: str) -> None:
+        loc = user_loc(3)
+        self.check_vars(expr, loc)
+        for v in expr.vars:
+            frame = self.var_frame[v]
+            if frame.kind == "dynamic":
+                raise NkiccError("E150", f"{why} needs the value of the dynamic_range index {v}, "
+                                         "which is only known at run time", loc,
+                                 "use a static loop for indices that select Python objects")
+        frame = max((self.var_frame[v] for v in expr.vars), key=lambda f: f.depth)
+        raise TraceRetry(frame.key, concrete=True, why=why)
+
+
+def _uniform(lo: int, hi: int, rel: str) -> bool | None:
+    """`x <rel> 0` for every x in [lo, hi], if it has one answer; else None."""
+    if rel in ("==", "!="):
+        if lo == hi:
+            hit = lo == 0
+        elif lo > 0 or hi < 0:
+            hit = False
+        else:
+            return None
+        return hit if rel == "==" else not hit
+    test = _RELATIONS[rel]
+    a, b = test(lo), test(hi)
+    return a if a == b else None
+
+
+_RELATIONS = {"<": lambda v: v < 0, "<=": lambda v: v <= 0, ">": lambda v: v > 0, ">=": lambda v: v >= 0}
+
+
+class SymInt:
+    """A loop index, or an affine expression of loop indices, while tracing."""
+    __slots__ = ("expr", "builder")
+
+    def __init__(self, expr: Affine, builder: Builder) -> None:
+        self.expr = expr
+        self.builder = builder
+
+    @staticmethod
+    def wrap(expr: Affine, builder: Builder) -> "SymInt | int":
+        return expr.const if expr.is_const else SymInt(expr, builder)
+
+    # arithmetic that stays affine
+    def __add__(self, other):
+        o = _affine(other)
+        if o is None:
+            return self._float_or_concrete(other, "+")
+        return SymInt.wrap(self.expr + o, self.builder)
+
+    __radd__ = __add__
+
+    def __sub__(self, other):
+        o = _affine(other)
+        if o is None:
+            return self._float_or_concrete(other, "-")
+        return SymInt.wrap(self.expr - o, self.builder)
+
+    def __rsub__(self, other):
+        o = _affine(other)
+        if o is None:
+            return self._float_or_concrete(other, "-")
+        return SymInt.wrap(o - self.expr, self.builder)
+
+    def __mul__(self, other):
+        if isinstance(other, bool) or not isinstance(other, int):
+            if isinstance(other, SymInt):
+                self.builder.need_concrete(other.expr, "a product of two loop indices")
+            return self._float_or_concrete(other, "*")
+        return SymInt.wrap(self.expr.scale(other), self.builder)
+
+    __rmul__ = __mul__
+
+    def __neg__(self):
+        return SymInt.wrap(-self.expr, self.builder)
+
+    def __pos__(self):
+        return self
+
+    def __floordiv__(self, other):
+        if isinstance(other, int) and not isinstance(other, bool) and other > 0:
+            exact = self.expr.floordiv_exact(other)
+            if exact is not None:
+                return SymInt.wrap(exact, self.builder)
+            lo, hi = self.expr.bounds(self.builder.trips())
+            if lo // other == hi // other:
+                return lo // other
+        self.builder.need_concrete(self.expr, f"`{self} // {other}`")
+
+    def __mod__(self, other):
+        if isinstance(other, int) and not isinstance(other, bool) and other > 0:
+            q = self.__floordiv__(other)
+            return self - q * other
+        self.builder.need_concrete(self.expr, f"`{self} % {other}`")
+
+    def _float_or_concrete(self, other, sym):
+        self.builder.need_concrete(self.expr, f"`{self} {sym} {other!r}`")
+
+    # comparisons: answered over the whole range, or the loop is split
+    def _cmp(self, other, sym):
+        o = _affine(other)
+        if o is None:
+            if isinstance(other, float):
+                self.builder.need_concrete(self.expr, f"comparing {self} with a float")
+            return NotImplemented
+        return self.builder.decide(self.expr - o, sym, f"{self} {sym} {other}")
+
+    def __lt__(self, other):
+        return self._cmp(other, "<")
+
+    def __le__(self, other):
+        return self._cmp(other, "<=")
+
+    def __gt__(self, other):
+        return self._cmp(other, ">")
+
+    def __ge__(self, other):
+        return self._cmp(other, ">=")
+
+    def __eq__(self, other):
+        return self._cmp(other, "==")
+
+    def __ne__(self, other):
+        return self._cmp(other, "!=")
+
+    def __bool__(self):
+        return self.builder.decide(self.expr, "!=", f"bool({self})")
+
+    def __abs__(self):
+        return self if self >= 0 else -self
+
+    # anything that needs a Python int traces the loop concretely
+    def __index__(self):
+        self.builder.need_concrete(self.expr, f"using {self} as a Python int")
+
+    __int__ = __index__
+
+    def __float__(self):
+        self.builder.need_concrete(self.expr, f"using {self} as a float")
+
+    def __hash__(self):
+        self.builder.need_concrete(self.expr, f"hashing {self}")
+
+    # labels only: f"name_{i}" gives a readable name, never a value
+    def __format__(self, spec):
+        return str(self.expr).replace(" ", "")
+
+    def __str__(self):
+        return str(self.expr).replace(" ", "")
+
+    def __repr__(self):
+        return f"SymInt({self.expr})"
+
+
+def _affine(value) -> Affine | None:
+    if isinstance(value, SymInt):
+        return value.expr
+    if isinstance(value, int) and not isinstance(value, bool):
+        return Affine.of(value)
+    if isinstance(value, bool):
+        return Affine.of(int(value))
+    return None
+
+
+def as_affine(value, what: str = "index") -> Affine:
+    """An int or SymInt as an Affine; numpy integers accepted."""
+    a = _affine(value)
+    if a is not None:
+        return a
+    try:
+        return Affine.of(operator.index(value))
+    except TypeError:
+        raise NkiccError("E103", f"{what} must be an integer or a loop index, got {type(value).__name__}",
+                         user_loc(3)) from None

@@ -1,0 +1,133 @@
+"""The reference simulator: executes rolled IR directly in numpy.
+
+Every tensor is a flat numpy array of its own dtype, so a view is a strided
+window onto it; loops are interpreted rolled (static and dynamic alike, the
+index being the register value). New on-chip tensors are poisoned (NaN for
+floats, the most negative value for ints) so that reads of never-written
+memory show. PSUM keeps a written-mask per element for the matmul
+accumulate=None rule: the first write to a location overwrites, later ones add.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from ..ir import Access, Alloc, Block, Kernel, Loop, NkiccError, Op, TensorDecl
+from ..ir import dtypes
+from . import semantics
+
+
+def poison(dt: np.dtype, n: int) -> np.ndarray:
+    """n elements of the value that marks never-written memory."""
+    if np.issubdtype(dt, np.integer):
+        fill = np.iinfo(dt).min if np.issubdtype(dt, np.signedinteger) else np.iinfo(dt).max
+        return np.full(n, fill, dtype=dt)
+    if dt == np.bool_:
+        return np.ones(n, dtype=dt)
+    return np.full(n, np.nan, dtype=dt)
+
+
+def strided(flat: np.ndarray, start: int, pattern) -> np.ndarray:
+    item = flat.itemsize
+    return as_strided(flat[start:], shape=tuple(n for _, n in pattern),
+                      strides=tuple(s * item for s, _ in pattern), writeable=True)
+
+
+class ReferenceMachine:
+    def __init__(self, kernel: Kernel) -> None:
+        self.kernel = kernel
+        self.decls = kernel.tensor_map()
+        self.memory: dict[str, np.ndarray] = {}
+        self.written: dict[str, np.ndarray] = {}
+        self.env: dict[str, int] = {}
+        self.executed = 0
+
+    def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        for name in self.kernel.args:
+            decl = self.decls[name]
+            arr = np.ascontiguousarray(inputs[name], dtype=dtypes.storage(decl.dtype))
+            self.memory[name] = arr.reshape(-1).copy()
+        self.block(self.kernel.body)
+        return {name: self.memory[name].reshape(self.decls[name].shape) for name in self.kernel.outputs}
+
+    def block(self, block: Block) -> None:
+        for s in block.stmts:
+            if isinstance(s, Op):
+                self.op(s)
+            elif isinstance(s, Alloc):
+                decl = self.decls[s.tensor]
+                self.memory[s.tensor] = poison(dtypes.storage(decl.dtype), decl.size)
+                if decl.buffer == "psum":
+                    self.written[s.tensor] = np.zeros(decl.size, dtype=bool)
+            else:
+                env = self.env
+                for t in range(s.trip):
+                    env[s.var] = t
+                    self.block(s.body)
+                del env[s.var]
+
+    def start(self, a: Access, op: Op, read: bool = False) -> int:
+        start = a.offset.evaluate(self.env)
+        if a.scalar is not None:
+            if a.scalar.register:
+                value = self.env[a.scalar.register]
+            else:
+                flat = self.memory[a.scalar.tensor]
+                value = int(flat[a.scalar.offset.evaluate(self.env)])
+            start += value * a.scalar_scale
+        lo, hi = start, start
+        for step, num in a.pattern:
+            if step >= 0:
+                hi += step * (num - 1)
+            else:
+                lo += step * (num - 1)
+        size = self.decls[a.tensor].size
+        if read and lo >= 0 and self.decls[a.tensor].on_chip:
+            return start  # reading past a tile's end: see view()
+        if lo < 0 or hi >= size:
+            raise NkiccError("E170", f"{op.opcode} accesses elements [{lo}, {hi}] of {a.tensor} "
+                                     f"(size {size}) at run time", op.loc,
+                             "the runtime scalar offset is out of range: check how it is updated")
+        return start
+
+    def view(self, a: Access, op: Op) -> np.ndarray:
+        flat = self.memory[a.tensor]
+        start = self.start(a, op, read=True)
+        end = start + sum(s * (n - 1) for s, n in a.pattern) + 1
+        if end > flat.size:
+            # An on-chip read past the tile (tracing warned, W101): what lies
+            # beyond is undefined, so it reads as poison.
+            pad = poison(flat.dtype, end - flat.size)
+            return strided(np.concatenate([flat[start:], pad]), 0, a.pattern)
+        return strided(flat, start, a.pattern)
+
+    def op(self, op: Op) -> None:
+        self.executed += 1
+        results = semantics.compute(op, lambda a: self.view(a, op))
+        for index, values in results:
+            dst_access = op.outs[index]
+            dst = strided(self.memory[dst_access.tensor], self.start(dst_access, op), dst_access.pattern)
+            mask = self.written.get(dst_access.tensor)
+            if mask is not None:
+                wmask = strided(mask, self.start(dst_access, op), dst_access.pattern)
+                if op.opcode == "nc_matmul":
+                    values = self._accumulate(op.attr("accumulate"), dst, wmask, values)
+                wmask[...] = True
+            if np.ndim(values) == 0:
+                semantics.store(dst, np.full(dst.shape, values))
+            else:
+                semantics.store(dst, values)
+
+    @staticmethod
+    def _accumulate(mode, dst: np.ndarray, wmask: np.ndarray, values: np.ndarray) -> np.ndarray:
+        values = values.reshape(dst.shape)
+        if mode is False:
+            return values
+        current = semantics.f32(dst)
+        if mode is True:
+            return current + values
+        return np.where(wmask, current + values, values)
+
+
+def run_reference(kernel: Kernel, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    return ReferenceMachine(kernel).run(inputs)
