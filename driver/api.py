@@ -51,16 +51,19 @@ def check_array(name: str, array, spec: TensorSpec) -> None:
                                  f"{list(spec.shape)}", None, "pass an array of the compiled shape")
 
 
-def compile(kernel, *args, name: str | None = None, **named) -> CompiledKernel:  # noqa: A001
+def compile(kernel, *args, name: str | None = None, unroll: bool = False, **named) -> CompiledKernel:  # noqa: A001
     """Trace `kernel` for the given arguments: numpy arrays, TensorSpecs or
-    strings like "float32[128,512]" for tensors; anything else is a constant."""
+    strings like "float32[128,512]" for tensors; anything else is a constant.
+    `unroll=True` traces every static loop iteration by iteration (NKI's own
+    semantics; the reference the rolled trace is tested against)."""
     fn = inspect_unwrap(getattr(kernel, "fn", kernel))
     specs, constants, _ = bind_call(fn, args, named, allow_specs=True)
-    return _compile(fn, specs, constants, name)
+    return _compile(fn, specs, constants, name, unroll=unroll)
 
 
-def _compile(fn, specs: dict[str, TensorSpec], constants: dict, name: str | None) -> CompiledKernel:
-    result = trace_kernel(fn, specs, constants, name)
+def _compile(fn, specs: dict[str, TensorSpec], constants: dict, name: str | None,
+             unroll: bool = False) -> CompiledKernel:
+    result = trace_kernel(fn, specs, constants, name, unroll=unroll)
     t0 = time.perf_counter()
     kernel = result.kernel
     compile_s = time.perf_counter() - t0
@@ -107,14 +110,14 @@ class JitKernel:
     def compile(self, *args, **kwargs) -> CompiledKernel:
         key, specs, constants, _ = self.signature(args, kwargs)
         if key not in self._compiled:
-            self._compiled[key] = _compile(inspect_unwrap(self.fn), specs, constants, None)
+            self._compiled[key] = _compile(inspect_unwrap(self.fn), specs, constants, None, **self.options)
         return self._compiled[key]
 
     def __call__(self, *args, **kwargs):
         key, specs, constants, arrays = self.signature(args, kwargs)
         compiled = self._compiled.get(key)
         if compiled is None:
-            compiled = self._compiled[key] = _compile(inspect_unwrap(self.fn), specs, constants, None)
+            compiled = self._compiled[key] = _compile(inspect_unwrap(self.fn), specs, constants, None, **self.options)
         return compiled.run(**arrays)
 
     @property

@@ -35,6 +35,7 @@ class RetryPolicy:
     _ast_index: dict = field(default_factory=dict)
     _sites: dict = field(default_factory=dict)
     _body_reasons: dict = field(default_factory=dict)
+    unroll: bool = False  # trace every static loop concretely: NKI's own semantics, the oracle
 
     def site(self, frame) -> LoopSite | None:
         code, lasti = frame.f_code, frame.f_lasti
@@ -60,6 +61,8 @@ class RetryPolicy:
         return (code.co_filename, line or 0, col or 0, node)
 
     def plan(self, key: tuple, trip: int, site: LoopSite) -> LoopPlan:
+        if self.unroll:
+            return LoopPlan(concrete=True, reason="unrolled trace")
         if key in self.concrete:
             return LoopPlan(concrete=True, reason=self.concrete[key])
         reason = self._body_reason(site)
@@ -123,13 +126,15 @@ def _innermost_is_nkicc(tb) -> bool:
     return last is not None and is_nkicc_file(os.path.abspath(last.f_code.co_filename))
 
 
-def trace_kernel(fn, tensor_args: dict[str, TensorSpec], constants: dict, name: str | None = None) -> TraceResult:
+def trace_kernel(fn, tensor_args: dict[str, TensorSpec], constants: dict, name: str | None = None,
+                 unroll: bool = False) -> TraceResult:
     """Trace `fn` with HBM tensors for `tensor_args` and Python values for
-    `constants` (both keyed by parameter name)."""
+    `constants` (both keyed by parameter name). With `unroll`, every static
+    loop runs once per iteration, as NKI itself traces."""
     start = time.perf_counter()
     fn = inspect_unwrap(fn)
     traced = _traced_function(fn)
-    policy = RetryPolicy()
+    policy = RetryPolicy(unroll=unroll)
     kernel_loc = Loc(fn.__code__.co_filename, fn.__code__.co_firstlineno)
     for attempt in range(1, MAX_ATTEMPTS + 1):
         builder = Builder(name or fn.__name__, policy)
