@@ -1,0 +1,200 @@
+"""The command line as a user meets it: exit codes, one-line errors, reports."""
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from conftest import REPO
+
+
+def nkicc(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "nkicc", *args], capture_output=True, text=True, cwd=cwd)
+
+
+KERNEL = textwrap.dedent('''
+    import nkicc
+    import nkicc.language as nl
+
+    @nkicc.jit
+    def scale(a: "float32[256,64]", factor=2.0):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        for i in nl.affine_range(a.shape[0] // 128):
+            t = nl.load(a[i * 128:(i + 1) * 128, :])
+            nl.store(out[i * 128:(i + 1) * 128, :], value=nl.multiply(t, factor))
+        return out
+
+    @nkicc.jit
+    def broken(a: "float32[256,64]"):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        t = nl.load(a[0:256, :])
+        nl.store(out, value=t)
+        return out
+
+    @nkicc.jit
+    def pyerror(a: "float32[256,64]"):
+        x = {}["missing"]
+        return a
+''')
+
+
+@pytest.fixture
+def kernel_file(tmp_path):
+    path = tmp_path / "k.py"
+    path.write_text(KERNEL)
+    return path
+
+
+def test_compile_prints_summary_and_report(kernel_file, tmp_path):
+    report = tmp_path / "r.json"
+    r = nkicc("compile", f"{kernel_file}::scale", "--report", str(report))
+    assert r.returncode == 0, r.stderr
+    assert "rolled" in r.stdout
+    data = json.loads(report.read_text())
+    for key in ("kernel", "trace_s", "compile_s", "total_s", "peak_rss_mb", "instructions_rolled",
+                "instructions_unrolled", "instructions_executed", "loops"):
+        assert key in data
+    assert data["loops"]["rolled"] == 1
+    assert data["instructions_unrolled"] == 2 * data["instructions_rolled"]
+
+
+def test_compile_args_and_consts_override_defaults(kernel_file, tmp_path):
+    report = tmp_path / "r.json"
+    r = nkicc("compile", f"{kernel_file}::scale", "--arg", "a=float32[512,32]", "--const", "factor=3.5",
+              "--print-ir", "--report", str(report))
+    assert r.returncode == 0, r.stderr
+    assert "for i0 in static[0, 4)" in r.stdout
+    assert "3.5" in r.stdout
+    assert json.loads(report.read_text())["args"] == {"a": "float32[512,32]"}
+
+
+def test_user_error_is_one_line_with_code_and_kernel_line(kernel_file):
+    r = nkicc("compile", f"{kernel_file}::broken")
+    assert r.returncode == 1
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    line_no = KERNEL.splitlines().index("    t = nl.load(a[0:256, :])") + 1
+    assert lines[0].startswith("error[E110]")
+    assert f"{kernel_file}:{line_no}:" in lines[0]
+    assert "Traceback" not in r.stderr
+
+
+def test_python_error_in_kernel_points_at_user_line(kernel_file):
+    r = nkicc("compile", f"{kernel_file}::pyerror")
+    assert r.returncode == 1
+    line_no = KERNEL.splitlines().index('    x = {}["missing"]') + 1
+    assert r.stderr.startswith("error[E001]")
+    assert f"k.py:{line_no}:" in r.stderr and "KeyError" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("target,code", [
+    ("nope.py::k", "E200"),
+    ("{k}::scal", "E200"),
+    ("{k}", "E200"),
+])
+def test_bad_targets(kernel_file, target, code):
+    r = nkicc("compile", target.format(k=kernel_file))
+    assert r.returncode == 1
+    assert r.stderr.startswith(f"error[{code}]")
+    if "scal" in target and "::" in target:
+        assert "did you mean scale" in r.stderr
+
+
+def test_bad_arg_spec(kernel_file):
+    r = nkicc("compile", f"{kernel_file}::scale", "--arg", "a=float32[12,x]")
+    assert r.returncode == 1 and r.stderr.startswith("error[E201]")
+    r = nkicc("compile", f"{kernel_file}::scale", "--arg", "zz=float32[4,4]")
+    assert r.returncode == 1 and "no parameter 'zz'" in r.stderr
+
+
+def test_usage_error_exit_code():
+    r = nkicc("compile")
+    assert r.returncode == 2
+
+
+def test_simulate_prints_stats(kernel_file, tmp_path):
+    out = tmp_path / "o.npz"
+    r = nkicc("simulate", f"{kernel_file}::scale", "--inputs", "random", "--seed", "3", "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    assert "float32[256, 64]" in r.stdout and "nan 0" in r.stdout
+    import numpy as np
+    expected = np.random.default_rng(3).standard_normal((256, 64), dtype=np.float32) * 2.0
+    got = np.load(out)
+    np.testing.assert_allclose(got[got.files[0]], expected, rtol=1e-6)
+
+
+def test_simulate_from_npz(kernel_file, tmp_path):
+    import numpy as np
+    a = np.random.default_rng(0).standard_normal((256, 64)).astype(np.float32)
+    np.savez(tmp_path / "in.npz", a=a)
+    out = tmp_path / "o.npz"
+    r = nkicc("simulate", f"{kernel_file}::scale", "--inputs", str(tmp_path / "in.npz"), "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    got = np.load(out)
+    np.testing.assert_allclose(got[got.files[0]], a * 2.0, rtol=1e-6)
+
+
+NKI_SCRIPT = textwrap.dedent('''
+    import argparse
+    import sys
+
+    import numpy as np
+    import nki
+    import nki.isa as nisa
+    import nki.language as nl
+    from sibling import rows
+
+    @nki.jit
+    def add(a, b):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        for i in nl.affine_range(a.shape[0] // 128):
+            ta = nl.load(a[i * 128:(i + 1) * 128, :])
+            tb = nl.load(b[i * 128:(i + 1) * 128, :])
+            t = nl.ndarray(ta.shape, dtype=ta.dtype, buffer=nl.sbuf)
+            nisa.tensor_tensor(dst=t, data1=ta, data2=tb, op=nl.add)
+            nl.store(out[i * 128:(i + 1) * 128, :], value=t)
+        return out
+
+    if __name__ == "__main__":
+        p = argparse.ArgumentParser()
+        p.add_argument("--tiles", type=int, default=1)
+        args = p.parse_args()
+        rng = np.random.default_rng(0)
+        a = rng.standard_normal((rows(args.tiles), 32)).astype(np.float32)
+        b = rng.standard_normal(a.shape).astype(np.float32)
+        c = nki.simulate(add)(a, b)
+        print("err", float(np.abs(c - (a + b)).max()), c.shape)
+        sys.exit(7)
+''')
+
+
+def test_run_unmodified_nki_script(tmp_path):
+    (tmp_path / "script.py").write_text(NKI_SCRIPT)
+    (tmp_path / "sibling.py").write_text("def rows(n):\n    return 128 * n\n")
+    r = subprocess.run([sys.executable, "-m", "nkicc", "run", "script.py", "--tiles", "3"],
+                       capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 7, r.stderr
+    assert "err 0.0 (384, 32)" in r.stdout
+
+
+def test_run_never_shadows_a_real_nki(tmp_path):
+    real = tmp_path / "site" / "nki"
+    real.mkdir(parents=True)
+    (real / "__init__.py").write_text("REAL = True\n")
+    (tmp_path / "s.py").write_text("import nki\nprint('real' if getattr(nki, 'REAL', False) else 'alias')\n")
+    env = {**__import__("os").environ, "PYTHONPATH": str(tmp_path / "site")}
+    r = subprocess.run([sys.executable, "-m", "nkicc", "run", "s.py"], capture_output=True, text=True,
+                       cwd=tmp_path, env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "real"
+
+
+def test_help_texts():
+    r = nkicc("--help")
+    assert r.returncode == 0
+    for cmd in ("compile", "simulate", "run"):
+        assert cmd in r.stdout
+    r = nkicc("compile", "--help")
+    assert "--arg" in r.stdout and "DTYPE" in r.stdout
