@@ -2,17 +2,23 @@
 from __future__ import annotations
 
 import functools
+import os
 import time
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from .ir import Kernel, NkiccError, count_instructions, format_kernel
-from .ir import dtypes as ir_dtypes
 from .simulator import run_reference
+from .pass_api import BudgetExceeded, Target
+from .passes import PassOptions, PipelineResult, registry, run_pipeline
 from .report import peak_rss_mb
 from .specs import TensorSpec, bind_call, constant_key
 from .trace import TraceResult, inspect_unwrap, trace_kernel
+
+
+DEFAULT_TARGET = "trn2"
 
 
 @dataclass
@@ -24,6 +30,8 @@ class CompiledKernel:
     constants: dict
     trace: TraceResult
     compile_s: float = 0.0
+    traced_ir: Kernel | None = None
+    target: str = DEFAULT_TARGET
     report: dict = field(default_factory=dict)
 
     def run(self, *arrays, **named) -> np.ndarray | tuple[np.ndarray, ...] | None:
@@ -51,29 +59,61 @@ def check_array(name: str, array, spec: TensorSpec) -> None:
                                  f"{list(spec.shape)}", None, "pass an array of the compiled shape")
 
 
-def compile(kernel, *args, name: str | None = None, unroll: bool = False, **named) -> CompiledKernel:  # noqa: A001
+def compile(kernel, *args, name: str | None = None, unroll: bool = False, passes=None,  # noqa: A001
+            **named) -> CompiledKernel:
     """Trace `kernel` for the given arguments: numpy arrays, TensorSpecs or
     strings like "float32[128,512]" for tensors; anything else is a constant.
     `unroll=True` traces every static loop iteration by iteration (NKI's own
-    semantics; the reference the rolled trace is tested against)."""
+    semantics; the reference the rolled trace is tested against). `passes`
+    chooses the pipeline: a PassOptions, a dict of its fields
+    ({"enable": ["unroll"], "disable": ["licm"], "opt_level": 2}), or a list
+    of passes to enable."""
     fn = inspect_unwrap(getattr(kernel, "fn", kernel))
     specs, constants, _ = bind_call(fn, args, named, allow_specs=True)
-    return _compile(fn, specs, constants, name, unroll=unroll)
+    return _compile(fn, specs, constants, name, unroll=unroll, passes=passes)
 
 
 def _compile(fn, specs: dict[str, TensorSpec], constants: dict, name: str | None,
-             unroll: bool = False) -> CompiledKernel:
+             unroll: bool = False, passes=None, printer=print) -> CompiledKernel:
+    options = PassOptions.coerce(passes)
+    reg = registry(options.no_plugins, options.plugins)
+    target = resolve_target(options.target, reg)
     result = trace_kernel(fn, specs, constants, name, unroll=unroll)
     t0 = time.perf_counter()
-    kernel = result.kernel
+    try:
+        pipeline = run_pipeline(result.kernel, options, reg, target, printer)
+    except BudgetExceeded as exc:
+        raise BudgetError(exc) from None
     compile_s = time.perf_counter() - t0
-    compiled = CompiledKernel(kernel.name, kernel, specs, constants, result, compile_s)
-    compiled.report = build_report(compiled)
+    compiled = CompiledKernel(result.kernel.name, pipeline.kernel, specs, constants, result, compile_s,
+                              traced_ir=result.kernel, target=target.name)
+    compiled.report = build_report(compiled, pipeline)
+    reg.manager.hook.nkicc_compile_finished(report=compiled.report)
     return compiled
 
 
-def build_report(c: CompiledKernel) -> dict:
-    counts = count_instructions(c.ir)
+class BudgetError(Exception):
+    """A compile stopped by its budget (exit code 3 on the command line)."""
+
+    def __init__(self, exc: BudgetExceeded) -> None:
+        how_far = f", {exc.done:,} of {exc.total:,} done" if exc.total else ""
+        super().__init__(f"error[E320] pass {exc.pass_name!r} stopped: over the {exc.what}{how_far} "
+                         f"(raise --max-compile-memory/--max-compile-time, or --disable-pass {exc.pass_name})")
+        self.pass_name = exc.pass_name
+
+
+def resolve_target(name: str | None, reg) -> Target:
+    name = name or os.environ.get("NEURON_PLATFORM_TARGET_OVERRIDE") or DEFAULT_TARGET
+    if name not in reg.targets:
+        import difflib
+        near = difflib.get_close_matches(name, list(reg.targets), n=1)
+        raise NkiccError("E202", f"unknown target {name!r}", None,
+                         f"did you mean {near[0]}?" if near else f"targets: {', '.join(sorted(reg.targets))}")
+    return reg.targets[name]
+
+
+def build_report(c: CompiledKernel, pipeline: PipelineResult) -> dict:
+    counts = count_instructions(c.traced_ir)
     return {
         "kernel": c.name,
         "args": {k: str(v) for k, v in c.specs.items()},
@@ -87,17 +127,34 @@ def build_report(c: CompiledKernel) -> dict:
         "instructions_unrolled": counts.unrolled,
         "instructions_executed": counts.executed,
         "loops": dict(c.trace.loops),
-        "warnings": [w.one_line() for w in c.trace.warnings],
+        "warnings": list({(w.code, str(w.loc)): w.one_line() for w in c.trace.warnings + pipeline.warnings}.values()),
+        "target": c.target,
+        "pipeline": pipeline.pipeline,
+        "passes": pipeline.timings,
+        "instructions_compiled": count_instructions(c.ir).rolled,
     }
 
 
 class JitKernel:
     """`@nkicc.jit`: call with numpy arrays, get numpy arrays back. Compiled
-    once per argument signature (shapes, dtypes and constant values)."""
+    once per argument signature (shapes, dtypes and constant values).
+    Options: enable_passes=[...], disable_passes=[...], opt_level=N,
+    target="trn2", passes=PassOptions(...), unroll=False."""
 
-    def __init__(self, fn, **options) -> None:
+    def __init__(self, fn, enable_passes=(), disable_passes=(), opt_level=None, target=None, passes=None,
+                 unroll=False) -> None:
         self.fn = fn
-        self.options = options
+        base = PassOptions.coerce(passes)
+        changes = {}
+        if enable_passes:
+            changes["enable"] = tuple(base.enable) + tuple(enable_passes)
+        if disable_passes:
+            changes["disable"] = tuple(base.disable) + tuple(disable_passes)
+        if opt_level is not None:
+            changes["opt_level"] = opt_level
+        if target is not None:
+            changes["target"] = target
+        self.options = {"passes": dataclasses.replace(base, **changes), "unroll": unroll}
         self._compiled: dict[tuple, CompiledKernel] = {}
         functools.update_wrapper(self, fn)
 

@@ -90,20 +90,83 @@ def _resolve(target: str, args: list[str], consts: list[str]):
     return fn, specs, constants
 
 
+# options shared by compile and simulate
+ARG = typer.Option([], "--arg", help="A tensor argument: NAME=DTYPE[D0,D1,...], e.g. At=float32[4096,32768]")
+CONST = typer.Option([], "--const", help="A compile-time constant: NAME=VALUE (a Python literal)")
+TARGET = typer.Option(None, "--target", help="trn1, trn2 or trn3 (default trn2, or $NEURON_PLATFORM_TARGET_OVERRIDE)")
+ENABLE = typer.Option([], "--enable-pass", help="Run this pass (repeatable; comma lists)")
+DISABLE = typer.Option([], "--disable-pass", help="Do not run this pass (repeatable; comma lists; wins over --enable-pass)")
+OPT = typer.Option(2, "-O", help="0: required passes only; 2: the defaults; 3: also opt-in passes linear in the rolled IR")
+TIME_PASSES = typer.Option(False, "--time-passes", help="Print time, memory and IR size per pass")
+PRINT_BEFORE = typer.Option([], "--print-ir-before", help="Print the IR before this pass (or 'all')")
+PRINT_AFTER = typer.Option([], "--print-ir-after", help="Print the IR after this pass (or 'all')")
+VERIFY_EACH = typer.Option(False, "--verify-each", help="Simulate on random inputs after every pass; stop at the first pass that changes a result")
+MAX_TIME = typer.Option(600.0, "--max-compile-time", help="Compile time budget in seconds (exit code 3 when exceeded)")
+MAX_MEMORY = typer.Option(None, "--max-compile-memory", help="Compile memory budget, e.g. 2GB or 512MB (default: half of physical memory)")
+NO_PLUGIN = typer.Option([], "--no-plugin", help="Do not load this plugin (entry-point name); NKICC_DISABLE_PLUGIN_AUTOLOAD=1 skips all third-party plugins")
+PLUGIN = typer.Option([], "-p", "--plugin", help="Load a plugin module by import name")
+
+
+def _memory_mb(text: Optional[str]) -> Optional[float]:
+    if text is None:
+        return None
+    units = {"": 1 / 2**20, "B": 1 / 2**20, "K": 1 / 1024, "KB": 1 / 1024, "M": 1, "MB": 1, "G": 1024, "GB": 1024,
+             "KIB": 1 / 1024, "MIB": 1, "GIB": 1024, "T": 2**20, "TB": 2**20}
+    import re
+    m = re.fullmatch(r"\s*([0-9.]+)\s*([A-Za-z]*)\s*", text)
+    if not m or m.group(2).upper() not in units:
+        raise NkiccError("E201", f"cannot read memory size {text!r}", None, "write e.g. 2GB, 512MB")
+    return float(m.group(1)) * units[m.group(2).upper()]
+
+
+def _pass_options(target, enable, disable, opt, time_passes, before, after, verify_each, max_time, max_memory,
+                  no_plugin, plugin):
+    from .passes import PassOptions, split_names
+
+    return PassOptions(enable=split_names(enable), disable=split_names(disable), opt_level=opt, target=target,
+                       time_passes=time_passes, print_ir_before=split_names(before),
+                       print_ir_after=split_names(after), verify_each=verify_each, max_compile_time=max_time,
+                       max_compile_memory_mb=_memory_mb(max_memory), no_plugins=split_names(no_plugin),
+                       plugins=split_names(plugin))
+
+
+def _build(target_spec, arg, const, options):
+    from .api import BudgetError, _compile
+
+    fn, specs, constants = _resolve(target_spec, arg, const)
+    try:
+        return _compile(fn, specs, constants, None, passes=options, printer=typer.echo)
+    except BudgetError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(EXIT_BUDGET)
+
+
+def _time_table(report: dict) -> list[str]:
+    lines = [f"{'pass':<18}{'time (ms)':>11}{'mem (MB)':>10}{'IR in':>8}{'IR out':>8}"]
+    for p in report["passes"]:
+        lines.append(f"{p['name']:<18}{p['s'] * 1000:>11.2f}{p['mem_mb']:>10.1f}{p['ir_in']:>8}{p['ir_out']:>8}")
+    total = sum(p["s"] for p in report["passes"])
+    lines.append(f"{'total':<18}{total * 1000:>11.2f}")
+    return lines
+
+
 @app.command("compile")
 def compile_cmd(
-    target: str = typer.Argument(..., help="The kernel: FILE.py::KERNEL"),
-    arg: List[str] = typer.Option([], "--arg", help="A tensor argument: NAME=DTYPE[D0,D1,...], e.g. At=float32[4096,32768]"),
-    const: List[str] = typer.Option([], "--const", help="A compile-time constant: NAME=VALUE (a Python literal)"),
-    print_ir: bool = typer.Option(False, "--print-ir", help="Print the rolled IR"),
+    target_spec: str = typer.Argument(..., metavar="FILE.py::KERNEL", help="The kernel: FILE.py::KERNEL"),
+    arg: List[str] = ARG, const: List[str] = CONST, target: Optional[str] = TARGET,
+    enable_pass: List[str] = ENABLE, disable_pass: List[str] = DISABLE, opt: int = OPT,
+    time_passes: bool = TIME_PASSES, print_ir_before: List[str] = PRINT_BEFORE,
+    print_ir_after: List[str] = PRINT_AFTER, verify_each: bool = VERIFY_EACH,
+    max_compile_time: float = MAX_TIME, max_compile_memory: Optional[str] = MAX_MEMORY,
+    no_plugin: List[str] = NO_PLUGIN, plugin: List[str] = PLUGIN,
+    print_ir: bool = typer.Option(False, "--print-ir", help="Print the IR after the pipeline"),
     report: Optional[str] = typer.Option(None, "--report", help="Write the compile report as JSON to this file"),
 ):
     """Trace and compile a kernel; print what it cost and how its loops were kept rolled."""
-    from .api import _compile
-
     try:
-        fn, specs, constants = _resolve(target, arg, const)
-        compiled = _compile(fn, specs, constants, None)
+        options = _pass_options(target, enable_pass, disable_pass, opt, time_passes, print_ir_before,
+                                print_ir_after, verify_each, max_compile_time, max_compile_memory, no_plugin, plugin)
+        compiled = _build(target_spec, arg, const, options)
     except NkiccError as err:
         _fail(err)
     _warn(compiled)
@@ -111,6 +174,9 @@ def compile_cmd(
         typer.echo(compiled.print_ir())
     for line in summary_lines(compiled.report):
         typer.echo(line)
+    if time_passes:
+        for line in _time_table(compiled.report):
+            typer.echo(line)
     if report:
         with open(report, "w") as f:
             json.dump(compiled.report, f, indent=2)
@@ -140,19 +206,19 @@ def _inputs(compiled, how: str, seed: int) -> dict[str, np.ndarray]:
 
 @app.command("simulate")
 def simulate_cmd(
-    target: str = typer.Argument(..., help="The kernel: FILE.py::KERNEL"),
-    arg: List[str] = typer.Option([], "--arg", help="A tensor argument: NAME=DTYPE[D0,D1,...]"),
-    const: List[str] = typer.Option([], "--const", help="A compile-time constant: NAME=VALUE"),
+    target_spec: str = typer.Argument(..., metavar="FILE.py::KERNEL", help="The kernel: FILE.py::KERNEL"),
+    arg: List[str] = ARG, const: List[str] = CONST, target: Optional[str] = TARGET,
+    enable_pass: List[str] = ENABLE, disable_pass: List[str] = DISABLE, opt: int = OPT,
+    no_plugin: List[str] = NO_PLUGIN, plugin: List[str] = PLUGIN,
     inputs: str = typer.Option("random", "--inputs", help="random, ones, or an .npz file with one array per argument"),
     seed: int = typer.Option(0, "--seed", help="Seed for --inputs random"),
     output: Optional[str] = typer.Option(None, "-o", "--output", help="Save the outputs to this .npz file"),
 ):
     """Compile a kernel and run it on the simulator; print output shapes and statistics."""
-    from .api import _compile
-
     try:
-        fn, specs, constants = _resolve(target, arg, const)
-        compiled = _compile(fn, specs, constants, None)
+        options = _pass_options(target, enable_pass, disable_pass, opt, False, (), (), False, 600.0, None,
+                                no_plugin, plugin)
+        compiled = _build(target_spec, arg, const, options)
         arrays = _inputs(compiled, inputs, seed)
         _warn(compiled)
         result = compiled.run(**arrays)
@@ -188,6 +254,37 @@ def run_cmd(
         runpy.run_path(script, run_name="__main__")
     except NkiccError as err:
         _fail(err)
+
+
+@app.command("passes")
+def passes_cmd(
+    no_plugin: List[str] = NO_PLUGIN, plugin: List[str] = PLUGIN,
+):
+    """List the passes: name, default, scope, cost, version, providing package, what it does."""
+    from .passes import order, registry, split_names
+
+    try:
+        reg = registry(split_names(no_plugin), split_names(plugin))
+    except NkiccError as err:
+        _fail(err)
+    rows = [("name", "default", "scope", "cost", "version", "provided by", "description")]
+    for p in order(list(reg.passes.values())):
+        default = "required" if p.required else ("on" if p.default else "off")
+        rows.append((p.name, default, p.scope, p.cost, p.version, reg.provider.get(p.name, "?"), p.description))
+    widths = [max(len(r[i]) for r in rows) for i in range(6)]
+    for r in rows:
+        typer.echo("  ".join(c.ljust(w) for c, w in zip(r[:6], widths)) + "  " + r[6])
+
+
+@app.command("explain")
+def explain_cmd(code: str = typer.Argument(..., help="An error or warning code, e.g. E101 or W201")):
+    """Print the longer story behind an error or warning code."""
+    from .diagnostics import explain
+
+    text = explain(code.upper())
+    if text is None:
+        _fail(NkiccError("E201", f"no such code {code!r}", None, "codes look like E101 or W201; see docs/errors.md"))
+    typer.echo(text)
 
 
 def main() -> None:

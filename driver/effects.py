@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import functools
 import inspect
 import linecache
 import textwrap
@@ -26,14 +27,26 @@ PURE_BUILTINS = frozenset({
     "range", "repr", "reversed", "round", "set", "slice", "sorted", "str", "sum", "tuple", "type", "zip",
 })
 _PURE_MODULE_ROOTS = ("nkicc", "nki", "math", "operator", "functools", "itertools")
+# builtins that change the state of their first argument (checked like a mutating method on it)
+STATEFUL_BUILTINS = frozenset({"next", "anext", "setattr", "delattr"})
+# methods of built-in objects that only read; any other C method on an object from
+# outside the body may change it (deque.appendleft, ndarray.fill, ...)
+READ_ONLY_METHODS = frozenset({
+    "get", "keys", "values", "items", "index", "count", "copy", "__getitem__", "__len__", "__contains__",
+    "issubset", "issuperset", "isdisjoint", "union", "intersection", "difference", "symmetric_difference",
+    "tolist", "item", "astype", "reshape", "sum", "mean", "max", "min", "any", "all", "transpose", "view",
+})
+_IMMUTABLE = (str, bytes, int, float, complex, bool, tuple, frozenset, range, type(None))
 
 
 class _Scan(ast.NodeVisitor):
     """Walks statements in program order, tracking which names the body has
     bound so far; records the first reason the body is not clean."""
 
-    def __init__(self, bound_by_loop: set[str], assigned: set[str], resolve, depth: int, env=None) -> None:
+    def __init__(self, bound_by_loop: set[str], assigned: set[str], resolve, depth: int, env=None,
+                 in_helper: bool = False) -> None:
         self.env = env
+        self.in_helper = in_helper  # scanning a called function: its `return` leaves the helper, not the loop
         self.bound = set(bound_by_loop)
         self.assigned = assigned
         self.resolve = resolve
@@ -51,7 +64,10 @@ class _Scan(ast.NodeVisitor):
             self.fail(node, "`break` leaves the loop early")
 
     def visit_Return(self, node):
-        self.fail(node, "`return` inside the loop")
+        if self.in_helper:
+            self.generic_visit(node)
+        else:
+            self.fail(node, "`return` inside the loop")
 
     def visit_Global(self, node):
         self.fail(node, "`global` statement")
@@ -79,7 +95,55 @@ class _Scan(ast.NodeVisitor):
         self.loop_depth -= 1
 
     visit_For = _inner_loop
-    visit_While = _inner_loop
+
+    def visit_While(self, node):
+        # the body may run zero times: what it binds is not bound after the loop
+        before = set(self.bound)
+        self._inner_loop(node)
+        self.bound = before
+
+    # Branches: a name counts as bound after an if/try only when every branch
+    # that falls through binds it (else `if i == 0: acc = t / else: acc = f(acc)`
+    # would read the previous iteration's acc unnoticed).
+    def _branch(self, stmts, start: set[str]) -> set[str] | None:
+        self.bound = set(start)
+        for s in stmts:
+            self.visit(s)
+        if stmts and isinstance(stmts[-1], (ast.Continue, ast.Break, ast.Return, ast.Raise)):
+            return None  # does not fall through
+        return self.bound
+
+    @staticmethod
+    def _merge(outcomes, fallback: set[str]) -> set[str]:
+        live = [o for o in outcomes if o is not None]
+        if not live:
+            return fallback
+        out = set(live[0])
+        for o in live[1:]:
+            out &= o
+        return out
+
+    def visit_If(self, node):
+        self.visit(node.test)
+        before = set(self.bound)
+        body = self._branch(node.body, before)
+        orelse = self._branch(node.orelse, before)
+        self.bound = self._merge([body, orelse], before)
+
+    def visit_Try(self, node):
+        before = set(self.bound)
+        body = self._branch(node.body + node.orelse, before)
+        handlers = []
+        for h in node.handlers:
+            self.bound = set(before)
+            self.visit(h)
+            handlers.append(None if h.body and isinstance(h.body[-1], (ast.Continue, ast.Break, ast.Return, ast.Raise))
+                            else self.bound)
+        self.bound = self._merge([body] + handlers, before)
+        for s in node.finalbody:
+            self.visit(s)
+
+    visit_TryStar = visit_Try
 
     def visit_FunctionDef(self, node):
         self.bound.add(node.name)
@@ -192,6 +256,12 @@ class _Scan(ast.NodeVisitor):
                 if not isinstance(owner, types.ModuleType):
                     self.fail(node, f"`{ast.unparse(f)}(...)` mutates an object from outside the loop body")
                     return
+        if isinstance(f, ast.Name) and f.id in STATEFUL_BUILTINS and f.id not in self.bound and node.args:
+            base = _base_name(node.args[0])
+            if (base is None or base not in self.bound) and self.env is not None \
+                    and self.env.lookup(f) is getattr(builtins, f.id):
+                self.fail(node, f"`{ast.unparse(node)}` changes an object from outside the loop body")
+                return
         if self.reason is None and self.depth < 8:
             why = self.resolve(f, self.bound, self.depth)
             if why:
@@ -243,14 +313,27 @@ class EffectChecker:
     def callable_reason(self, obj, depth: int) -> str | None:
         if isinstance(obj, types.MethodType):
             obj = obj.__func__
-        if isinstance(obj, type) or isinstance(obj, types.BuiltinFunctionType):
+        if isinstance(obj, functools.partial):
+            return self.callable_reason(obj.func, depth)
+        if isinstance(obj, type):
             return None
+        if isinstance(obj, types.BuiltinFunctionType):
+            owner = getattr(obj, "__self__", None)
+            if owner is None or isinstance(owner, (types.ModuleType, _IMMUTABLE)) or obj.__name__ in READ_ONLY_METHODS:
+                mod = getattr(obj, "__module__", None) or getattr(owner, "__name__", None) or ""
+                return "calls a random number generator" if "random" in mod else None
+            if "random" in type(owner).__module__ or "Random" in type(owner).__name__:
+                return "calls a random number generator"
+            return f"calls {type(owner).__name__}.{obj.__name__}(), which may change an object from outside the loop body"
         module = getattr(obj, "__module__", None) or ""
         if module.split(".")[0] in _PURE_MODULE_ROOTS or module == "builtins":
             return None
         if module.startswith("numpy"):
             return "calls numpy.random" if "random" in module else None
         if not isinstance(obj, types.FunctionType):
+            call = getattr(type(obj), "__call__", None)  # a callable object: scan its __call__
+            if isinstance(call, types.FunctionType):
+                return self.callable_reason(call, depth)
             return None
         if obj in self._helpers:
             return self._helpers[obj]
@@ -265,11 +348,24 @@ class EffectChecker:
             tree = ast.parse(src)
         except (OSError, TypeError, SyntaxError):
             return f"calls {fn.__qualname__}, whose source nkicc cannot read"
-        fdef = tree.body[0]
+        fdef = tree.body[0] if tree.body else None
+        if fn.__name__ == "<lambda>":
+            # getsource gives the statement holding the lambda: scan every lambda in it
+            lambdas = [n for n in ast.walk(tree) if isinstance(n, ast.Lambda)]
+            if not lambdas:
+                return f"calls {fn.__qualname__}, whose source nkicc cannot read"
+            for lam in lambdas:
+                why = self._scan_function(fn, lam.args, [ast.Expr(lam.body)], depth)
+                if why:
+                    return why
+            return None
         if not isinstance(fdef, (ast.FunctionDef, ast.AsyncFunctionDef)):
             return None
-        params = {a.arg for a in fdef.args.args + fdef.args.kwonlyargs + fdef.args.posonlyargs}
-        for extra in (fdef.args.vararg, fdef.args.kwarg):
+        return self._scan_function(fn, fdef.args, fdef.body, depth)
+
+    def _scan_function(self, fn: types.FunctionType, args: ast.arguments, body: list, depth: int) -> str | None:
+        params = {a.arg for a in args.args + args.kwonlyargs + args.posonlyargs}
+        for extra in (args.vararg, args.kwarg):
             if extra is not None:
                 params.add(extra.arg)
         closure = {}
@@ -277,11 +373,12 @@ class EffectChecker:
             closure = dict(zip(fn.__code__.co_freevars, (c.cell_contents for c in fn.__closure__ if _filled(c))))
         env = _Env(fn.__globals__, closure)
         # Parameters are bound, but mutating them mutates the caller's objects.
-        scan = _Scan(set(), set(), lambda f, bound, d: self._call_reason(f, bound, env, d), depth, env)
+        scan = _Scan(set(), set(), lambda f, bound, d: self._call_reason(f, bound, env, d), depth, env,
+                     in_helper=True)
         scan.bound = set()
-        locals_made = _assigned_names(fdef.body) - params
+        locals_made = _assigned_names(body) - params
         scan.bound |= locals_made
-        for s in fdef.body:
+        for s in body:
             scan.visit(s)
             if scan.reason:
                 return f"in {fn.__qualname__}: {scan.reason}"
@@ -325,7 +422,12 @@ def for_node_at(filename: str, positions: tuple, cache: dict) -> "ast.For | bool
     index = cache.get(filename)
     if index is None:
         source = "".join(linecache.getlines(filename))
-        if not source:
+        # parsing a big module costs far more than a trace: share the index
+        # across traces for as long as the source text is the same
+        shared = _SHARED_INDEX.get(filename)
+        if shared is not None and shared[0] == source:
+            cache[filename] = index = shared[1]
+        elif not source:
             cache[filename] = index = {}
         else:
             try:
@@ -343,7 +445,13 @@ def for_node_at(filename: str, positions: tuple, cache: dict) -> "ast.For | bool
                     for gen in n.generators:
                         index[_span(gen.iter)] = False
             cache[filename] = index
+            if len(_SHARED_INDEX) >= 64:
+                _SHARED_INDEX.pop(next(iter(_SHARED_INDEX)))
+            _SHARED_INDEX[filename] = (source, index)
     return index.get(positions)
+
+
+_SHARED_INDEX: dict[str, tuple[str, dict]] = {}
 
 
 def _span(node: ast.AST) -> tuple:

@@ -23,3 +23,20 @@ def summary_lines(report: dict) -> list[str]:
         f"  loops: {loops['rolled']} rolled, {loops['split']} split, {loops['concrete']} traced concretely, "
         f"{loops['dynamic']} dynamic",
     ]
+
+
+def current_rss_mb() -> float:
+    """Resident set size now (Linux /proc; elsewhere the peak)."""
+    try:
+        with open("/proc/self/statm") as f:
+            pages = int(f.read().split()[1])
+        return pages * _PAGE / (1024 * 1024)
+    except (OSError, ValueError, IndexError):
+        return peak_rss_mb()
+
+
+try:
+    import os as _os
+    _PAGE = _os.sysconf("SC_PAGE_SIZE")
+except (ValueError, OSError, AttributeError):  # pragma: no cover
+    _PAGE = 4096

@@ -75,6 +75,19 @@ class Affine:
         rest = Affine(tuple(t for t in self.terms if t[0] != name), self.const)
         return rest + repl.scale(c)
 
+    def bind(self, values: Mapping[str, int]) -> "Affine":
+        """Replace the variables that have known values; keep the rest."""
+        const = self.const
+        kept = []
+        for v, c in self.terms:
+            if v in values:
+                const += c * values[v]
+            else:
+                kept.append((v, c))
+        if len(kept) == len(self.terms):
+            return self if const == self.const else Affine(self.terms, const)
+        return Affine(tuple(kept), const)
+
     def rename(self, mapping: Mapping[str, str]) -> "Affine":
         return Affine(_norm({mapping.get(v, v): c for v, c in self.terms}), self.const)
 

@@ -1,0 +1,364 @@
+"""The pass manager: loads pass plugins through pluggy, chooses and orders the
+pipeline, and runs it with timing, IR dumps, result checks and the compile
+budget."""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import importlib
+import importlib.metadata
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import pluggy
+
+from . import hookspecs
+from .ir import Block, Kernel, Loop, NkiccError, count_instructions, format_kernel
+from .pass_api import BudgetExceeded, Pass, PassContext, Region, Target, hookimpl
+from .report import current_rss_mb, peak_rss_mb
+
+AUTOLOAD_ENV = "NKICC_DISABLE_PLUGIN_AUTOLOAD"
+OWN_DISTRIBUTION = "nkicc"
+
+
+@dataclass(frozen=True)
+class PassOptions:
+    """Which passes run and how the pipeline is watched. The same choices as
+    the CLI's flags; `nkicc.compile(..., passes=PassOptions(...))`."""
+    enable: tuple[str, ...] = ()
+    disable: tuple[str, ...] = ()
+    opt_level: int = 2
+    target: str | None = None
+    time_passes: bool = False
+    print_ir_before: tuple[str, ...] = ()
+    print_ir_after: tuple[str, ...] = ()
+    verify_each: bool = False
+    max_compile_time: float = 600.0
+    max_compile_memory_mb: float | None = None  # default: half of physical memory
+    no_plugins: tuple[str, ...] = ()
+    plugins: tuple[str, ...] = ()  # extra plugin modules to load by import name
+
+    @staticmethod
+    def coerce(value) -> "PassOptions":
+        if value is None:
+            return PassOptions()
+        if isinstance(value, PassOptions):
+            return value
+        if isinstance(value, dict):
+            fields = {f.name for f in dataclasses.fields(PassOptions)}
+            unknown = set(value) - fields
+            if unknown:
+                raise NkiccError("E302", f"unknown pass option(s) {sorted(unknown)}", None,
+                                 f"use {', '.join(sorted(fields))}")
+            return PassOptions(**{k: tuple(v) if isinstance(v, list) else v for k, v in value.items()})
+        if isinstance(value, (list, tuple)):
+            return PassOptions(enable=tuple(value))
+        raise NkiccError("E302", f"passes= takes PassOptions, a dict or a list of pass names, not {type(value).__name__}")
+
+    def cache_key(self) -> dict:
+        """The options that change output (not the ones that only observe)."""
+        return {"enable": sorted(self.enable), "disable": sorted(self.disable), "opt_level": self.opt_level}
+
+
+def split_names(values) -> tuple[str, ...]:
+    out = []
+    for v in values:
+        out.extend(n.strip() for n in str(v).split(",") if n.strip())
+    return tuple(out)
+
+
+# --- plugin manager ------------------------------------------------------------------
+
+class _Runner:
+    """nkicc's own implementation of `nkicc_run_pass`: it runs the pass."""
+
+    @hookimpl(trylast=True)
+    def nkicc_run_pass(self, pass_: Pass, ir: Kernel, ctx: PassContext):
+        if pass_.scope == "kernel":
+            return pass_.run(ir, ctx)
+        return run_region_pass(pass_, ir, ctx)
+
+
+@dataclass
+class Registry:
+    manager: pluggy.PluginManager
+    passes: dict[str, Pass]
+    provider: dict[str, str]  # pass name -> distribution
+    targets: dict[str, Target]
+
+
+_registries: dict[tuple, Registry] = {}
+
+
+def registry(no_plugins: tuple[str, ...] = (), plugins: tuple[str, ...] = ()) -> Registry:
+    """The plugin manager with every pass loaded (one per configuration)."""
+    autoload = os.environ.get(AUTOLOAD_ENV, "") in ("", "0")
+    key = (tuple(sorted(no_plugins)), tuple(plugins), autoload)
+    if key not in _registries:
+        _registries[key] = _load(set(no_plugins), plugins, autoload)
+    return _registries[key]
+
+
+def _load(no_plugins: set[str], plugins: tuple[str, ...], autoload: bool) -> Registry:
+    pm = pluggy.PluginManager("nkicc")
+    pm.add_hookspecs(hookspecs)
+    pm.register(_Runner(), name="nkicc-runner")
+    dist_of: dict[object, str] = {}
+    for dist in importlib.metadata.distributions():
+        dist_name = dist.metadata["Name"] or "?"
+        for ep in dist.entry_points:
+            if ep.group != "nkicc" or ep.name in no_plugins or pm.get_plugin(ep.name) is not None:
+                continue
+            if not autoload and _normal(dist_name) != OWN_DISTRIBUTION:
+                continue  # autoload off drops third-party plugins, never nkicc's own
+            plugin = ep.load()
+            pm.register(plugin, name=ep.name)
+            dist_of[plugin] = dist_name
+    for modname in plugins:
+        if modname in no_plugins:
+            continue
+        try:
+            plugin = importlib.import_module(modname)
+        except ImportError as exc:
+            raise NkiccError("E303", f"cannot import plugin module {modname!r}: {exc}", None,
+                             "give an importable module name") from None
+        if pm.get_plugin(modname) is None:
+            pm.register(plugin, name=modname)
+            dist_of[plugin] = f"module {modname}"
+    pm.check_pending()
+    passes: dict[str, Pass] = {}
+    provider: dict[str, str] = {}
+    for impl in pm.hook.nkicc_passes.get_hookimpls():
+        for p in impl.function() or ():
+            if p.name in passes:
+                raise NkiccError("E304", f"two plugins declare the pass {p.name!r}", None,
+                                 "uninstall one of them or disable it with --no-plugin")
+            passes[p.name] = p
+            provider[p.name] = dist_of.get(impl.plugin, impl.plugin_name)
+    targets: dict[str, Target] = {}
+    for batch in pm.hook.nkicc_targets():
+        for t in batch or ():
+            targets[t.name] = t
+    return Registry(pm, passes, provider, targets)
+
+
+def _normal(name: str) -> str:
+    return name.lower().replace("_", "-")
+
+
+# --- choosing and ordering ---------------------------------------------------------------
+
+def _check_names(names, known: dict[str, Pass], flag: str) -> None:
+    for n in names:
+        if n == "all" and flag.startswith("--print"):
+            continue
+        if n not in known:
+            near = difflib.get_close_matches(n, list(known), n=1)
+            hint = f"did you mean {near[0]!r}?" if near else f"known passes: {', '.join(sorted(known))}"
+            raise NkiccError("E301", f"unknown pass {n!r} in {flag}", None, hint)
+
+
+def select(options: PassOptions, reg: Registry) -> list[Pass]:
+    known = reg.passes
+    _check_names(options.enable, known, "--enable-pass")
+    _check_names(options.disable, known, "--disable-pass")
+    _check_names(options.print_ir_before, known, "--print-ir-before")
+    _check_names(options.print_ir_after, known, "--print-ir-after")
+    for n in options.disable:
+        if known[n].required:
+            raise NkiccError("E305", f"the pass {n!r} is required and cannot be disabled", None,
+                             "drop it from --disable-pass")
+    if options.opt_level not in (0, 1, 2, 3):
+        raise NkiccError("E302", f"-O{options.opt_level} is not an optimisation level", None, "use -O0, -O1, -O2 or -O3")
+    chosen = []
+    for p in known.values():
+        if p.required:
+            on = True
+        elif p.name in options.disable:
+            on = False
+        elif p.name in options.enable:
+            on = True
+        elif options.opt_level == 0:
+            on = False
+        elif options.opt_level == 3:
+            on = p.default or p.cost == "body"
+        else:
+            on = p.default
+        if on:
+            chosen.append(p)
+    return order(chosen)
+
+
+def order(passes: list[Pass]) -> list[Pass]:
+    """Topological order of the after/before constraints; ties by name."""
+    names = {p.name: p for p in passes}
+    preds: dict[str, set[str]] = {n: set() for n in names}
+    for p in passes:
+        preds[p.name] |= {a for a in p.after if a in names}
+        for b in p.before:
+            if b in names:
+                preds[b].add(p.name)
+    out: list[Pass] = []
+    ready = sorted(n for n, s in preds.items() if not s)
+    done: set[str] = set()
+    while ready:
+        n = ready.pop(0)
+        out.append(names[n])
+        done.add(n)
+        for m, s in preds.items():
+            if m not in done and m not in ready and n in s and s <= done:
+                ready.append(m)
+        ready.sort()
+    if len(out) != len(passes):
+        cycle = sorted(set(names) - done)
+        raise NkiccError("E306", f"pass ordering constraints form a cycle among {cycle}", None,
+                         "fix the after/before declarations of those passes")
+    return out
+
+
+# --- running ------------------------------------------------------------------------------
+
+def run_region_pass(p: Pass, kernel: Kernel, ctx: PassContext) -> Kernel:
+    """Apply a region pass to every block, innermost first. Identical bodies
+    in identical loop contexts are transformed once."""
+    decls = kernel.tensor_map()
+    memo: dict = {}
+
+    def walk(block: Block, loop: Loop | None, trips: dict[str, int]) -> Block:
+        stmts = []
+        for s in block.stmts:
+            if isinstance(s, Loop):
+                s = dataclasses.replace(s, body=walk(s.body, s, {**trips, s.var: s.trip}))
+            stmts.append(s)
+        new = Block(tuple(stmts))
+        key = (new, loop.var if loop else None, tuple(sorted(trips.items())))
+        if key not in memo:
+            memo[key] = p.run(new, Region(loop, trips, decls, kernel), ctx)
+        return memo[key]
+
+    return dataclasses.replace(kernel, body=walk(kernel.body, None, {}))
+
+
+def physical_memory_mb() -> float:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20
+    except (ValueError, OSError, AttributeError):
+        return 8192.0
+
+
+class Budget:
+    """Stops a compile that runs past its time or memory budget."""
+
+    def __init__(self, seconds: float, memory_mb: float | None) -> None:
+        self.seconds = seconds
+        self.memory_mb = memory_mb if memory_mb is not None else physical_memory_mb() / 2
+        self.start = time.perf_counter()
+        self._last_check = 0.0
+        self._last_draw = 0.0
+        self.tty = sys.stderr.isatty()
+
+    def check(self, pass_name: str, done: int = 0, total: int = 0, force: bool = False) -> None:
+        now = time.perf_counter()
+        if not force and now - self._last_check < 0.02:
+            return
+        self._last_check = now
+        if now - self.start > self.seconds:
+            raise BudgetExceeded(f"compile time budget of {self.seconds:g} s", pass_name, done, total)
+        if current_rss_mb() > self.memory_mb:
+            raise BudgetExceeded(f"compile memory budget of {self.memory_mb:.0f} MB", pass_name, done, total)
+        if self.tty and total and now - self._last_draw > 0.1:
+            self._last_draw = now
+            frac = min(done / total, 1.0)
+            bar = "#" * int(frac * 30)
+            sys.stderr.write(f"\r{pass_name} [{bar:<30}] {done:,}/{total:,} ({frac:.0%})")
+            sys.stderr.flush()
+
+    def end_line(self) -> None:
+        if self.tty and self._last_draw:
+            sys.stderr.write("\n")
+            self._last_draw = 0.0
+
+
+@dataclass
+class PipelineResult:
+    kernel: Kernel
+    timings: list[dict] = field(default_factory=list)
+    warnings: list = field(default_factory=list)
+    pipeline: list[str] = field(default_factory=list)
+
+
+def run_pipeline(kernel: Kernel, options: PassOptions, reg: Registry, target: Target,
+                 printer=print) -> PipelineResult:
+    pipeline = select(options, reg)
+    budget = Budget(options.max_compile_time, options.max_compile_memory_mb)
+    result = PipelineResult(kernel, pipeline=[p.name for p in pipeline])
+    check = _ResultCheck(kernel) if options.verify_each else None
+    for p in pipeline:
+        ctx = PassContext(target, {}, p.name, result.warnings, budget.check)
+        if "all" in options.print_ir_before or p.name in options.print_ir_before:
+            printer(f"// ----- IR before {p.name} ----- //\n{format_kernel(kernel)}")
+        ir_in = count_instructions(kernel).rolled
+        rss0, peak0 = current_rss_mb(), peak_rss_mb()
+        t0 = time.perf_counter()
+        try:
+            kernel = reg.manager.hook.nkicc_run_pass(pass_=p, ir=kernel, ctx=ctx)
+            budget.check(p.name, force=True)
+        finally:
+            budget.end_line()
+        if not isinstance(kernel, Kernel):
+            raise NkiccError("E307", f"pass {p.name!r} returned {type(kernel).__name__}, not a Kernel", None,
+                             f"report this to the provider of {p.name} ({reg.provider.get(p.name)})")
+        seconds = time.perf_counter() - t0
+        result.timings.append({
+            "name": p.name, "s": round(seconds, 6),
+            "mem_mb": round(max(peak_rss_mb() - peak0, current_rss_mb() - rss0, 0.0), 1),
+            "ir_in": ir_in, "ir_out": count_instructions(kernel).rolled,
+        })
+        if "all" in options.print_ir_after or p.name in options.print_ir_after:
+            printer(f"// ----- IR after {p.name} ----- //\n{format_kernel(kernel)}")
+        if check is not None:
+            check.after(p.name, kernel, reg.provider.get(p.name, "?"))
+    result.kernel = kernel
+    return result
+
+
+class _ResultCheck:
+    """--verify-each: run the reference simulator on random inputs before the
+    pipeline and after every pass; the first pass that changes a result is
+    named."""
+
+    def __init__(self, kernel: Kernel) -> None:
+        from .ir import dtypes
+        from .simulator import run_reference
+
+        self.run = run_reference
+        rng = np.random.default_rng(0)
+        self.inputs = {}
+        for name in kernel.args:
+            d = kernel.tensor(name)
+            dt = dtypes.storage(d.dtype)
+            if np.issubdtype(dt, np.integer):
+                self.inputs[name] = rng.integers(0, 8, size=d.shape).astype(dt)
+            else:
+                self.inputs[name] = rng.standard_normal(d.shape, dtype=np.float32).astype(dt)
+        self.expected = self.run(kernel, self.inputs)
+
+    def after(self, pass_name: str, kernel: Kernel, provider: str) -> None:
+        got = self.run(kernel, self.inputs)
+        for name, want in self.expected.items():
+            have = got.get(name)
+            if have is None or have.shape != want.shape or not _close(have, want):
+                raise NkiccError("E310", f"pass {pass_name!r} (from {provider}) changed the result of output {name}",
+                                 None, f"rerun with --disable-pass {pass_name} and report it to its provider")
+
+
+def _close(a: np.ndarray, b: np.ndarray) -> bool:
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    if not np.array_equal(np.isnan(a), np.isnan(b)):
+        return False
+    ok = ~np.isnan(a)
+    return bool(np.allclose(a[ok], b[ok], rtol=1e-4, atol=1e-4 * (np.abs(b[ok]).max() if ok.any() else 0.0)))

@@ -1,0 +1,46 @@
+"""Facts about instructions that passes and the simulator share: what an op
+reads and writes, and the element range an access can touch."""
+from __future__ import annotations
+
+from typing import Mapping
+
+from .nodes import Access, Op, TensorDecl
+
+# which hardware engine runs each opcode (NKI_SPEC section 5)
+ENGINE = {
+    "dma_copy": "dma", "nc_matmul": "pe", "nc_transpose": "pe", "activation": "act",
+    "tensor_copy": "dve", "memset": "dve", "tensor_tensor": "dve", "tensor_scalar": "dve",
+    "tensor_reduce": "dve", "select": "dve", "iota": "pool",
+}
+
+
+def writes(op: Op) -> tuple[Access, ...]:
+    return op.outs
+
+
+def reads(op: Op) -> tuple[Access, ...]:
+    ins = tuple(a for a in op.ins if isinstance(a, Access))
+    scalars = tuple(Access(a.scalar.tensor, a.scalar.offset, ((1, 1),))
+                    for a in ins + op.outs if a.scalar is not None and a.scalar.tensor)
+    if op.opcode == "nc_matmul" and op.attr("accumulate") is not False:
+        return ins + op.outs + scalars  # accumulation reads the destination
+    return ins + scalars
+
+
+def extent(a: Access, trips: Mapping[str, int], decl: TensorDecl) -> tuple[int, int]:
+    """Smallest and largest element index the access can touch over the given
+    loop ranges; a runtime scalar offset makes it the whole tensor."""
+    if a.scalar is not None:
+        return 0, decl.size - 1
+    lo, hi = a.offset.bounds(trips)
+    for step, num in a.pattern:
+        span = step * (num - 1)
+        if span >= 0:
+            hi += span
+        else:
+            lo += span
+    return lo, hi
+
+
+def overlaps(a: tuple[int, int], b: tuple[int, int]) -> bool:
+    return a[0] <= b[1] and b[0] <= a[1]

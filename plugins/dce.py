@@ -1,0 +1,54 @@
+"""dce: remove instructions whose results nothing reads, and allocations of
+tensors nothing uses. Tensor-granular, so it is exact on rolled loops: a
+tensor read anywhere keeps every write to it."""
+import dataclasses
+
+from nkicc.ir import Access, Alloc, Block, Loop, Op
+from nkicc.ir.analysis import reads
+from nkicc.pass_api import Pass, hookimpl
+
+
+def _used(block: Block, read: set, touched: set) -> None:
+    for s in block.stmts:
+        if isinstance(s, Loop):
+            _used(s.body, read, touched)
+        elif isinstance(s, Op):
+            for a in reads(s):
+                read.add(a.tensor)
+            for a in s.outs + tuple(x for x in s.ins if isinstance(x, Access)):
+                touched.add(a.tensor)
+
+
+def _prune(block: Block, live: set, touched: set) -> Block:
+    out = []
+    for s in block.stmts:
+        if isinstance(s, Loop):
+            body = _prune(s.body, live, touched)
+            if body.stmts:
+                out.append(dataclasses.replace(s, body=body))
+        elif isinstance(s, Op):
+            if any(a.tensor in live for a in s.outs) or not s.outs:
+                out.append(s)
+        elif s.tensor in touched:
+            out.append(s)
+    return Block(tuple(out))
+
+
+def dce(kernel, ctx):
+    keep = set(kernel.outputs) | set(kernel.args)
+    while True:
+        read, touched = set(), set()
+        _used(kernel.body, read, touched)
+        body = _prune(kernel.body, read | keep, touched)
+        if body == kernel.body:
+            break
+        kernel = dataclasses.replace(kernel, body=body)
+    used = set(touched) | keep
+    tensors = tuple(t for t in kernel.tensors if t.name in used)
+    return dataclasses.replace(kernel, tensors=tensors)
+
+
+@hookimpl
+def nkicc_passes():
+    return [Pass("dce", dce, "remove instructions and allocations whose results are never read",
+                 scope="kernel", after=("dma-coalesce", "licm", "verify"))]

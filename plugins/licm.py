@@ -1,0 +1,76 @@
+"""licm: hoist loop-invariant loads and fills out of static loops.
+
+A load (dma_copy) or memset at the top of a loop body is hoisted, with the
+allocation of its destination, when nothing it reads depends on the loop
+index or is written inside the loop, its destination is allocated in the body
+and written by nothing else there, and nothing reads the destination before
+it in the body. Then every iteration would have computed the same tile.
+"""
+import dataclasses
+
+from nkicc.ir import Access, Alloc, Block, Loop, Op
+from nkicc.ir.analysis import reads
+from nkicc.pass_api import Pass, hookimpl
+
+
+def _walk_ops(block: Block):
+    for s in block.walk():
+        if isinstance(s, Op):
+            yield s
+
+
+def _depends_on(a: Access, var: str) -> bool:
+    if a.offset.coeff(var):
+        return True
+    if a.scalar is not None:
+        return True  # a runtime offset may change inside the loop
+    return False
+
+
+def _hoist(loop: Loop) -> tuple[list, Loop]:
+    if loop.kind != "static":
+        return [], loop
+    body = list(loop.body.stmts)
+    ops = list(_walk_ops(loop.body))
+    written: dict[str, int] = {}
+    for op in ops:
+        for a in op.outs:
+            written[a.tensor] = written.get(a.tensor, 0) + 1
+    allocated = {s.tensor for s in body if isinstance(s, Alloc)}
+    read_so_far: set[str] = set()
+    hoisted: list = []
+    for idx, s in enumerate(body):
+        if isinstance(s, Op) and s.opcode in ("dma_copy", "memset") and len(s.outs) == 1:
+            dst = s.outs[0]
+            srcs = [a for a in s.ins if isinstance(a, Access)]
+            if (dst.tensor in allocated and written.get(dst.tensor) == 1 and dst.tensor not in read_so_far
+                    and not _depends_on(dst, loop.var)
+                    and all(not _depends_on(a, loop.var) and a.tensor not in written for a in srcs)):
+                hoisted.append(s)
+                continue
+        if isinstance(s, Op):
+            read_so_far |= {a.tensor for a in reads(s)}
+        elif isinstance(s, Loop):
+            read_so_far |= {a.tensor for op in _walk_ops(s.body) for a in reads(op)}
+    if not hoisted:
+        return [], loop
+    moved = {h.outs[0].tensor for h in hoisted}
+    allocs = [s for s in body if isinstance(s, Alloc) and s.tensor in moved]
+    rest = [s for s in body if s not in allocs and not any(s is h for h in hoisted)]
+    return allocs + hoisted, dataclasses.replace(loop, body=Block(tuple(rest)))
+
+
+def licm(block: Block, region, ctx) -> Block:
+    out = []
+    for s in block.stmts:
+        if isinstance(s, Loop):
+            pre, s = _hoist(s)
+            out.extend(pre)
+        out.append(s)
+    return Block(tuple(out))
+
+
+@hookimpl
+def nkicc_passes():
+    return [Pass("licm", licm, "hoist loop-invariant loads and fills (with their allocations) out of loops",
+                 scope="region", after=("verify",))]
