@@ -132,6 +132,7 @@ def build_report(c: CompiledKernel, pipeline: PipelineResult) -> dict:
         "pipeline": pipeline.pipeline,
         "passes": pipeline.timings,
         "instructions_compiled": count_instructions(c.ir).rolled,
+        "notes": pipeline.notes,
     }
 
 

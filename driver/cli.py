@@ -174,6 +174,9 @@ def compile_cmd(
         typer.echo(compiled.print_ir())
     for line in summary_lines(compiled.report):
         typer.echo(line)
+    for pass_name, notes in compiled.report["notes"].items():
+        for key, value in notes.items():
+            typer.echo(f"note[{pass_name}] {key}: {json.dumps(value)}")
     if time_passes:
         for line in _time_table(compiled.report):
             typer.echo(line)

@@ -123,7 +123,17 @@ class _Scan(ast.NodeVisitor):
             out &= o
         return out
 
+    def _static_test(self, test):
+        if self.env is None:
+            return _UNRESOLVED
+        return _static_value(test, self.env, self.bound | self.assigned)
+
     def visit_If(self, node):
+        static = self._static_test(node.test)
+        if static is not _UNRESOLVED:  # only the branch taken is ever run
+            for s in node.body if static else node.orelse:
+                self.visit(s)
+            return
         self.visit(node.test)
         before = set(self.bound)
         body = self._branch(node.body, before)
@@ -274,13 +284,50 @@ def _base_name(node: ast.AST) -> str | None:
     return node.id if isinstance(node, ast.Name) else None
 
 
-def _assigned_names(body: list[ast.stmt]) -> set[str]:
+def _assigned_names(body: list[ast.stmt], static=None) -> set[str]:
+    """Names the statements bind; with `static`, an `if` whose test it can
+    evaluate counts only its taken branch."""
     names: set[str] = set()
+
+    def walk(node):
+        if static is not None and isinstance(node, ast.If):
+            value = static(node.test)
+            if value is not _UNRESOLVED:
+                for s in node.body if value else node.orelse:
+                    walk(s)
+                return
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        for child in ast.iter_child_nodes(node):
+            walk(child)
+
     for stmt in body:
-        for n in ast.walk(stmt):
-            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
-                names.add(n.id)
+        walk(stmt)
     return names
+
+
+def _static_value(test: ast.expr, env: "_Env", excluded: set[str]):
+    """The value of an `if` test that is the same in every iteration (a
+    compile-time switch like `if carry:` or `if mode == "sum":`): built only
+    from constants, comparisons and boolean operators over names outside
+    `excluded` (names the loop binds) that hold plain immutable values.
+    _UNRESOLVED when that cannot be shown."""
+    values = {}
+    for n in ast.walk(test):
+        if isinstance(n, ast.Name):
+            if n.id in excluded:
+                return _UNRESOLVED
+            v = env.lookup(n)
+            if type(v) not in (bool, int, float, str, type(None)):
+                return _UNRESOLVED
+            values[n.id] = v
+        elif not isinstance(n, (ast.Constant, ast.Load, ast.Compare, ast.BoolOp, ast.UnaryOp, ast.cmpop,
+                                ast.boolop, ast.unaryop)):
+            return _UNRESOLVED
+    try:
+        return bool(eval(compile(ast.Expression(test), "<if>", "eval"), {"__builtins__": {}}, values))
+    except Exception:
+        return _UNRESOLVED
 
 
 class EffectChecker:
@@ -294,7 +341,9 @@ class EffectChecker:
         if node.orelse:
             return f"line {node.lineno}: `for ... else`"
         env = _Env(frame_globals, frame_locals)
-        scan = _Scan(bound_by_loop, _assigned_names(node.body), lambda f, bound, d: self._call_reason(f, bound, env, d), 0, env)
+        maybe_bound = _assigned_names(node.body) | bound_by_loop
+        assigned = _assigned_names(node.body, lambda test: _static_value(test, env, maybe_bound))
+        scan = _Scan(bound_by_loop, assigned, lambda f, bound, d: self._call_reason(f, bound, env, d), 0, env)
         for s in node.body:
             scan.visit(s)
             if scan.reason:

@@ -97,6 +97,12 @@ class PassContext:
     pass_name: str = ""
     _warnings: list = field(default_factory=list)
     _progress: Callable[[str, int, int], None] | None = None
+    _notes: dict = field(default_factory=dict)
+
+    def note(self, key: str, value) -> None:
+        """Attach a JSON-able fact to the compile report, under
+        report["notes"][pass name][key]; the CLI prints it."""
+        self._notes.setdefault(self.pass_name, {})[key] = value
 
     def warn(self, code: str, message: str, loc: Loc | None = None) -> None:
         self._warnings.append(NkiccError(code, message, loc))

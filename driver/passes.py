@@ -288,6 +288,7 @@ class PipelineResult:
     timings: list[dict] = field(default_factory=list)
     warnings: list = field(default_factory=list)
     pipeline: list[str] = field(default_factory=list)
+    notes: dict = field(default_factory=dict)
 
 
 def run_pipeline(kernel: Kernel, options: PassOptions, reg: Registry, target: Target,
@@ -297,7 +298,7 @@ def run_pipeline(kernel: Kernel, options: PassOptions, reg: Registry, target: Ta
     result = PipelineResult(kernel, pipeline=[p.name for p in pipeline])
     check = _ResultCheck(kernel) if options.verify_each else None
     for p in pipeline:
-        ctx = PassContext(target, {}, p.name, result.warnings, budget.check)
+        ctx = PassContext(target, {}, p.name, result.warnings, budget.check, result.notes)
         if "all" in options.print_ir_before or p.name in options.print_ir_before:
             printer(f"// ----- IR before {p.name} ----- //\n{format_kernel(kernel)}")
         ir_in = count_instructions(kernel).rolled

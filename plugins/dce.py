@@ -29,7 +29,7 @@ def _prune(block: Block, live: set, touched: set) -> Block:
         elif isinstance(s, Op):
             if any(a.tensor in live for a in s.outs) or not s.outs:
                 out.append(s)
-        elif s.tensor in touched:
+        elif s.tensor in touched or s.tensor in live:
             out.append(s)
     return Block(tuple(out))
 

@@ -5,11 +5,10 @@ loop as an extra [step, count] pair, and a run of adjacent dma_copy ops that
 differ only by constant offsets becomes one. A DMA copies in flattened order,
 so the new pair goes at the same position on both sides: first, or right
 after the partition pair when one side is on chip (and both sides share that
-first count). Only transfers whose iterations touch disjoint elements are
-merged, so no write order is lost.
+first count). Only transfers whose merged destination addresses every element
+once are merged, so no write order is lost.
 """
 from nkicc.ir import Access, Affine, Block, Loop, Op
-from nkicc.ir.analysis import extent
 from nkicc.pass_api import Pass, hookimpl
 
 MAX_PAIRS = 5
@@ -26,9 +25,15 @@ def _with_pair(a: Access, at: int, step: int, count: int, offset: Affine) -> Acc
     return Access(a.tensor, offset, pattern, a.scalar, a.scalar_scale)
 
 
-def _disjoint(a: Access, step: int, count: int, decl) -> bool:
-    lo, hi = extent(Access(a.tensor, Affine.of(a.offset.const), a.pattern), {}, decl)
-    return abs(step) > hi - lo
+def injective(pattern) -> bool:
+    """Whether no two index tuples of the pattern address the same element:
+    sorted by step, each step must clear the span of the smaller ones."""
+    span = 0
+    for step, num in sorted(p for p in pattern if p[1] > 1):
+        if step <= span:
+            return False
+        span += step * (num - 1)
+    return True
 
 
 def _mergeable(op: Op) -> bool:
@@ -46,9 +51,11 @@ def _coalesce_loop(loop: Loop, decls):
     dst, src = op.outs[0], op.ins[0]
     at = _insert_at(src, dst, decls)
     cd, cs = dst.offset.coeff(loop.var), src.offset.coeff(loop.var)
-    if at is None or not _disjoint(dst, cd, loop.trip, decls[dst.tensor]):
+    if at is None:
         return None
     new_dst = _with_pair(dst, at, cd, loop.trip, dst.offset.substitute(loop.var, Affine.of(0)))
+    if not injective(new_dst.pattern):
+        return None
     new_src = _with_pair(src, at, cs, loop.trip, src.offset.substitute(loop.var, Affine.of(0)))
     return Op("dma_copy", (new_dst,), (new_src,), op.attrs, op.loc)
 
@@ -83,11 +90,11 @@ def _coalesce_runs(stmts, decls):
             j += 1
         count = j - i
         at = _insert_at(s.ins[0], s.outs[0], decls) if count > 1 else None
-        if at is None or not _disjoint(s.outs[0], delta[0], count, decls[s.outs[0].tensor]):
+        dst = _with_pair(s.outs[0], at, delta[0], count, s.outs[0].offset) if at is not None else None
+        if dst is None or not injective(dst.pattern):
             out.append(s)
             i += 1
             continue
-        dst = _with_pair(s.outs[0], at, delta[0], count, s.outs[0].offset)
         src = _with_pair(s.ins[0], at, delta[1], count, s.ins[0].offset)
         out.append(Op("dma_copy", (dst,), (src,), s.attrs, s.loc))
         i = j
