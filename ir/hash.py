@@ -57,7 +57,7 @@ def canonical_text(stmts: Iterable[Stmt], decls: dict[str, TensorDecl]) -> str:
     lines = []
     for original, new in r.tensors.items():
         d = decls[original]
-        lines.append(f"tensor {new}: {d.dtype}{list(d.shape)} {d.buffer} {d.role}")
+        lines.append(f"tensor {new}: {d.dtype}{list(d.shape)} {d.buffer} {d.role} {d.address}")
     lines.extend(format_block(body, 0, with_loc=False))
     return "\n".join(lines)
 

@@ -29,9 +29,13 @@ class TensorDecl:
     shape: tuple[int, ...]
     dtype: str
     buffer: str
-    # arg: kernel input, output: returned shared_hbm tensor, local: anything else
+    # arg: kernel input, output: returned shared_hbm tensor, spill: HBM home of
+    # an on-chip tensor the allocator evicted, spill-temp: the on-chip tile a
+    # spilled tensor is staged through, local: anything else
     role: str = "local"
     loc: Loc | None = None
+    # byte offset inside every partition of its buffer, set by the allocator
+    address: int | None = None
 
     @property
     def on_chip(self) -> bool:

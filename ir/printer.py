@@ -44,7 +44,8 @@ def format_kernel(kernel: Kernel, with_loc: bool = True) -> str:
     lines = [f"kernel {kernel.name}({', '.join(kernel.args)}) -> ({', '.join(kernel.outputs)})"]
     for t in kernel.tensors:
         shape = ",".join(str(d) for d in t.shape)
-        lines.append(f"  tensor {t.name}: {t.dtype}[{shape}] {t.buffer} {t.role}")
+        at = f" @{t.address}" if t.address is not None else ""
+        lines.append(f"  tensor {t.name}: {t.dtype}[{shape}] {t.buffer}{at} {t.role}")
     lines.extend(format_block(kernel.body, 1, with_loc))
     return "\n".join(lines) + "\n"
 

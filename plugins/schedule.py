@@ -1,0 +1,148 @@
+"""schedule: an engine for every instruction, and the semaphores between
+engines, computed on the rolled IR.
+
+Each op gets an `id`, an `engine` (pe, dve, act, pool, or dma with a `queue`)
+and `wait`: the ids of ops on other engines or queues it must not start
+before (the most recent execution of each). An engine runs its own stream in
+program order, so dependences on the same engine need no semaphore.
+
+Dependences come from the memory each op touches, by physical bytes for SBUF
+and PSUM (two tensors the allocator gave the same bytes conflict) and by
+element range for HBM. A loop body is visited twice, so that an op also sees
+what the previous iteration's later ops left (loop back-edges): the work is
+linear in the rolled IR times two per loop level, never in the trip counts.
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+from nkicc.ir import Access, Alloc, Block, Loop, Op
+from nkicc.ir.analysis import ENGINE, extent, reads
+from nkicc.ir.dtypes import itemsize
+from nkicc.pass_api import Pass, hookimpl
+
+_CHECK_EVERY = 1024
+
+
+def _resources(op: Op, decls, trips):
+    """(resource, lo, hi, is_write) for every memory range the op touches."""
+    out = []
+    for accesses, is_write in ((reads(op), False), (op.outs, True)):
+        for a in accesses:
+            d = decls[a.tensor]
+            if d.on_chip and d.address is not None:
+                row = itemsize(d.dtype)
+                for dim in d.shape[1:]:
+                    row *= dim
+                out.append((d.buffer, d.address, d.address + row - 1, is_write))
+            else:
+                lo, hi = extent(a, trips, d)
+                out.append((a.tensor, lo, hi, is_write))
+    return out
+
+
+class _Tracker:
+    """Recent accesses per resource; a new access depends on every earlier
+    overlapping one where either side writes. An access that a later write
+    covers is dropped, since the later write already orders after it."""
+
+    def __init__(self) -> None:
+        self.recent: dict[str, list[tuple[int, int, int, bool]]] = {}
+
+    def visit(self, op_id: int, resources) -> set[int]:
+        deps = set()
+        for res, lo, hi, is_write in resources:
+            for other, lo2, hi2, w2 in self.recent.get(res, ()):
+                if other != op_id and (is_write or w2) and lo <= hi2 and lo2 <= hi:
+                    deps.add(other)
+        for res, lo, hi, is_write in resources:
+            entries = self.recent.setdefault(res, [])
+            if is_write:
+                entries[:] = [e for e in entries if not (lo <= e[1] and e[2] <= hi) or e[0] == op_id]
+            entries.append((op_id, lo, hi, is_write))
+        return deps
+
+
+def schedule(kernel, ctx):
+    decls = kernel.tensor_map()
+    ids = itertools.count()
+    dma_ops = itertools.count()
+    queues = ctx.target.dma_queues
+
+    def number(block: Block) -> Block:
+        out = []
+        for s in block.stmts:
+            if isinstance(s, Loop):
+                out.append(dataclasses.replace(s, body=number(s.body)))
+            elif isinstance(s, Op):
+                engine = ENGINE.get(s.opcode, "dve")
+                attrs = [(k, v) for k, v in s.attrs if k not in ("id", "engine", "queue", "wait")]
+                attrs += [("id", next(ids)), ("engine", engine)]
+                if engine == "dma":
+                    attrs.append(("queue", next(dma_ops) % queues))
+                out.append(Op(s.opcode, s.outs, s.ins, tuple(attrs), s.loc))
+            else:
+                out.append(s)
+        return Block(tuple(out))
+
+    kernel = dataclasses.replace(kernel, body=number(kernel.body))
+    lane = {}
+    for s in kernel.body.walk():
+        if isinstance(s, Op):
+            lane[s.attr("id")] = (s.attr("engine"), s.attr("queue"))
+    waits: dict[int, set[int]] = {i: set() for i in lane}
+    tracker = _Tracker()
+    visited = [0]
+
+    def visit(block: Block, trips) -> None:
+        for s in block.stmts:
+            if isinstance(s, Loop):
+                inner = {**trips, s.var: s.trip}
+                for _ in range(2 if s.trip > 1 else 1):
+                    visit(s.body, inner)
+            elif isinstance(s, Alloc):
+                d = decls[s.tensor]
+                if d.on_chip and d.address is not None:
+                    # a new tensor in these bytes: later users order after earlier ones anyway
+                    continue
+            else:
+                op_id = s.attr("id")
+                for dep in tracker.visit(op_id, _resources(s, decls, trips)):
+                    if lane[dep] != lane[op_id]:
+                        waits[op_id].add(dep)
+                visited[0] += 1
+                if visited[0] % _CHECK_EVERY == 0:
+                    ctx.progress(visited[0], 0)
+
+    visit(kernel.body, {})
+
+    def attach(block: Block) -> Block:
+        out = []
+        for s in block.stmts:
+            if isinstance(s, Loop):
+                out.append(dataclasses.replace(s, body=attach(s.body)))
+            elif isinstance(s, Op):
+                out.append(Op(s.opcode, s.outs, s.ins, s.attrs + (("wait", tuple(sorted(waits[s.attr("id")]))),),
+                              s.loc))
+            else:
+                out.append(s)
+        return Block(tuple(out))
+
+    kernel = dataclasses.replace(kernel, body=attach(kernel.body))
+    ctx.note("semaphores", sum(len(w) for w in waits.values()))
+    ctx.note("instructions_per_engine", _per_engine(lane))
+    return kernel
+
+
+def _per_engine(lane) -> dict:
+    counts: dict[str, int] = {}
+    for engine, _ in lane.values():
+        counts[engine] = counts.get(engine, 0) + 1
+    return counts
+
+
+@hookimpl
+def nkicc_passes():
+    return [Pass("schedule", schedule, "engine per instruction, dependences and semaphores (rolled, with back-edges)",
+                 required=True, scope="kernel", after=("alloc",))]
