@@ -10,7 +10,7 @@ BINARY = (
     "logical_and", "logical_or", "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor",
 )
 UNARY = (
-    "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "gelu", "silu", "square",
+    "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "gelu", "gelu_apprx_tanh", "silu", "square",
     "abs", "negative", "reciprocal", "sin", "cos", "floor", "ceil", "sign", "copy",
     "identity",
 )

@@ -207,6 +207,9 @@ def matmul(x, y, transpose_x=False, mask=None, name="", **_hints) -> Tensor:
     """x @ y as a PSUM tile [M, N] (fp32). With transpose_x, x is already [K, M]."""
     loc = user_loc(2)
     x, y = _tile(x, "nl.matmul x", loc), _tile(y, "nl.matmul y", loc)
+    if not transpose_x and len(x.shape) == 2 and x.shape[1] > 128:
+        raise NkiccError("E130", f"nl.matmul contracts over K={x.shape[1]}; at most 128 per matmul", loc,
+                         "tile K by 128 and accumulate the partial products in PSUM")
     stationary = x if transpose_x else transpose(x)
     m = 1
     for d in stationary.shape[1:]:

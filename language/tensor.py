@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..ir import Access, Affine, NkiccError, ScalarOffset, TensorDecl
+from ..ir.analysis import extent
 from . import dtypes
 from .tracing import Builder, SymInt, as_affine, current_builder, user_loc
 
@@ -220,21 +221,8 @@ def _check_range(start: Affine, size: int, stride: int, num: int, trips, dim: in
                          "check the slice bounds and the loop trip counts")
 
 
-def access_extent(access: Access, trips) -> tuple[int, int]:
-    """Smallest and largest element the access touches over the loop ranges
-    (static part only)."""
-    lo, hi = access.offset.bounds(trips)
-    for step, num in access.pattern:
-        span = step * (num - 1)
-        if span >= 0:
-            hi += span
-        else:
-            lo += span
-    return lo, hi
-
-
 def check_access_bounds(access: Access, decl: TensorDecl, trips, loc) -> None:
-    lo, hi = access_extent(access, trips)
+    lo, hi = extent(access, trips, decl)
     if lo < 0 or hi >= decl.size:
         raise NkiccError("E101", f"access pattern on {decl.name} reaches elements [{lo}, {hi}] "
                                  f"of a tensor with {decl.size}", loc,

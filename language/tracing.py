@@ -181,7 +181,9 @@ class Builder:
                 raise TraceRetry(frame.key, concrete=True, why=f"index {v} is used after its loop")
 
     def trips(self) -> dict[str, int]:
-        return {v: f.trip for v, f in self.var_frame.items() if not f.ended}
+        # Ended loops stay in: an index used after its loop is caught (and the
+        # loop traced concretely) where the access is emitted, not by a KeyError here.
+        return {v: f.trip for v, f in self.var_frame.items()}
 
     def finish(self, outputs: list[str], args: list[str], loc: Loc | None) -> "Kernel":
         from ..ir import Kernel
@@ -379,6 +381,77 @@ class SymInt:
             return self - q * other
         self.builder.need_concrete(self.expr, f"`{self} % {other}`")
 
+    def __divmod__(self, other):
+        return self // other, self % other
+
+    def __invert__(self):
+        return -self - 1
+
+    def __lshift__(self, other):
+        if isinstance(other, int) and not isinstance(other, bool) and other >= 0:
+            return self * (1 << other)
+        self.builder.need_concrete(self.expr, f"`{self} << {other!r}`")
+
+    def __rshift__(self, other):
+        if isinstance(other, int) and not isinstance(other, bool) and other >= 0:
+            return self // (1 << other)
+        self.builder.need_concrete(self.expr, f"`{self} >> {other!r}`")
+
+    def __pow__(self, other, mod=None):
+        if mod is None and isinstance(other, int) and not isinstance(other, bool) and other in (0, 1):
+            return 1 if other == 0 else self
+        self.builder.need_concrete(self.expr, f"`{self} ** {other!r}`")
+
+    # int results that are not affine in the index (or float ones): the loop is traced concretely
+    def _not_affine(self, other, sym):
+        self.builder.need_concrete(self.expr, f"`{self} {sym} {other!r}`")
+
+    def __truediv__(self, other):
+        return self._not_affine(other, "/")
+
+    def __rtruediv__(self, other):
+        return self._not_affine(other, "/ (reflected)")
+
+    def __rfloordiv__(self, other):
+        return self._not_affine(other, "// (reflected)")
+
+    def __rmod__(self, other):
+        return self._not_affine(other, "% (reflected)")
+
+    def __rdivmod__(self, other):
+        return self._not_affine(other, "divmod (reflected)")
+
+    def __rpow__(self, other, mod=None):
+        return self._not_affine(other, "** (reflected)")
+
+    def __rlshift__(self, other):
+        return self._not_affine(other, "<< (reflected)")
+
+    def __rrshift__(self, other):
+        return self._not_affine(other, ">> (reflected)")
+
+    def __and__(self, other):
+        return self._not_affine(other, "&")
+
+    def __or__(self, other):
+        return self._not_affine(other, "|")
+
+    def __xor__(self, other):
+        return self._not_affine(other, "^")
+
+    __rand__, __ror__, __rxor__ = __and__, __or__, __xor__
+
+    # int rounding is the identity
+    def __round__(self, ndigits=None):
+        if ndigits is None or (isinstance(ndigits, int) and ndigits >= 0):
+            return self
+        self.builder.need_concrete(self.expr, f"`round({self}, {ndigits!r})`")
+
+    def __trunc__(self):
+        return self
+
+    __floor__ = __ceil__ = __trunc__
+
     def _float_or_concrete(self, other, sym):
         self.builder.need_concrete(self.expr, f"`{self} {sym} {other!r}`")
 
@@ -452,6 +525,8 @@ def as_affine(value, what: str = "index") -> Affine:
     """An int or SymInt as an Affine; numpy integers accepted."""
     a = _affine(value)
     if a is not None:
+        if isinstance(value, SymInt):
+            value.builder.check_vars(a, user_loc(3))  # an index used after its loop
         return a
     try:
         return Affine.of(operator.index(value))

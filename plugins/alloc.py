@@ -339,7 +339,7 @@ def _spill_one(kernel, buffer, failed, items, numbering, decls):
         d = decls[victim]
         return new, {"tensor": victim, "from": buffer, "to": "hbm" if buffer == "sbuf" else "sbuf",
                      "bytes_per_partition": partition_bytes(d), "shape": list(d.shape),
-                     "estimated_dma_bytes": _spill_cost(victim, kernel, numbering, decls),
+                     "estimated_traffic_bytes": _spill_cost(victim, kernel, numbering, decls),
                      "loc": str(d.loc) if d.loc else None}
     raise NkiccError("E400", f"{buffer.upper()} is over capacity where {failed} is allocated and no live tensor "
                              "can be spilled", decls[failed].loc, "use smaller tiles")

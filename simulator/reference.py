@@ -29,7 +29,14 @@ def poison(dt: np.dtype, n: int) -> np.ndarray:
 
 def strided(flat: np.ndarray, start: int, pattern) -> np.ndarray:
     item = flat.itemsize
-    return as_strided(flat[start:], shape=tuple(n for _, n in pattern),
+    base = flat[start:]
+    if flat.dtype.kind in "fV" and flat.dtype.type.__module__.startswith("ml_dtypes"):
+        # as_strided goes through __array_interface__, which cannot name some
+        # ml_dtypes (float8_e5m2 is '<f1'): stride raw bytes, then view back
+        raw = as_strided(base.view(np.dtype(f"u{item}")), shape=tuple(n for _, n in pattern),
+                         strides=tuple(s * item for s, _ in pattern), writeable=True)
+        return raw.view(flat.dtype)
+    return as_strided(base, shape=tuple(n for _, n in pattern),
                       strides=tuple(s * item for s, _ in pattern), writeable=True)
 
 
@@ -64,7 +71,7 @@ class ReferenceMachine:
                 for t in range(s.trip):
                     env[s.var] = t
                     self.block(s.body)
-                del env[s.var]
+                env.pop(s.var, None)  # a zero-trip loop never bound it
 
     def start(self, a: Access, op: Op, read: bool = False) -> int:
         start = a.offset.evaluate(self.env)

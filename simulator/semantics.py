@@ -20,8 +20,23 @@ def _sigmoid(x):
     return 1.0 / (1.0 + np.exp(-x))
 
 
+def _erfc(x):
+    # Chebyshev fit (Numerical Recipes erfcc), relative error < 1.2e-7 everywhere
+    x = np.asarray(x, dtype=np.float64)
+    z = np.abs(x)
+    t = 1.0 / (1.0 + 0.5 * z)
+    poly = -1.26551223 + t * (1.00002368 + t * (0.37409196 + t * (0.09678418 + t * (-0.18628806 + t * (
+        0.27886807 + t * (-1.13520398 + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277))))))))
+    r = t * np.exp(-z * z + poly)
+    return np.where(x >= 0, r, 2.0 - r)
+
+
 def _gelu(x):
-    # tanh approximation, as the Scalar Engine's gelu
+    # exact (erf) form, as nl.gelu; the tanh approximation is nl.gelu_apprx_tanh
+    return 0.5 * x * _erfc(-x / math.sqrt(2.0))
+
+
+def _gelu_tanh(x):
     return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
 
 
@@ -46,7 +61,8 @@ BINARY = {
 
 UNARY = {
     "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "rsqrt": lambda x: 1.0 / np.sqrt(x), "tanh": np.tanh,
-    "sigmoid": _sigmoid, "relu": lambda x: np.maximum(x, 0), "gelu": _gelu, "silu": lambda x: x * _sigmoid(x),
+    "sigmoid": _sigmoid, "relu": lambda x: np.maximum(x, 0), "gelu": _gelu, "gelu_apprx_tanh": _gelu_tanh,
+    "silu": lambda x: x * _sigmoid(x),
     "square": np.square, "abs": np.abs, "negative": np.negative, "reciprocal": lambda x: 1.0 / x,
     "sin": np.sin, "cos": np.cos, "floor": np.floor, "ceil": np.ceil, "sign": np.sign,
     "copy": lambda x: x, "identity": lambda x: x,

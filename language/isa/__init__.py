@@ -146,6 +146,10 @@ def nc_transpose(dst, data, engine=None, name=None, **_hw_hints) -> None:
         raise NkiccError("E140", f"nc_transpose of [{p}, {f}] needs dst [{f}, {p}], got {list(dst.shape)}", loc)
     if f > 128:
         raise NkiccError("E130", f"nc_transpose of {f} free elements; at most 128", loc)
+    if dst.buffer != "psum" and (p > 32 or f > 32):
+        raise NkiccError("E130", f"nc_transpose of [{p}, {f}] into {dst.buffer} runs on the Vector Engine, "
+                                 f"which transposes at most 32 x 32", loc,
+                         "transpose on the Tensor Engine into a PSUM tile, or in 32 x 32 blocks")
     _emit("nc_transpose", [dst], [data], {}, loc)
 
 

@@ -1,0 +1,73 @@
+"""Shared helpers of the op conformance tests (tests/test_ops_*.py)."""
+from __future__ import annotations
+
+import inspect
+
+import ml_dtypes
+import numpy as np
+
+import nkicc
+
+bf16 = np.dtype(ml_dtypes.bfloat16)
+fp8 = np.dtype(ml_dtypes.float8_e4m3)
+
+# (rtol, atol) per result dtype; numpy in float64/float32 is the oracle
+TOL = {
+    np.dtype(np.float32): (2e-5, 1e-5),
+    np.dtype(np.float16): (2e-3, 2e-3),
+    bf16: (2e-2, 2e-2),
+    fp8: (1.3e-1, 1e-1),
+}
+
+
+def rand(rng, shape, dtype=np.float32, lo=-2.0, hi=2.0) -> np.ndarray:
+    """Random data of `dtype` (never constant): uniform floats, or ints in [lo, hi]."""
+    dtype = np.dtype(dtype)
+    if np.issubdtype(dtype, np.integer):
+        return rng.integers(int(lo), int(hi) + 1, size=shape).astype(dtype)
+    return rng.uniform(lo, hi, size=shape).astype(dtype)
+
+
+def f32(x) -> np.ndarray:
+    return np.asarray(x).astype(np.float32)
+
+
+def close(got, want, dtype=None, rtol=None, atol=None) -> None:
+    """Assert `got` (kernel output) matches the numpy oracle `want`."""
+    got = np.asarray(got)
+    dtype = np.dtype(dtype) if dtype is not None else got.dtype
+    assert got.shape == np.shape(want), (got.shape, np.shape(want))
+    if np.issubdtype(dtype, np.integer) or dtype == np.bool_:
+        np.testing.assert_array_equal(got, np.asarray(want).astype(got.dtype))
+        return
+    r, a = TOL[dtype]
+    np.testing.assert_allclose(f32(got).astype(np.float64), np.asarray(want, dtype=np.float64),
+                               rtol=rtol if rtol is not None else r, atol=atol if atol is not None else a)
+
+
+def rounded(x, dtype) -> np.ndarray:
+    """x rounded to dtype and widened back to float32: what a tile of dtype holds."""
+    return np.asarray(x).astype(dtype).astype(np.float32)
+
+
+def run_rolled_and_unrolled(kernel, *arrays):
+    """Run a kernel with loops both rolled (the default) and unrolled; they must agree bit for bit."""
+    rolled = nkicc.compile(kernel, *arrays).run(*arrays)
+    unrolled = nkicc.compile(kernel, *arrays, unroll=True).run(*arrays)
+    for r, u in zip(rolled if isinstance(rolled, tuple) else (rolled,),
+                    unrolled if isinstance(unrolled, tuple) else (unrolled,)):
+        np.testing.assert_array_equal(f32(r), f32(u))
+    return rolled
+
+
+def check_error(excinfo, code: str, marker: str, filename: str) -> None:
+    """The NkiccError has `code` and points at the one line of the caller's file holding `marker`."""
+    err = excinfo.value
+    assert err.code == code, err
+    assert err.loc is not None, err
+    assert err.loc.file.endswith(filename), err.loc
+    frame = inspect.stack()[1]
+    lines = [i + 1 for i, text in enumerate(open(frame.filename).read().splitlines())
+             if marker in text and "check_error(" not in text]
+    assert len(lines) == 1, (marker, lines)
+    assert err.loc.line == lines[0], (err.loc, lines[0], str(err))
