@@ -161,6 +161,8 @@ def compile_cmd(
     no_plugin: List[str] = NO_PLUGIN, plugin: List[str] = PLUGIN,
     print_ir: bool = typer.Option(False, "--print-ir", help="Print the IR after the pipeline"),
     report: Optional[str] = typer.Option(None, "--report", help="Write the compile report as JSON to this file"),
+    emit: Optional[str] = typer.Option(None, "--emit", help="Also write: ir (text), program (the lowered program, JSON) or json (the report)"),
+    output: Optional[str] = typer.Option(None, "-o", "--output", help="Where --emit writes (default: stdout)"),
 ):
     """Trace and compile a kernel; print what it cost and how its loops were kept rolled."""
     try:
@@ -174,15 +176,36 @@ def compile_cmd(
         typer.echo(compiled.print_ir())
     for line in summary_lines(compiled.report):
         typer.echo(line)
-    for pass_name, notes in compiled.report["notes"].items():
-        for key, value in notes.items():
-            typer.echo(f"note[{pass_name}] {key}: {json.dumps(value)}")
+    notes = compiled.report["notes"]
+    for pass_name, key in notes.get("_shown", []):
+        value = notes[pass_name][key]
+        typer.echo(f"note[{pass_name}] {key}: {value if isinstance(value, str) else json.dumps(value)}")
     if time_passes:
         for line in _time_table(compiled.report):
             typer.echo(line)
     if report:
         with open(report, "w") as f:
             json.dump(compiled.report, f, indent=2)
+    if emit:
+        _emit(compiled, emit, output)
+
+
+def _emit(compiled, what: str, output: Optional[str]) -> None:
+    from .ir.program import dumps_program
+
+    if what == "ir":
+        text = compiled.print_ir()
+    elif what == "program":
+        text = dumps_program(compiled.ir, compiled.target)
+    elif what == "json":
+        text = json.dumps(compiled.report, indent=2)
+    else:
+        _fail(NkiccError("E201", f"--emit {what!r} is not ir, program or json", None, "use --emit ir|program|json"))
+    if output:
+        with open(output, "w") as f:
+            f.write(text)
+    else:
+        typer.echo(text)
 
 
 def _inputs(compiled, how: str, seed: int) -> dict[str, np.ndarray]:

@@ -99,10 +99,12 @@ class PassContext:
     _progress: Callable[[str, int, int], None] | None = None
     _notes: dict = field(default_factory=dict)
 
-    def note(self, key: str, value) -> None:
+    def note(self, key: str, value, show: bool = False) -> None:
         """Attach a JSON-able fact to the compile report, under
-        report["notes"][pass name][key]; the CLI prints it."""
+        report["notes"][pass name][key]; with show, the CLI prints it too."""
         self._notes.setdefault(self.pass_name, {})[key] = value
+        if show:
+            self._notes.setdefault("_shown", []).append([self.pass_name, key])
 
     def warn(self, code: str, message: str, loc: Loc | None = None) -> None:
         self._warnings.append(NkiccError(code, message, loc))

@@ -318,7 +318,10 @@ def allocate(kernel, ctx):
     ctx.note("psum_peak_bytes_per_partition", peaks.get("psum", 0))
     ctx.note("capacity_bytes_per_partition", capacity)
     ctx.note("largest_tensors", [{"tensor": n, "buffer": b, "bytes_per_partition": s} for s, n, b in sizes[:8]])
-    ctx.note("spills", spills)
+    ctx.note("spills", spills, show=bool(spills))
+    ctx.note("memory", f"SBUF {peaks.get('sbuf', 0) / 1024:.1f} of {capacity['sbuf'] // 1024} KiB per partition "
+                       f"at peak, PSUM {peaks.get('psum', 0) / 1024:.1f} of {capacity['psum'] // 1024} KiB"
+                       + (f", after {len(spills)} spill{'s' if len(spills) > 1 else ''}" if spills else ""), show=True)
     return kernel
 
 

@@ -64,6 +64,12 @@ class _Tracker:
         return deps
 
 
+def _engine(op: Op, decls) -> str:
+    if op.opcode == "nc_transpose" and decls[op.outs[0].tensor].buffer == "sbuf":
+        return "dve"  # the Vector Engine's 32x32 transpose
+    return ENGINE.get(op.opcode, "dve")
+
+
 def schedule(kernel, ctx):
     decls = kernel.tensor_map()
     ids = itertools.count()
@@ -76,7 +82,7 @@ def schedule(kernel, ctx):
             if isinstance(s, Loop):
                 out.append(dataclasses.replace(s, body=number(s.body)))
             elif isinstance(s, Op):
-                engine = ENGINE.get(s.opcode, "dve")
+                engine = _engine(s, decls)
                 attrs = [(k, v) for k, v in s.attrs if k not in ("id", "engine", "queue", "wait")]
                 attrs += [("id", next(ids)), ("engine", engine)]
                 if engine == "dma":

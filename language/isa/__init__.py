@@ -14,6 +14,13 @@ __all__ = [
 
 PMAX = 128
 
+# engine hints kernels pass as engine=...; nkicc's schedule pass picks engines itself
+tensor_engine = "pe"
+vector_engine = "dve"
+scalar_engine = "act"
+gpsimd_engine = "pool"
+unknown_engine = None
+
 
 def _tensor(x, what: str, loc) -> Tensor:
     if not isinstance(x, Tensor):

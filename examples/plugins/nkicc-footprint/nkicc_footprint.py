@@ -42,10 +42,10 @@ def _loops(block: Block, depth: int = 0) -> list[str]:
 
 def footprint_report(kernel, ctx):
     peak = _footprint(kernel.body, kernel.tensor_map())
-    ctx.note("sbuf_kib_per_partition", round(peak["sbuf"] / 1024, 1))
-    ctx.note("sbuf_capacity_kib", ctx.target.sbuf_partition_bytes // 1024)
-    ctx.note("psum_kib_per_partition", round(peak["psum"] / 1024, 1))
-    ctx.note("loops", _loops(kernel.body))
+    ctx.note("sbuf_kib_per_partition", round(peak["sbuf"] / 1024, 1), show=True)
+    ctx.note("sbuf_capacity_kib", ctx.target.sbuf_partition_bytes // 1024, show=True)
+    ctx.note("psum_kib_per_partition", round(peak["psum"] / 1024, 1), show=True)
+    ctx.note("loops", _loops(kernel.body), show=True)
     return kernel
 
 
