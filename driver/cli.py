@@ -313,11 +313,39 @@ def explain_cmd(code: str = typer.Argument(..., help="An error or warning code, 
     typer.echo(text)
 
 
+@app.command("reproduce")
+def reproduce_cmd(path: str = typer.Argument(..., help="A reproducer file written when a pass crashed")):
+    """Replay a reproducer: the recorded IR through the recorded pipeline and options."""
+    from .reproduce import replay
+
+    try:
+        replay(path, printer=typer.echo)
+    except NkiccError as err:
+        _fail(err)
+    typer.echo("the reproducer ran without the recorded error")
+
+
+def _crashed(crash) -> None:
+    from .reproduce import write
+
+    path = crash.path or write(crash)
+    typer.echo(crash.summary(), err=True)
+    if path:
+        typer.echo(f"  a reproducer is in {path}; replay it with: nkicc reproduce {path}", err=True)
+    typer.echo(f"  this is a bug in {crash.provider}, not in the kernel; --disable-pass {crash.pass_name} "
+               "may get you going", err=True)
+    sys.exit(EXIT_INTERNAL)
+
+
 def main() -> None:
+    from .reproduce import PassCrash
+
     try:
         app()
     except SystemExit:
         raise
+    except PassCrash as crash:
+        _crashed(crash)
     except NkiccError as err:
         typer.echo(err.one_line(), err=True)
         sys.exit(EXIT_USER)

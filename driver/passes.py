@@ -294,6 +294,7 @@ class PipelineResult:
 def run_pipeline(kernel: Kernel, options: PassOptions, reg: Registry, target: Target,
                  printer=print) -> PipelineResult:
     pipeline = select(options, reg)
+    traced = kernel  # what a reproducer replays the whole pipeline on
     budget = Budget(options.max_compile_time, options.max_compile_memory_mb)
     result = PipelineResult(kernel, pipeline=[p.name for p in pipeline])
     check = _ResultCheck(kernel) if options.verify_each else None
@@ -307,6 +308,11 @@ def run_pipeline(kernel: Kernel, options: PassOptions, reg: Registry, target: Ta
         try:
             kernel = reg.manager.hook.nkicc_run_pass(pass_=p, ir=kernel, ctx=ctx)
             budget.check(p.name, force=True)
+        except (NkiccError, BudgetExceeded):
+            raise
+        except Exception as exc:  # a bug in the pass, not in the kernel
+            from .reproduce import PassCrash
+            raise PassCrash(p.name, reg.provider.get(p.name, "?"), exc, traced, options, target.name) from exc
         finally:
             budget.end_line()
         if not isinstance(kernel, Kernel):

@@ -25,4 +25,11 @@ def drop_last(kernel, ctx):
 
 @hookimpl
 def nkicc_passes():
-    return [Pass("drop-last", drop_last, "drops an instruction (test only)", default=False)]
+    return [Pass("drop-last", drop_last, "drops an instruction (test only)", default=False), CRASH]
+
+
+def crash(kernel, ctx):
+    raise ZeroDivisionError("the test plugin divides by zero")
+
+
+CRASH = Pass("crash", crash, "raises (test only)", default=False)

@@ -357,3 +357,21 @@ def test_third_party_plugin_is_listed_and_runs(footprint_plugin):
     assert "footprint-report" not in r.stdout and "verify" in r.stdout
     r = cli("passes", "--no-plugin", "footprint")
     assert "footprint-report" not in r.stdout
+
+
+def test_crashing_pass_writes_a_reproducer_that_replays(tmp_path):
+    from conftest import REPO
+    env = {**os.environ, "PYTHONPATH": str(REPO / "tests")}
+    cmd = [sys.executable, "-m", "nkicc", "compile", KERNEL_FILE, *SPEC, "-p", "broken_plugin", "--enable-pass", "crash"]
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert r.returncode == 4, r.stderr
+    first = r.stderr.splitlines()[0]
+    assert first.startswith("internal error[E999] pass 'crash'") and "ZeroDivisionError" in first
+    assert "Traceback" not in r.stderr
+    (repro,) = tmp_path.glob("nkicc-repro-*.json")
+    data = json.loads(repro.read_text())
+    assert data["pass"] == "crash" and data["options"]["enable"] == ["crash"]
+    r2 = subprocess.run([sys.executable, "-m", "nkicc", "reproduce", str(repro)], capture_output=True, text=True,
+                        cwd=tmp_path, env=env)
+    assert r2.returncode == 4
+    assert r2.stderr.splitlines()[0] == first
