@@ -16,7 +16,24 @@ from nkicc.ir.analysis import reads
 from nkicc.pass_api import Pass, hookimpl
 
 
-def _match(stmts, i, decls):
+def _last_touch(stmts) -> tuple[dict[str, int], dict[str, int]]:
+    """Index of the last statement of the block that touches each tensor, and
+    of the first that allocates it."""
+    last: dict[str, int] = {}
+    allocated: dict[str, int] = {}
+    for i, s in enumerate(stmts):
+        if isinstance(s, Alloc):
+            last[s.tensor] = i
+            allocated.setdefault(s.tensor, i)
+            continue
+        ops = [s] if isinstance(s, Op) else [o for o in s.body.walk() if isinstance(o, Op)]
+        for op in ops:
+            for a in reads(op) + op.outs:
+                last[a.tensor] = i
+    return last, allocated
+
+
+def _match(stmts, i, decls, last, allocated):
     if i + 2 >= len(stmts):
         return None
     cin, mm, cout = stmts[i], stmts[i + 1], stmts[i + 2]
@@ -31,29 +48,19 @@ def _match(stmts, i, decls):
         return None
     if p.scalar is not None or x.scalar is not None:
         return None
-    # P must be private to this pattern: allocated in this block, read nowhere after it
-    if Alloc(p.tensor) not in stmts[:i]:
+    # P must be private to this pattern: allocated in this block, touched nowhere after it
+    if last.get(p.tensor, -1) > i + 2 or allocated.get(p.tensor, i) >= i:
         return None
-    for later in stmts[i + 3:]:
-        if isinstance(later, Op) and any(a.tensor == p.tensor for a in reads(later) + later.outs):
-            return None
-        if not isinstance(later, Op) and _touches(later, p.tensor):
-            return None
     return cin, mm, cout, p, x
-
-
-def _touches(stmt, tensor: str) -> bool:
-    if isinstance(stmt, Alloc):
-        return stmt.tensor == tensor
-    return any(isinstance(s, Op) and any(a.tensor == tensor for a in reads(s) + s.outs) for s in stmt.body.walk())
 
 
 def psum_legalize(block: Block, region, ctx) -> Block:
     stmts = list(block.stmts)
+    last, allocated = _last_touch(stmts)
     out = []
     i = 0
     while i < len(stmts):
-        m = _match(stmts, i, region.decls)
+        m = _match(stmts, i, region.decls, last, allocated)
         if m is None:
             out.append(stmts[i])
             i += 1
