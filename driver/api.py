@@ -1,6 +1,7 @@
 """The Python face of nkicc: `jit`, `compile`, `simulate`."""
 from __future__ import annotations
 
+import copy
 import functools
 import os
 import time
@@ -11,11 +12,14 @@ import numpy as np
 
 from .ir import Kernel, NkiccError, count_instructions, format_kernel
 from .simulator import run_reference
+from .simulator.reference import check_defined
+from .simulator.machine import MachineSimulator
 from .pass_api import BudgetExceeded, Target
+from .cached import CachePlan
 from .passes import PassOptions, PipelineResult, registry, run_pipeline
 from .report import peak_rss_mb
 from .specs import TensorSpec, bind_call, constant_key
-from .trace import TraceResult, inspect_unwrap, trace_kernel
+from .trace import TraceResult, caller_loc, inspect_unwrap, trace_kernel
 
 
 DEFAULT_TARGET = "trn2"
@@ -33,61 +37,98 @@ class CompiledKernel:
     traced_ir: Kernel | None = None
     target: str = DEFAULT_TARGET
     report: dict = field(default_factory=dict)
+    # How run() simulates: "machine" (the lowered program on the NeuronCore model: the
+    # allocator's addresses, engines, semaphores, estimated timing, hazard checks) or
+    # "reference" (the IR interpreter). timing=False: functional only (faster);
+    # trace_path: write a Perfetto timeline of each run there. `sim` is the last
+    # run's SimReport (also report["sim"]).
+    simulator: str = "machine"
+    timing: bool = True
+    trace_path: str | None = None
+    sim: object = None
+    target_spec: Target | None = field(default=None, repr=False)
 
     def run(self, *arrays, **named) -> np.ndarray | tuple[np.ndarray, ...] | None:
         inputs = dict(zip(self.ir.args, arrays))
         inputs.update(named)
         missing = [a for a in self.ir.args if a not in inputs]
         if missing:
-            raise NkiccError("E002", f"kernel {self.name} needs arrays for {', '.join(missing)}", None)
+            raise NkiccError("E002", f"kernel {self.name} needs arrays for {', '.join(missing)}",
+                             caller_loc(self.ir.loc))
         for name in self.ir.args:
-            check_array(name, inputs[name], self.specs[name])
-        outputs = run_reference(self.ir, inputs)
+            check_array(name, inputs[name], self.specs[name], caller_loc(self.ir.loc))
+        outputs = self.simulate(inputs)[0]
+        check_defined(self.ir, inputs, outputs)  # E173/E174: never-written memory reached an output
         values = [outputs[o] for o in self.ir.outputs]
         if not values:
             return None
         return values[0] if len(values) == 1 else tuple(values)
 
+    def simulate(self, inputs: dict, simulator: str | None = None, timing: bool | None = None,
+                 trace: str | None = None):
+        """(outputs by name, SimReport or None) of one simulation of the compiled
+        program; arguments override the kernel's simulator / timing / trace_path."""
+        simulator = simulator or self.simulator
+        if simulator not in ("machine", "reference"):
+            raise NkiccError("E201", f"unknown simulator {simulator!r}", None, "machine or reference")
+        lowered = all(t.address is not None for t in self.ir.tensors if t.on_chip)
+        if simulator == "reference" or not lowered:
+            return run_reference(self.ir, inputs), None
+        target = self.target_spec or resolve_target(self.target, registry())
+        timing = self.timing if timing is None else timing
+        sim = MachineSimulator(self.ir, target, timing=timing, trace=(trace or self.trace_path or False))
+        outputs, self.sim = sim.run(inputs)
+        self.report["sim"] = self.sim.to_dict()
+        return outputs, self.sim
+
     def print_ir(self) -> str:
         return format_kernel(self.ir)
 
 
-def check_array(name: str, array, spec: TensorSpec) -> None:
+def check_array(name: str, array, spec: TensorSpec, loc=None) -> None:
     a = np.asarray(array)
     if tuple(a.shape) != spec.shape:
         raise NkiccError("E002", f"argument {name} has shape {list(a.shape)}, the kernel was compiled for "
-                                 f"{list(spec.shape)}", None, "pass an array of the compiled shape")
+                                 f"{list(spec.shape)}", loc, "pass an array of the compiled shape")
 
 
 def compile(kernel, *args, name: str | None = None, unroll: bool = False, passes=None,  # noqa: A001
-            **named) -> CompiledKernel:
+            cache: bool | None = None, **named) -> CompiledKernel:
     """Trace `kernel` for the given arguments: numpy arrays, TensorSpecs or
     strings like "float32[128,512]" for tensors; anything else is a constant.
     `unroll=True` traces every static loop iteration by iteration (NKI's own
     semantics; the reference the rolled trace is tested against). `passes`
     chooses the pipeline: a PassOptions, a dict of its fields
     ({"enable": ["unroll"], "disable": ["licm"], "opt_level": 2}), or a list
-    of passes to enable."""
+    of passes to enable. `cache=False` compiles without the compile cache
+    (as does NKICC_CACHE=0)."""
     fn = inspect_unwrap(getattr(kernel, "fn", kernel))
     specs, constants, _ = bind_call(fn, args, named, allow_specs=True)
-    return _compile(fn, specs, constants, name, unroll=unroll, passes=passes)
+    return _compile(fn, specs, constants, name, unroll=unroll, passes=passes, cache=cache,
+                    grid=getattr(kernel, "grid", None))
 
 
 def _compile(fn, specs: dict[str, TensorSpec], constants: dict, name: str | None,
-             unroll: bool = False, passes=None, printer=print) -> CompiledKernel:
+             unroll: bool = False, passes=None, printer=print, cache: bool | None = None,
+             grid: tuple[int, ...] | None = None) -> CompiledKernel:
     options = PassOptions.coerce(passes)
     reg = registry(options.no_plugins, options.plugins)
     target = resolve_target(options.target, reg)
-    result = trace_kernel(fn, specs, constants, name, unroll=unroll)
+    plan = CachePlan.prepare(options, reg, target, cache=cache, unroll=unroll)
+    result = trace_kernel(fn, specs, constants, name, unroll=unroll, grid=grid)
     t0 = time.perf_counter()
     try:
-        pipeline = run_pipeline(result.kernel, options, reg, target, printer)
+        pipeline = plan.pipeline(result.kernel, printer)
     except BudgetExceeded as exc:
         raise BudgetError(exc) from None
     compile_s = time.perf_counter() - t0
     compiled = CompiledKernel(result.kernel.name, pipeline.kernel, specs, constants, result, compile_s,
                               traced_ir=result.kernel, target=target.name)
+    compiled.target_spec = target
     compiled.report = build_report(compiled, pipeline)
+    compiled.report["cache"] = plan.finish()
+    if grid:
+        compiled.report["grid"] = list(grid)
     reg.manager.hook.nkicc_compile_finished(report=compiled.report)
     return compiled
 
@@ -140,10 +181,10 @@ class JitKernel:
     """`@nkicc.jit`: call with numpy arrays, get numpy arrays back. Compiled
     once per argument signature (shapes, dtypes and constant values).
     Options: enable_passes=[...], disable_passes=[...], opt_level=N,
-    target="trn2", passes=PassOptions(...), unroll=False."""
+    target="trn2", passes=PassOptions(...), unroll=False, cache=None (False: no compile cache)."""
 
     def __init__(self, fn, enable_passes=(), disable_passes=(), opt_level=None, target=None, passes=None,
-                 unroll=False) -> None:
+                 unroll=False, cache=None) -> None:
         self.fn = fn
         base = PassOptions.coerce(passes)
         changes = {}
@@ -155,27 +196,39 @@ class JitKernel:
             changes["opt_level"] = opt_level
         if target is not None:
             changes["target"] = target
-        self.options = {"passes": dataclasses.replace(base, **changes), "unroll": unroll}
+        self.options = {"passes": dataclasses.replace(base, **changes), "unroll": unroll, "cache": cache}
         self._compiled: dict[tuple, CompiledKernel] = {}
+        self.grid: tuple[int, ...] | None = None
         functools.update_wrapper(self, fn)
+
+    def __getitem__(self, grid) -> "JitKernel":
+        """`kernel[grid](...)`: an SPMD launch, the kernel runs once per program id
+        (nl.program_id / nl.num_programs); the grid is traced as rolled loops."""
+        from .language.spmd import normalize_grid
+        launched = copy.copy(self)  # shares the options and the compiled variants
+        launched.grid = normalize_grid(grid)
+        return launched
 
     def signature(self, args, kwargs) -> tuple[tuple, dict, dict, dict]:
         specs, constants, arrays = bind_call(inspect_unwrap(self.fn), args, kwargs)
         key = (tuple((k, str(v)) for k, v in specs.items()),
-               tuple((k, constant_key(v)) for k, v in constants.items()))
+               tuple((k, constant_key(v)) for k, v in constants.items()),
+               self.grid, os.environ.get("NEURON_PLATFORM_TARGET_OVERRIDE"))
         return key, specs, constants, arrays
 
     def compile(self, *args, **kwargs) -> CompiledKernel:
         key, specs, constants, _ = self.signature(args, kwargs)
         if key not in self._compiled:
-            self._compiled[key] = _compile(inspect_unwrap(self.fn), specs, constants, None, **self.options)
+            self._compiled[key] = _compile(inspect_unwrap(self.fn), specs, constants, None, grid=self.grid,
+                                           **self.options)
         return self._compiled[key]
 
     def __call__(self, *args, **kwargs):
         key, specs, constants, arrays = self.signature(args, kwargs)
         compiled = self._compiled.get(key)
         if compiled is None:
-            compiled = self._compiled[key] = _compile(inspect_unwrap(self.fn), specs, constants, None, **self.options)
+            compiled = self._compiled[key] = _compile(inspect_unwrap(self.fn), specs, constants, None,
+                                                      grid=self.grid, **self.options)
         return compiled.run(**arrays)
 
     @property

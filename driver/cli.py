@@ -105,6 +105,7 @@ MAX_TIME = typer.Option(600.0, "--max-compile-time", help="Compile time budget i
 MAX_MEMORY = typer.Option(None, "--max-compile-memory", help="Compile memory budget, e.g. 2GB or 512MB (default: half of physical memory)")
 NO_PLUGIN = typer.Option([], "--no-plugin", help="Do not load this plugin (entry-point name); NKICC_DISABLE_PLUGIN_AUTOLOAD=1 skips all third-party plugins")
 PLUGIN = typer.Option([], "-p", "--plugin", help="Load a plugin module by import name")
+NO_CACHE = typer.Option(False, "--no-cache", help="Compile without the compile cache (as NKICC_CACHE=0 does)")
 
 
 def _memory_mb(text: Optional[str]) -> Optional[float]:
@@ -130,12 +131,12 @@ def _pass_options(target, enable, disable, opt, time_passes, before, after, veri
                        plugins=split_names(plugin))
 
 
-def _build(target_spec, arg, const, options):
+def _build(target_spec, arg, const, options, cache=None):
     from .api import BudgetError, _compile
 
     fn, specs, constants = _resolve(target_spec, arg, const)
     try:
-        return _compile(fn, specs, constants, None, passes=options, printer=typer.echo)
+        return _compile(fn, specs, constants, None, passes=options, printer=typer.echo, cache=cache)
     except BudgetError as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(EXIT_BUDGET)
@@ -163,12 +164,13 @@ def compile_cmd(
     report: Optional[str] = typer.Option(None, "--report", help="Write the compile report as JSON to this file"),
     emit: Optional[str] = typer.Option(None, "--emit", help="Also write: ir (text), program (the lowered program, JSON) or json (the report)"),
     output: Optional[str] = typer.Option(None, "-o", "--output", help="Where --emit writes (default: stdout)"),
+    no_cache: bool = NO_CACHE,
 ):
     """Trace and compile a kernel; print what it cost and how its loops were kept rolled."""
     try:
         options = _pass_options(target, enable_pass, disable_pass, opt, time_passes, print_ir_before,
                                 print_ir_after, verify_each, max_compile_time, max_compile_memory, no_plugin, plugin)
-        compiled = _build(target_spec, arg, const, options)
+        compiled = _build(target_spec, arg, const, options, cache=False if no_cache else None)
     except NkiccError as err:
         _fail(err)
     _warn(compiled)
@@ -216,8 +218,20 @@ def _inputs(compiled, how: str, seed: int) -> dict[str, np.ndarray]:
         if not os.path.isfile(how):
             raise NkiccError("E201", f"--inputs {how!r} is neither random, ones nor an .npz file", None,
                              "use --inputs random, --inputs ones or --inputs FILE.npz")
-        data = np.load(how)
-        return {k: data[k] for k in compiled.ir.args}
+        try:
+            data = np.load(how)
+            files = set(data.files)
+        except (OSError, ValueError, AttributeError) as exc:
+            raise NkiccError("E201", f"cannot read --inputs {how}: {exc}", None, "give an .npz file (numpy.savez)") from None
+        missing = [k for k in compiled.ir.args if k not in files]
+        if missing:
+            raise NkiccError("E002", f"{how} has no array for {', '.join(missing)}", compiled.ir.loc,
+                             f"save one array per kernel argument: {', '.join(compiled.ir.args)}")
+        from .api import check_array
+        arrays = {k: data[k] for k in compiled.ir.args}
+        for k, v in arrays.items():
+            check_array(k, v, compiled.specs[k], compiled.ir.loc)
+        return arrays
     out = {}
     for name, spec in compiled.specs.items():
         dt = dtypes.storage(spec.dtype)
@@ -239,14 +253,28 @@ def simulate_cmd(
     inputs: str = typer.Option("random", "--inputs", help="random, ones, or an .npz file with one array per argument"),
     seed: int = typer.Option(0, "--seed", help="Seed for --inputs random"),
     output: Optional[str] = typer.Option(None, "-o", "--output", help="Save the outputs to this .npz file"),
+    no_cache: bool = NO_CACHE,
+    simulator: str = typer.Option("machine", "--simulator",
+                                  help="machine: the lowered program on the NeuronCore model (addresses, engines, "
+                                       "semaphores, timing); reference: the IR interpreter"),
+    timing: str = typer.Option("on", "--timing", help="on: estimated timing and hazard checks; off: functional only"),
+    trace_file: Optional[str] = typer.Option(None, "--trace", help="Write a Perfetto / chrome://tracing timeline "
+                                                                   "(JSON) of the machine simulation here"),
+    sim_json: Optional[str] = typer.Option(None, "--sim-json", help="Write the simulation report (JSON) here"),
 ):
     """Compile a kernel and run it on the simulator; print output shapes and statistics."""
     try:
         options = _pass_options(target, enable_pass, disable_pass, opt, False, (), (), False, 600.0, None,
                                 no_plugin, plugin)
-        compiled = _build(target_spec, arg, const, options)
+        compiled = _build(target_spec, arg, const, options, cache=False if no_cache else None)
         arrays = _inputs(compiled, inputs, seed)
         _warn(compiled)
+        if simulator not in ("machine", "reference") or timing not in ("on", "off"):
+            raise NkiccError("E201", f"--simulator {simulator} --timing {timing}", None,
+                             "--simulator machine|reference, --timing on|off")
+        if trace_file and (simulator != "machine" or timing == "off"):
+            raise NkiccError("E201", "--trace needs --simulator machine and --timing on", None)
+        compiled.simulator, compiled.timing, compiled.trace_path = simulator, timing == "on", trace_file
         result = compiled.run(**arrays)
     except NkiccError as err:
         _fail(err)
@@ -258,11 +286,17 @@ def simulate_cmd(
         stats = (f"min {finite.min():.6g}  max {finite.max():.6g}  mean {finite.mean():.6g}  std {finite.std():.6g}"
                  if finite.size else "no finite values")
         typer.echo(f"{name}: {value.dtype}{list(value.shape)}  {stats}  nan {nan}")
+    if compiled.sim is not None:
+        typer.echo(compiled.sim.summary())
+        if sim_json:
+            with open(sim_json, "w") as f:
+                f.write(compiled.sim.to_json(indent=2))
     if output:
         np.savez(output, **dict(zip(compiled.ir.outputs, outs)))
 
 
-@app.command("run", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@app.command("run", context_settings={"allow_extra_args": True, "ignore_unknown_options": True,
+                                      "allow_interspersed_args": False})  # all after SCRIPT is the script's
 def run_cmd(
     ctx: typer.Context,
     script: str = typer.Argument(..., help="A Python script written for NKI (import nki, nki.language, nki.isa)"),
@@ -280,6 +314,25 @@ def run_cmd(
         runpy.run_path(script, run_name="__main__")
     except NkiccError as err:
         _fail(err)
+    except Exception as exc:
+        _script_failed(exc)
+
+
+def _script_failed(exc: Exception) -> None:
+    """An exception out of a script `nkicc run` ran: the script's own traceback
+    (from its first frame on) and exit 1, as python itself would; one raised
+    inside nkicc is an internal error (re-raised: exit 4 with nkicc's traceback)."""
+    from .language.tracing import is_nkicc_file
+    from .trace import _innermost_is_nkicc
+
+    if _innermost_is_nkicc(exc.__traceback__):
+        raise exc
+    tb = exc.__traceback__
+    while tb is not None and (tb.tb_frame.f_code.co_filename.startswith("<frozen")
+                              or is_nkicc_file(os.path.abspath(tb.tb_frame.f_code.co_filename))):
+        tb = tb.tb_next
+    traceback.print_exception(type(exc), exc, tb or exc.__traceback__)
+    raise typer.Exit(EXIT_USER)
 
 
 @app.command("passes")
@@ -335,6 +388,11 @@ def _crashed(crash) -> None:
     typer.echo(f"  this is a bug in {crash.provider}, not in the kernel; --disable-pass {crash.pass_name} "
                "may get you going", err=True)
     sys.exit(EXIT_INTERNAL)
+
+
+from .cache_cli import cache_app  # noqa: E402  `nkicc cache stats|clear|prune|path`
+
+app.add_typer(cache_app, name="cache")
 
 
 def main() -> None:

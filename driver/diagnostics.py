@@ -33,9 +33,13 @@ CODES: dict[str, tuple[str, str]] = {
              "nc_matmul computes dst[M, N] (+)= stationary[K, M].T @ moving[K, N] with K <= 128, M <= 128, "
              "N <= 512; K is the partition dimension of both inputs."),
     "E131": ("matmul buffers", "nc_matmul reads stationary and moving from SBUF and writes PSUM."),
-    "E132": ("matmul dtypes", "An fp32 or tfloat32 matmul operand needs an fp32/tfloat32 partner."),
+    "E132": ("matmul dtypes", "The Tensor Engine multiplies fp8 (e4m3, e5m2), bf16, fp16, tfloat32 and fp32, "
+                              "not integers; an fp32 or tfloat32 operand needs an fp32/tfloat32 partner."),
     "E133": ("PSUM tile larger than a bank",
              "A PSUM tile must fit one 2 KiB bank per partition: at most 512 fp32 values."),
+    "E134": ("too many elements for one instruction",
+             "An engine instruction reads or writes at most 64 Ki elements per partition from SBUF and 4 Ki "
+             "from PSUM. Split the free dimension and issue one instruction per piece."),
     "E140": ("shape mismatch",
              "Element-wise instructions pair partitions with partitions and free elements with free elements; "
              "both operands need the same partition count and number of free elements."),
@@ -48,12 +52,45 @@ CODES: dict[str, tuple[str, str]] = {
     "E170": ("runtime access out of bounds",
              "During simulation an access with a runtime scalar offset left its tensor. The offset tensor was "
              "probably advanced too far; check the tensor_scalar that updates it."),
+    "E171": ("hazard between engines (machine simulator)",
+             "The machine simulator saw an instruction read or overwrite memory before another engine's "
+             "instruction on it finished: a semaphore the schedule should have inserted is missing. This is a "
+             "bug in the schedule pass (or a plugin's), not in the kernel."),
+    "E172": ("program not lowered or does not fit (machine simulator)",
+             "The machine simulator runs lowered programs: every on-chip tensor needs an address inside the "
+             "target's SBUF/PSUM. Compile with the alloc pass (nkicc.compile does), or use the reference "
+             "simulator."),
+    "E173": ("an output depends on never-written memory",
+             "While the kernel ran, an instruction read on-chip (or HBM scratch) memory that nothing had "
+             "written, and those values reached an output. On the device that memory holds whatever was there "
+             "before, so the output is garbage. nkicc fills new memory with poison (NaN, or the most negative "
+             "int) and, when an output holds poison, runs the kernel again with another poison: outputs that "
+             "change are reported, with the first instruction that read unwritten memory. Zero the tile "
+             "(nl.zeros, nisa.memset) or read only what was written. Reads that never reach an output are not "
+             "reported."),
+    "E174": ("output elements never written",
+             "Some elements of a returned tensor were never stored to; on the device they hold whatever was in "
+             "HBM. Store every element of each output (check the loop trip counts and the ragged last tile)."),
     "E180": ("trace did not settle",
              "The tracer splits a loop where a condition on its index changes and retries; a kernel that "
              "branches on indices in very many places can exhaust the retry limit."),
+    "E190": ("loop-carried dependence in an affine_range loop",
+             "NKI may run the iterations of an affine_range loop in any order, or overlapped, so no iteration "
+             "may read or overwrite what another iteration writes. nkicc looks for two different iterations "
+             "that touch the same element of a tensor made outside the loop, with at least one write, at "
+             "addresses that move with the loop index, and reports only a concrete pair it found. Two forms "
+             "of reuse stay legal: an accumulator at the same elements in every iteration (acc = acc + x) and "
+             "matmul accumulation into PSUM. Use nl.sequential_range (or range / static_range) for a loop "
+             "that passes values from one iteration to the next. Loops that nkicc traces iteration by "
+             "iteration (see `nkicc compile` loop counts) are not checked."),
     "E200": ("kernel not found", "Name the kernel as FILE.py::KERNEL; the file must exist and define it."),
     "E201": ("bad command-line value", "See `nkicc COMMAND --help` for the expected forms."),
     "E202": ("unknown target", "Targets are trn1, trn2 and trn3 (and any a plugin registers)."),
+    "E203": ("not an nkicc program file",
+             "The file is not a program written by `nkicc compile --emit program`, or was written by a "
+             "different version of the program format."),
+    "E204": ("not an nkicc reproducer",
+             "`nkicc reproduce` replays files nkicc wrote when a pass crashed (nkicc-repro-*.json)."),
     "E301": ("unknown pass", "`nkicc passes` lists every pass the installed plugins provide."),
     "E302": ("bad pass options", "See `nkicc compile --help`."),
     "E303": ("plugin module cannot be imported", "Install the plugin package or fix the module name."),
@@ -68,6 +105,23 @@ CODES: dict[str, tuple[str, str]] = {
              "A pass ran past --max-compile-time or --max-compile-memory and was stopped (exit code 3) before it "
              "could exhaust the machine. Passes whose cost follows the unrolled program (unroll, "
              "global-schedule) are opt-in for this reason."),
+    "E400": ("the kernel does not fit on the chip",
+             "The allocator could not place every live on-chip tensor in SBUF/PSUM of the target, even after "
+             "spilling. Use smaller tiles, fewer live tiles at once, or a target with more SBUF."),
+    "E900": ("malformed IR (internal)",
+             "A pass produced IR that refers to a tensor it does not declare, or asked for something the IR "
+             "cannot express. This is a bug in nkicc or in a pass plugin."),
+    "E999": ("a pass crashed (internal error, exit code 4)",
+             "A pass raised an exception that is not a diagnostic: a bug in nkicc or in the plugin that "
+             "provides the pass, not in the kernel. nkicc writes a reproducer (nkicc-repro-KERNEL-HASH.json, in "
+             "the current folder or the temp folder) holding the IR the pass was given, the options and the "
+             "pipeline; `nkicc reproduce FILE` replays it without the kernel's source. --disable-pass NAME "
+             "may get you going. Other internal errors print nkicc's traceback, also with exit code 4."),
+    "W501": ("compile cache unavailable or misconfigured",
+             "The compile cache could not be used as configured (an unreadable NKICC_CACHE_SIZE, a cache folder "
+             "that cannot be written, a damaged entry). nkicc goes on without it or with the default; results "
+             "are unaffected, only repeated compiles are slower. `nkicc cache --help` shows the cache's "
+             "commands."),
     "W101": ("read past the end of a tile",
              "A slice reads beyond the end of an on-chip tile's free dimension. The hardware reads whatever "
              "lies next in the partition, so the values are undefined (the simulator reads them as NaN). It is "

@@ -2,15 +2,20 @@
 
 Rolling runs the Python body once. That is only the same as unrolling when
 the body carries no Python state from one iteration to the next: no name read
-before the body assigns it, no mutation of objects from outside the body, no
+before the body assigns it on every path (branches and inner loops that may
+not run do not count), no mutation of objects from outside the body (directly,
+through a body name bound to one, or by advancing an outer iterator), no
 `break`/`return`, no `global`/`nonlocal`, and the same for the helpers it
-calls. This module answers from the AST (and the objects the names resolve to
-in the frame); whatever it cannot prove clean is traced concretely.
+calls (functions, lambdas, partials, callable objects). An `if` on
+compile-time constants only counts its taken branch. This module answers from
+the AST (and the objects the names resolve to in the frame); whatever it
+cannot prove clean is traced concretely.
 """
 from __future__ import annotations
 
 import ast
 import builtins
+import collections.abc
 import functools
 import inspect
 import linecache
@@ -44,10 +49,15 @@ class _Scan(ast.NodeVisitor):
     bound so far; records the first reason the body is not clean."""
 
     def __init__(self, bound_by_loop: set[str], assigned: set[str], resolve, depth: int, env=None,
-                 in_helper: bool = False) -> None:
+                 in_helper: bool = False, static_used: dict | None = None) -> None:
         self.env = env
+        # names whose values decided an `if` before tracing (None: never decide one)
+        self.static_used = static_used
         self.in_helper = in_helper  # scanning a called function: its `return` leaves the helper, not the loop
         self.bound = set(bound_by_loop)
+        # names the body bound to objects that may come from outside it
+        # (`seen = state["seen"]`): mutating them mutates the outer object
+        self.aliases: set[str] = set()
         self.assigned = assigned
         self.resolve = resolve
         self.depth = depth
@@ -88,19 +98,29 @@ class _Scan(ast.NodeVisitor):
     def _inner_loop(self, node):
         self.visit(node.iter if isinstance(node, ast.For) else node.test)
         if isinstance(node, ast.For):
-            self._bind(node.target)
+            self._check_iterable(node.iter)
+            self._bind(node.target, alias=True)
         self.loop_depth += 1
         for s in node.body + node.orelse:
             self.visit(s)
         self.loop_depth -= 1
 
-    visit_For = _inner_loop
-
-    def visit_While(self, node):
+    def visit_For(self, node):
         # the body may run zero times: what it binds is not bound after the loop
         before = set(self.bound)
         self._inner_loop(node)
         self.bound = before
+
+    visit_While = visit_For
+
+    def _check_iterable(self, it: ast.expr) -> None:
+        """Iterating an iterator that outlives the body advances it for good."""
+        base = _base_name(it)
+        if base is None or self.env is None or base in self.bound:
+            return
+        obj = self.env.lookup(it)
+        if isinstance(obj, collections.abc.Iterator):
+            self.fail(it, f"iterates `{ast.unparse(it)}`, an iterator from outside the loop body")
 
     # Branches: a name counts as bound after an if/try only when every branch
     # that falls through binds it (else `if i == 0: acc = t / else: acc = f(acc)`
@@ -124,9 +144,9 @@ class _Scan(ast.NodeVisitor):
         return out
 
     def _static_test(self, test):
-        if self.env is None:
+        if self.env is None or self.static_used is None:
             return _UNRESOLVED
-        return _static_value(test, self.env, self.bound | self.assigned)
+        return _static_value(test, self.env, self.bound | self.assigned, self.static_used)
 
     def visit_If(self, node):
         static = self._static_test(node.test)
@@ -170,16 +190,18 @@ class _Scan(ast.NodeVisitor):
         inner = set()
         for gen in node.generators:
             self.visit(gen.iter)
+            self._check_iterable(gen.iter)
             inner |= {n.id for n in ast.walk(gen.target) if isinstance(n, ast.Name)}
-        saved = set(self.bound)
+        saved, saved_aliases = set(self.bound), set(self.aliases)
         self.bound |= inner
+        self.aliases |= inner
         for gen in node.generators:
             for cond in gen.ifs:
                 self.visit(cond)
         for part in ("elt", "key", "value"):
             if hasattr(node, part):
                 self.visit(getattr(node, part))
-        self.bound = saved
+        self.bound, self.aliases = saved, saved_aliases
 
     visit_ListComp = visit_SetComp = visit_GeneratorExp = visit_DictComp = _comprehension
 
@@ -187,12 +209,12 @@ class _Scan(ast.NodeVisitor):
     def visit_Assign(self, node):
         self.visit(node.value)
         for t in node.targets:
-            self._store(t)
+            self._store(t, node.value)
 
     def visit_AnnAssign(self, node):
         if node.value is not None:
             self.visit(node.value)
-            self._store(node.target)
+            self._store(node.target, node.value)
 
     def visit_AugAssign(self, node):
         self.visit(node.value)
@@ -200,18 +222,20 @@ class _Scan(ast.NodeVisitor):
         if isinstance(t, ast.Name):
             if t.id not in self.bound:
                 self.fail(node, f"`{t.id} {type(node.op).__name__}=` carries a value from one iteration to the next")
+            elif t.id in self.aliases:
+                self.fail(node, f"`{t.id} {type(node.op).__name__}=` may change an object from outside the loop body")
         else:
             self._store(t)
 
     def visit_NamedExpr(self, node):
         self.visit(node.value)
-        self._bind(node.target)
+        self._store(node.target, node.value)
 
     def visit_With(self, node):
         for item in node.items:
             self.visit(item.context_expr)
             if item.optional_vars is not None:
-                self._store(item.optional_vars)
+                self._store(item.optional_vars, None)
         for s in node.body:
             self.visit(s)
 
@@ -229,25 +253,51 @@ class _Scan(ast.NodeVisitor):
         for s in node.body:
             self.visit(s)
 
-    def _bind(self, target):
+    def _bind(self, target, alias: bool = False):
         for n in ast.walk(target):
             if isinstance(n, ast.Name):
                 self.bound.add(n.id)
+                (self.aliases.add if alias else self.aliases.discard)(n.id)
 
-    def _store(self, target):
+    def _mine(self, base: str | None) -> bool:
+        """The object named `base` was made by this iteration of the body."""
+        return base is not None and base in self.bound and base not in self.aliases
+
+    def _fresh(self, value) -> bool:
+        """`value` evaluates to a new object, or to one that cannot be changed."""
+        if isinstance(value, (ast.List, ast.Dict, ast.Set, ast.ListComp, ast.DictComp, ast.SetComp,
+                              ast.GeneratorExp, ast.Constant, ast.JoinedStr, ast.BinOp, ast.UnaryOp,
+                              ast.Compare, ast.Lambda)):
+            return True
+        if isinstance(value, ast.Call):
+            f = value.func
+            if isinstance(f, ast.Attribute):
+                return f.attr not in ("get", "setdefault", "__getitem__")
+            return not (isinstance(f, ast.Name) and f.id in ("getattr", "next", "iter", "vars", "globals", "locals"))
+        if isinstance(value, (ast.Name, ast.Attribute)):
+            base = _base_name(value)
+            if base in self.bound:
+                return isinstance(value, ast.Name) and base not in self.aliases
+            obj = self.env.lookup(value) if self.env is not None else _UNRESOLVED
+            return isinstance(obj, _IMMUTABLE)
+        return False
+
+    def _store(self, target, value=None):
         if isinstance(target, ast.Name):
             self.bound.add(target.id)
+            (self.aliases.discard if self._fresh(value) else self.aliases.add)(target.id)
         elif isinstance(target, (ast.Tuple, ast.List)):
-            for e in target.elts:
-                self._store(e)
+            pairs = isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(target.elts)
+            for n, e in enumerate(target.elts):
+                self._store(e, value.elts[n] if pairs else None)
         elif isinstance(target, ast.Starred):
-            self._store(target.value)
+            self._store(target.value, None)
         elif isinstance(target, (ast.Subscript, ast.Attribute)):
             base = _base_name(target)
             self.visit(target.value)
             if isinstance(target, ast.Subscript):
                 self.visit(target.slice)
-            if base is None or base not in self.bound:
+            if not self._mine(base):
                 self.fail(target, f"stores into `{ast.unparse(target)}`, which outlives one iteration")
 
     # reads
@@ -261,14 +311,14 @@ class _Scan(ast.NodeVisitor):
         f = node.func
         if isinstance(f, ast.Attribute) and f.attr in MUTATING_METHODS:
             base = _base_name(f.value)
-            if base is None or base not in self.bound:
+            if not self._mine(base):
                 owner = self.env.lookup(f.value) if self.env is not None else _UNRESOLVED
                 if not isinstance(owner, types.ModuleType):
                     self.fail(node, f"`{ast.unparse(f)}(...)` mutates an object from outside the loop body")
                     return
         if isinstance(f, ast.Name) and f.id in STATEFUL_BUILTINS and f.id not in self.bound and node.args:
             base = _base_name(node.args[0])
-            if (base is None or base not in self.bound) and self.env is not None \
+            if not self._mine(base) and self.env is not None \
                     and self.env.lookup(f) is getattr(builtins, f.id):
                 self.fail(node, f"`{ast.unparse(node)}` changes an object from outside the loop body")
                 return
@@ -306,12 +356,12 @@ def _assigned_names(body: list[ast.stmt], static=None) -> set[str]:
     return names
 
 
-def _static_value(test: ast.expr, env: "_Env", excluded: set[str]):
+def _static_value(test: ast.expr, env: "_Env", excluded: set[str], used: dict | None = None):
     """The value of an `if` test that is the same in every iteration (a
     compile-time switch like `if carry:` or `if mode == "sum":`): built only
     from constants, comparisons and boolean operators over names outside
     `excluded` (names the loop binds) that hold plain immutable values.
-    _UNRESOLVED when that cannot be shown."""
+    _UNRESOLVED when that cannot be shown. The names read go into `used`."""
     values = {}
     for n in ast.walk(test):
         if isinstance(n, ast.Name):
@@ -325,9 +375,12 @@ def _static_value(test: ast.expr, env: "_Env", excluded: set[str]):
                                 ast.boolop, ast.unaryop)):
             return _UNRESOLVED
     try:
-        return bool(eval(compile(ast.Expression(test), "<if>", "eval"), {"__builtins__": {}}, values))
+        result = bool(eval(compile(ast.Expression(test), "<if>", "eval"), {"__builtins__": {}}, values))
     except Exception:
         return _UNRESOLVED
+    if used is not None:
+        used.update(values)
+    return result
 
 
 class EffectChecker:
@@ -335,15 +388,28 @@ class EffectChecker:
 
     def __init__(self) -> None:
         self._helpers: dict[object, str | None] = {}
+        # per `for` node: (values of the names that decided its static ifs, reason)
+        self._loops: dict[int, list[tuple[dict, str | None]]] = {}
 
     def loop_reason(self, node: ast.For, frame_globals: dict, frame_locals: dict) -> str | None:
+        env = _Env(frame_globals, frame_locals)
+        entries = self._loops.setdefault(id(node), [])
+        for used, reason in entries:
+            if all(_same(env.lookup(ast.Name(name, ast.Load())), v) for name, v in used.items()):
+                return reason
+        used: dict = {}
+        reason = self._loop_reason(node, env, used)
+        entries.append((used, reason))
+        return reason
+
+    def _loop_reason(self, node: ast.For, env: "_Env", used: dict) -> str | None:
         bound_by_loop = {n.id for n in ast.walk(node.target) if isinstance(n, ast.Name)}
         if node.orelse:
             return f"line {node.lineno}: `for ... else`"
-        env = _Env(frame_globals, frame_locals)
         maybe_bound = _assigned_names(node.body) | bound_by_loop
-        assigned = _assigned_names(node.body, lambda test: _static_value(test, env, maybe_bound))
-        scan = _Scan(bound_by_loop, assigned, lambda f, bound, d: self._call_reason(f, bound, env, d), 0, env)
+        assigned = _assigned_names(node.body, lambda test: _static_value(test, env, maybe_bound, used))
+        scan = _Scan(bound_by_loop, assigned, lambda f, bound, d: self._call_reason(f, bound, env, d), 0, env,
+                     static_used=used)
         for s in node.body:
             scan.visit(s)
             if scan.reason:
@@ -432,6 +498,10 @@ class EffectChecker:
             if scan.reason:
                 return f"in {fn.__qualname__}: {scan.reason}"
         return None
+
+
+def _same(a, b) -> bool:
+    return type(a) is type(b) and a == b
 
 
 def _filled(cell) -> bool:

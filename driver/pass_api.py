@@ -43,6 +43,7 @@ class Pass:
     after: tuple[str, ...] = ()
     before: tuple[str, ...] = ()
     cost: str = "body"        # body: linear in the rolled IR; unrolled: follows the unrolled size
+    cacheable: bool = True    # region scope: results may be cached by the body's canonical form (docs/cache.md)
 
     def __post_init__(self) -> None:
         if self.scope not in SCOPES:

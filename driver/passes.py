@@ -16,6 +16,7 @@ import numpy as np
 import pluggy
 
 from . import hookspecs
+from .cache.regions import run_region
 from .ir import Block, Kernel, Loop, NkiccError, count_instructions, format_kernel
 from .pass_api import BudgetExceeded, Pass, PassContext, Region, Target, hookimpl
 from .report import current_rss_mb, peak_rss_mb
@@ -236,7 +237,7 @@ def run_region_pass(p: Pass, kernel: Kernel, ctx: PassContext) -> Kernel:
         new = Block(tuple(stmts))
         key = (new, loop.var if loop else None, tuple(sorted(trips.items())))
         if key not in memo:
-            memo[key] = p.run(new, Region(loop, trips, decls, kernel), ctx)
+            memo[key] = run_region(p, new, Region(loop, trips, decls, kernel), ctx)  # through the cache
         return memo[key]
 
     return dataclasses.replace(kernel, body=walk(kernel.body, None, {}))

@@ -22,7 +22,18 @@ def summary_lines(report: dict) -> list[str]:
         f"{report['instructions_executed']:,} executed",
         f"  loops: {loops['rolled']} rolled, {loops['split']} split, {loops['concrete']} traced concretely, "
         f"{loops['dynamic']} dynamic",
-    ]
+    ] + cache_lines(report)
+
+
+def cache_lines(report: dict) -> list[str]:
+    c = report.get("cache")
+    if not c:
+        return []
+    if c["kernel"] == "bypass" and not c["regions_total"]:
+        return [f"  cache: bypassed ({c.get('reason', '?')})"]
+    what = f"kernel {c['kernel']}" + (f" ({c['reason']})" if c.get("reason") else "")
+    regions = f", regions {c['regions_hit']}/{c['regions_total']} hit" if c["regions_total"] else ""
+    return [f"  cache: {what}{regions}, compile {report['compile_s'] * 1000:.1f} ms, saved {c['saved_s'] * 1000:.1f} ms"]
 
 
 def current_rss_mb() -> float:

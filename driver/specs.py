@@ -48,7 +48,8 @@ def bind_call(fn, args: tuple, kwargs: dict, allow_specs: bool = False
     try:
         bound = inspect.signature(fn).bind(*args, **kwargs)
     except TypeError as exc:
-        raise NkiccError("E002", f"calling kernel {fn.__name__}: {exc}", None,
+        from .trace import caller_loc
+        raise NkiccError("E002", f"calling kernel {fn.__name__}: {exc}", caller_loc(),
                          f"its signature is {fn.__name__}{inspect.signature(fn)}") from None
     bound.apply_defaults()
     specs: dict[str, TensorSpec] = {}
@@ -71,12 +72,24 @@ def bind_call(fn, args: tuple, kwargs: dict, allow_specs: bool = False
 
 
 def annotated_specs(fn) -> dict[str, TensorSpec]:
-    """Default tensor specs from string annotations: `def k(a: "float32[128,512]")`."""
+    """Default tensor specs from annotations: strings (`def k(a: "float32[128,512]")`)
+    and nki.typing (`def k(a: nt.tensor[[128, 512], nl.float32])`, also when
+    `from __future__ import annotations` made it a string)."""
+    from .language.typing import TensorType
+
     out = {}
     for p in parameters(fn):
         ann = p.annotation
         if isinstance(ann, str) and _SPEC.match(ann):
             out[p.name] = TensorSpec.parse(ann)
+            continue
+        if isinstance(ann, str) and "tensor" in ann:
+            try:  # a postponed annotation: evaluate it as Python would
+                ann = eval(ann, getattr(fn, "__globals__", {}))  # noqa: S307 - the kernel's own source
+            except Exception:
+                continue
+        if isinstance(ann, TensorType) and ann.spec is not None:
+            out[p.name] = TensorSpec(*ann.spec)
     return out
 
 

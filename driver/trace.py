@@ -9,6 +9,7 @@ starts over with that decision. Attempts take milliseconds.
 from __future__ import annotations
 
 import dis
+import functools
 import os
 import sys
 import time
@@ -17,9 +18,10 @@ import types
 from dataclasses import dataclass, field
 
 from .ir import Kernel, Loc, NkiccError
+from .ir.loopdeps import check_affine_loops
 from .language import ranges
 from .language.tensor import Tensor
-from .language.tracing import Builder, LoopPlan, LoopSite, TraceRetry, is_nkicc_file
+from .language.tracing import GRID, Builder, LoopPlan, LoopSite, TraceRetry, is_nkicc_file
 from .effects import EffectChecker, for_node_at
 from .specs import TensorSpec
 
@@ -75,9 +77,10 @@ class RetryPolicy:
         node = site.node
         if node is None:
             return "the loop's source is not available"
-        if id(node) not in self._body_reasons:
-            self._body_reasons[id(node)] = self.effects.loop_reason(node, site.frame_globals, site.frame_locals)
-        return self._body_reasons[id(node)]
+        if node is GRID:
+            return None  # a launch grid: every program runs the kernel body afresh, no Python state crosses
+        # the checker caches per node and per value of the compile-time switches it read
+        return self.effects.loop_reason(node, site.frame_globals, site.frame_locals)
 
     def learn(self, retry: TraceRetry) -> None:
         if retry.concrete:
@@ -112,11 +115,42 @@ def _traced_function(fn: types.FunctionType) -> types.FunctionType:
 
 
 def _user_frame(tb) -> Loc | None:
-    loc = None
+    """The innermost frame of the user's own code: not nkicc, and not a library
+    the kernel called (numpy, the standard library) unless nothing else is left."""
+    loc = fallback = None
     for frame, line in traceback.walk_tb(tb):
-        if not is_nkicc_file(os.path.abspath(frame.f_code.co_filename)):
+        path = os.path.abspath(frame.f_code.co_filename)
+        if is_nkicc_file(path):
+            continue
+        if _is_library(path):
+            fallback = Loc(frame.f_code.co_filename, line)
+        else:
             loc = Loc(frame.f_code.co_filename, line)
-    return loc
+    return loc or fallback
+
+
+def caller_loc(default: Loc | None = None) -> Loc | None:
+    """The innermost calling frame of the user's own code (not nkicc, not a
+    library such as click or the standard library), else `default`."""
+    f = sys._getframe(1)
+    while f is not None:
+        path = os.path.abspath(f.f_code.co_filename)
+        if not is_nkicc_file(path) and not _is_library(path):
+            return Loc(f.f_code.co_filename, f.f_lineno)
+        f = f.f_back
+    return default
+
+
+def _is_library(path: str) -> bool:
+    return path.startswith("<") or path.startswith(_library_roots())
+
+
+@functools.lru_cache(maxsize=1)
+def _library_roots() -> tuple[str, ...]:
+    import sysconfig
+    paths = sysconfig.get_paths()
+    return tuple({os.path.abspath(paths[k]) + os.sep
+                  for k in ("stdlib", "platstdlib", "purelib", "platlib", "scripts") if paths.get(k)})
 
 
 def _innermost_is_nkicc(tb) -> bool:
@@ -127,15 +161,16 @@ def _innermost_is_nkicc(tb) -> bool:
 
 
 def trace_kernel(fn, tensor_args: dict[str, TensorSpec], constants: dict, name: str | None = None,
-                 unroll: bool = False) -> TraceResult:
+                 unroll: bool = False, grid: tuple[int, ...] | None = None) -> TraceResult:
     """Trace `fn` with HBM tensors for `tensor_args` and Python values for
     `constants` (both keyed by parameter name). With `unroll`, every static
-    loop runs once per iteration, as NKI itself traces."""
+    loop runs once per iteration, as NKI itself traces. With a launch `grid`
+    the body runs once per program id, as rolled loops (language/spmd.py)."""
     start = time.perf_counter()
     fn = inspect_unwrap(fn)
     traced = _traced_function(fn)
     policy = RetryPolicy(unroll=unroll)
-    kernel_loc = Loc(fn.__code__.co_filename, fn.__code__.co_firstlineno)
+    kernel_loc = Loc(fn.__code__.co_filename, _source_lines(fn)[0])
     for attempt in range(1, MAX_ATTEMPTS + 1):
         builder = Builder(name or fn.__name__, policy)
         with builder:
@@ -143,21 +178,27 @@ def trace_kernel(fn, tensor_args: dict[str, TensorSpec], constants: dict, name: 
             for pname, spec in tensor_args.items():
                 kwargs[pname] = Tensor(builder, builder.new_tensor(spec.shape, spec.dtype, "hbm", pname, "arg"))
             try:
-                result = traced(**kwargs)
+                result = builder.launch(grid, lambda: traced(**kwargs)) if grid else traced(**kwargs)
             except TraceRetry as retry:
                 policy.learn(retry)
                 continue
-            except NkiccError:
+            except NkiccError as err:
+                if err.loc is None:  # raised below a layer that did not know the kernel's line
+                    err.loc = _user_frame(err.__traceback__)
                 raise
-            except RecursionError:
-                raise
-            except Exception as exc:  # the kernel's own Python failed
+            except Exception as exc:  # the kernel's own Python failed (RecursionError included)
                 if _innermost_is_nkicc(exc.__traceback__):
                     raise
                 raise NkiccError("E001", f"{type(exc).__name__}: {exc}", _user_frame(exc.__traceback__),
                                  "a Python error in the kernel body") from None
-            outputs = _outputs(result, builder, kernel_loc)
+            try:
+                outputs = _outputs(result, builder, kernel_loc)
+            except NkiccError as err:
+                if err.loc == kernel_loc:  # point at the kernel's return statement when it has one
+                    err.loc = Loc(kernel_loc.file, _source_lines(fn)[1] or kernel_loc.line)
+                raise
             kernel = builder.finish(outputs, list(tensor_args), kernel_loc)
+        check_affine_loops(kernel, builder.affine_vars)
         seconds = time.perf_counter() - start
         return TraceResult(kernel, attempt, seconds, dict(builder.loop_stats),
                            {"splits": {str(k): sorted(v) for k, v in policy.splits.items()},
@@ -165,6 +206,34 @@ def trace_kernel(fn, tensor_args: dict[str, TensorSpec], constants: dict, name: 
                            list(builder.warnings.values()))
     raise NkiccError("E180", f"tracing did not settle after {MAX_ATTEMPTS} attempts", kernel_loc,
                      "the kernel branches on loop indices in too many places; use smaller static loops")
+
+
+@functools.lru_cache(maxsize=256)
+def _source_lines(fn) -> tuple[int, int | None]:
+    """The line of the kernel's `def` (not its decorator) and of its one
+    top-level `return` statement (None unless there is exactly one)."""
+    import ast
+    import inspect
+    import textwrap
+
+    first = fn.__code__.co_firstlineno
+    try:
+        lines, start = inspect.getsourcelines(fn)
+        tree = ast.parse(textwrap.dedent("".join(lines)))
+    except (OSError, TypeError, SyntaxError):
+        return first, None
+    node = tree.body[0] if tree.body and isinstance(tree.body[0], (ast.FunctionDef, ast.AsyncFunctionDef)) else None
+    if node is None:
+        return first, None
+    returns = []
+    stack = list(node.body)
+    while stack:
+        n = stack.pop()
+        if isinstance(n, ast.Return):
+            returns.append(n.lineno)
+        elif not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            stack.extend(ast.iter_child_nodes(n))
+    return start + node.lineno - 1, (start + returns[0] - 1 if len(returns) == 1 else None)
 
 
 def inspect_unwrap(fn):
@@ -190,5 +259,9 @@ def _outputs(result, builder: Builder, loc: Loc) -> list[str]:
         if item.decl.role == "arg":
             raise NkiccError("E104", f"the kernel returns its argument {item.name}", loc,
                              "return a new nl.shared_hbm tensor")
+        if builder.grid and item.buffer != "shared_hbm":
+            raise NkiccError("E104", f"the kernel launched on a grid returns {item.name}, which lives in "
+                                     f"{item.buffer}; each program would have its own", loc,
+                             "return tensors made with nl.ndarray(..., buffer=nl.shared_hbm)")
         names.append(item.name)
     return names

@@ -1,7 +1,10 @@
 """nkicc.ir: the rolled IR, affine index expressions, printer, hashing."""
 from .affine import Affine
 from .errors import NkiccError
-from .hash import canonical_text, digest, kernel_hash, region_hash, region_hashes
+from .hash import (
+    NotCanonical, Renaming, canonical_kernel, canonical_text, digest, exact_hash, kernel_hash, region_hash,
+    region_hashes,
+)
 from .nodes import (
     BUFFERS, ON_CHIP, Access, Alloc, Block, Const, Kernel, Loc, Loop, Op, Operand,
     ScalarOffset, Stmt, TensorDecl,
@@ -14,4 +17,5 @@ __all__ = [
     "Loop", "ON_CHIP", "Op", "Operand", "ScalarOffset", "Stmt", "TensorDecl",
     "canonical_text", "count_instructions", "count_loops", "digest", "format_block",
     "format_kernel", "format_op", "kernel_hash", "region_hash", "region_hashes",
+    "NotCanonical", "Renaming", "canonical_kernel", "exact_hash",
 ]

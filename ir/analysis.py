@@ -10,7 +10,7 @@ from .nodes import Access, Op, TensorDecl
 ENGINE = {
     "dma_copy": "dma", "nc_matmul": "pe", "nc_transpose": "pe", "activation": "act",
     "tensor_copy": "dve", "memset": "dve", "tensor_tensor": "dve", "tensor_scalar": "dve",
-    "tensor_reduce": "dve", "select": "dve", "iota": "pool",
+    "tensor_reduce": "dve", "select": "dve", "iota": "pool", "tensor_tensor_scan": "dve",
 }
 
 

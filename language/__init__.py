@@ -1,6 +1,6 @@
 """nkicc.language (`nl`): tensors, buffers, dtypes, loop iterators, operations."""
 from .creation import (
-    empty_like, full, hbm, ndarray, ones, ones_like, private_hbm, psum, sbuf, shared_hbm, tile_size,
+    empty_like, full, hbm, ndarray, ones, ones_like, par_dim, private_hbm, psum, sbuf, shared_hbm, tile_size,
     zeros, zeros_like,
 )
 from .dtypes import bool_, float16, float32, int8, int16, int32, tfloat32, uint8, uint16, uint32
@@ -13,11 +13,14 @@ from .ops import (  # noqa: F401 - the op functions are generated in ops
 )
 from . import dtypes
 from .ranges import affine_range, dynamic_range, sequential_range, static_range
-from .tensor import DynSlice, Tensor, ds
+from .spmd import num_programs, program_id, program_ndim
+from .tensor import DynSlice, Tensor, ds, unsupported_name
 
 
 def __getattr__(name: str):
     # bf16/fp8 dtypes import ml_dtypes, which is slow: only when a kernel asks
     if name in dtypes.LAZY:
         return dtypes.ml_dtype(name)
-    raise AttributeError(f"module 'nkicc.language' has no attribute {name!r}")
+    if name.startswith("_"):
+        raise AttributeError(f"module 'nkicc.language' has no attribute {name!r}")
+    raise unsupported_name("nl", name)

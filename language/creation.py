@@ -103,6 +103,12 @@ def empty_like(a: Tensor, dtype=None, buffer=None, name="", **_hints) -> Tensor:
     return new_tensor(a.shape, dtype or a.dtype, buffer or a.buffer, name, user_loc(2))
 
 
+def par_dim(size):
+    """Marks the partition dimension of a shape, as NKI kernels write it: `(nl.par_dim(128), 512)`.
+    Dimension 0 is always the partition dimension in nkicc, so this is the size itself."""
+    return size
+
+
 class tile_size:
     pmax = 128
     psum_fmax = 512

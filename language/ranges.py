@@ -18,7 +18,7 @@ class LoopRange:
     def __init__(self, start, stop=None, step=1) -> None:
         if stop is None:
             start, stop = 0, start
-        loc = user_loc(3)
+        loc = user_loc(2)  # the frame that made the range (the walk skips nkicc frames)
         try:
             start, stop, step = operator.index(start), operator.index(stop), operator.index(step)
         except TypeError:
@@ -46,7 +46,8 @@ class LoopRange:
         site = b.policy.site(sys._getframe(1))
         if site is None:
             return iter(self._range)
-        return b.static_loop(self.start, self.step, len(self._range), site)
+        return b.static_loop(self.start, self.step, len(self._range), site,
+                             independent=isinstance(self, affine_range))
 
     def __len__(self) -> int:
         return len(self._range)

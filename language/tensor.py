@@ -165,6 +165,10 @@ class Tensor:
                 raise NkiccError("E103", f"scalar_offset must be a (1, 1) tensor, got shape {list(scalar_offset.shape)}", loc)
             if not scalar_offset.decl.on_chip:
                 raise NkiccError("E120", "scalar_offset must live on SBUF", loc)
+            if not scalar_offset.decl.dtype.startswith(("int", "uint")):
+                raise NkiccError("E103", f"scalar_offset must be an integer tile (int32), "
+                                         f"{scalar_offset.name} is {scalar_offset.decl.dtype}", loc,
+                                 "keep runtime offsets in an nl.int32 tile")
             so = scalar_offset.access
             scalar = ScalarOffset(tensor=so.tensor, offset=so.offset)
         elif scalar_offset is not None:
@@ -174,6 +178,11 @@ class Tensor:
         if scalar is None:
             check_access_bounds(access, self.decl, self.builder.trips(), loc)
         return self._view(access)
+
+    def broadcast_to(self, shape) -> "Tensor":
+        """A zero-copy view with size-1 dimensions repeated (step 0): `t.broadcast_to((128, n))`."""
+        from .ops import broadcast_view
+        return broadcast_view(self, tuple(int(d) for d in shape), user_loc(2))
 
     def reshape(self, shape) -> "Tensor":
         loc = user_loc(2)
@@ -231,6 +240,16 @@ def check_access_bounds(access: Access, decl: TensorDecl, trips, loc) -> None:
 
 def wrap(builder: Builder, decl: TensorDecl) -> Tensor:
     return Tensor(builder, decl)
+
+
+class UnsupportedName(NkiccError, AttributeError):
+    """`nl.NAME` / `nisa.NAME` that nkicc does not provide: E160 at the kernel's
+    line, and still an AttributeError for hasattr() and getattr(..., default)."""
+
+
+def unsupported_name(module: str, name: str) -> UnsupportedName:
+    return UnsupportedName("E160", f"{module}.{name} is not supported by nkicc (or is not NKI)", user_loc(3),
+                           "see NKI_SPEC section 4 for the operations nkicc provides")
 
 
 def require_builder(what: str) -> Builder:

@@ -86,6 +86,9 @@ class LoopSite:
     frame_locals: dict | None = None
 
 
+GRID = "<launch grid>"  # LoopSite.file and .node of the loops of an SPMD launch grid
+
+
 class LoopPolicy(Protocol):
     def site(self, frame) -> LoopSite | None: ...
     def plan(self, key: tuple, trip: int, site: LoopSite) -> LoopPlan: ...
@@ -118,8 +121,14 @@ class Builder:
         self._names = itertools.count()
         self._vars = itertools.count()
         self.loop_stats = {"rolled": 0, "split": 0, "concrete": 0, "dynamic": 0}
+        self.affine_vars: set[str] = set()  # rolled loops from affine_range: iterations must be independent
         self.warnings: dict[tuple, NkiccError] = {}
         self._token = None
+        # SPMD launch grid (language/spmd.py): sizes, the program id per axis, shared_hbm tensors by order
+        self.grid: tuple[int, ...] = ()
+        self.program_ids: list = []
+        self._shared: list[TensorDecl] = []
+        self._shared_next = 0
 
     # context management
     def __enter__(self) -> "Builder":
@@ -132,16 +141,57 @@ class Builder:
     # tensors
     def new_tensor(self, shape, dtype: str, buffer: str, name: str = "", role: str = "local",
                    loc: Loc | None = None) -> TensorDecl:
+        if self.grid and buffer == "shared_hbm" and role == "local":
+            return self._grid_shared(shape, dtype, name, loc)
+        return self._declare(shape, dtype, buffer, name, role, loc, self._frames[-1], self._blocks[-1])
+
+    def _declare(self, shape, dtype: str, buffer: str, name: str, role: str, loc: Loc | None,
+                 frame: "_Frame", block: list) -> TensorDecl:
         base = name if name else "t"
         unique = base if base not in self.decls else f"{base}.{next(self._names)}"
         while unique in self.decls:
             unique = f"{base}.{next(self._names)}"
         decl = TensorDecl(unique, tuple(int(d) for d in shape), dtype, buffer, role, loc)
         self.decls[unique] = decl
-        self.tensor_frame[unique] = self._frames[-1]
+        self.tensor_frame[unique] = frame
         if role == "local":
-            self._blocks[-1].append(Alloc(unique))
+            block.append(Alloc(unique))
         return decl
+
+    def _grid_shared(self, shape, dtype: str, name: str, loc: Loc | None) -> TensorDecl:
+        """Under a launch grid every program sees the same shared_hbm tensors: the
+        n-th one a program allocates is allocated once, before the grid loops."""
+        n = self._shared_next
+        self._shared_next += 1
+        if n < len(self._shared):
+            decl = self._shared[n]
+            if decl.shape != tuple(int(d) for d in shape) or decl.dtype != dtype:
+                raise NkiccError("E104", f"programs of the launch grid allocate different shared_hbm tensors: "
+                                         f"{decl.dtype}{list(decl.shape)} and {dtype}{list(shape)}", loc,
+                                 "allocate the same nl.shared_hbm outputs in every program")
+            return decl
+        decl = self._declare(shape, dtype, "shared_hbm", name, "local", loc, self._frames[0], self._blocks[0])
+        self._shared.append(decl)
+        return decl
+
+    def launch(self, grid: tuple[int, ...], call: Callable[[], object]) -> object:
+        """Run `call` (the kernel body) once per program id of a launch grid: one
+        static loop per grid axis, axis 0 outermost, whose index is the program
+        id. The loops roll, split and go concrete like any other static loop."""
+        self.grid = tuple(grid)
+        self.program_ids = [0] * len(grid)
+
+        def level(axis: int):
+            if axis == len(self.grid):
+                self._shared_next = 0
+                return call()
+            result = None
+            for pid in self.static_loop(0, 1, self.grid[axis], LoopSite(GRID, axis, 0, GRID)):
+                self.program_ids[axis] = pid
+                result = level(axis + 1)
+            return result
+
+        return level(0)
 
     def set_role(self, name: str, role: str) -> None:
         d = self.decls[name]
@@ -201,7 +251,8 @@ class Builder:
         parent.children[where] = n + 1
         return parent.key + ((where, n),)
 
-    def static_loop(self, start: int, step: int, trip: int, site: LoopSite) -> Iterator[object]:
+    def static_loop(self, start: int, step: int, trip: int, site: LoopSite,
+                    independent: bool = False) -> Iterator[object]:
         key = self._child_key(site)
         plan = self.policy.plan(key, trip, site)
         loc = Loc(site.file, site.line)
@@ -212,7 +263,7 @@ class Builder:
         pieces = list(zip(bounds, bounds[1:]))
         if len(pieces) > 1:
             self.loop_stats["split"] += 1
-        return self._pieces(key, start, step, pieces, loc)
+        return self._pieces(key, start, step, pieces, loc, independent)
 
     def _concrete(self, start: int, step: int, trip: int) -> Iterator[int]:
         parent = self._frames[-1]
@@ -220,7 +271,8 @@ class Builder:
             parent.children.clear()
             yield start + step * t
 
-    def _pieces(self, key: tuple, start: int, step: int, pieces, loc: Loc) -> Iterator[object]:
+    def _pieces(self, key: tuple, start: int, step: int, pieces, loc: Loc,
+                independent: bool = False) -> Iterator[object]:
         parent = self._frames[-1]
         for lo, hi in pieces:
             parent.children.clear()
@@ -229,6 +281,8 @@ class Builder:
                 continue
             self.loop_stats["rolled"] += 1
             var = f"i{next(self._vars)}"
+            if independent:
+                self.affine_vars.add(var)
             frame = _Frame(key, var, hi - lo, "static", lo)
             index = SymInt(Affine.var(var, step, start + step * lo), self)
             yield from self._in_loop(frame, index, lambda body: Loop(var, hi - lo, start + step * lo, step, "static", body, loc))

@@ -6,6 +6,12 @@ index being the register value). New on-chip tensors are poisoned (NaN for
 floats, the most negative value for ints) so that reads of never-written
 memory show. PSUM keeps a written-mask per element for the matmul
 accumulate=None rule: the first write to a location overwrites, later ones add.
+
+`check_defined(kernel, inputs, outputs)` turns poison that reached an output
+into an error (E173: read of never-written memory; E174: output elements never
+written). It costs nothing unless an output holds poison-like values (NaN or
+the int sentinel); then it runs the kernel again with a different poison and a
+written-mask per tensor, and reports only outputs that change with the poison.
 """
 from __future__ import annotations
 
@@ -17,8 +23,10 @@ from ..ir import dtypes
 from . import semantics
 
 
-def poison(dt: np.dtype, n: int) -> np.ndarray:
+def poison(dt: np.dtype, n: int, fill=None) -> np.ndarray:
     """n elements of the value that marks never-written memory."""
+    if fill is not None:
+        return np.full(n, fill(dt) if callable(fill) else fill, dtype=dt)
     if np.issubdtype(dt, np.integer):
         fill = np.iinfo(dt).min if np.issubdtype(dt, np.signedinteger) else np.iinfo(dt).max
         return np.full(n, fill, dtype=dt)
@@ -41,13 +49,17 @@ def strided(flat: np.ndarray, start: int, pattern) -> np.ndarray:
 
 
 class ReferenceMachine:
-    def __init__(self, kernel: Kernel) -> None:
+    def __init__(self, kernel: Kernel, fill=None, track_undefined: bool = False) -> None:
         self.kernel = kernel
         self.decls = kernel.tensor_map()
         self.memory: dict[str, np.ndarray] = {}
         self.written: dict[str, np.ndarray] = {}
         self.env: dict[str, int] = {}
         self.executed = 0
+        self.fill = fill  # poison override (check_defined's second run)
+        # with track_undefined: a written-mask per allocated tensor, and the reads of never-written elements
+        self.defined: dict[str, np.ndarray] | None = {} if track_undefined else None
+        self.undefined_reads: list[tuple[Op, str, bool]] = []  # (op, tensor, past the end of a tile)
 
     def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         for name in self.kernel.args:
@@ -63,7 +75,9 @@ class ReferenceMachine:
                 self.op(s)
             elif isinstance(s, Alloc):
                 decl = self.decls[s.tensor]
-                self.memory[s.tensor] = poison(dtypes.storage(decl.dtype), decl.size)
+                self.memory[s.tensor] = poison(dtypes.storage(decl.dtype), decl.size, self.fill)
+                if self.defined is not None:
+                    self.defined[s.tensor] = np.zeros(decl.size, dtype=bool)
                 if decl.buffer == "psum":
                     self.written[s.tensor] = np.zeros(decl.size, dtype=bool)
             else:
@@ -101,6 +115,8 @@ class ReferenceMachine:
         flat = self.memory[a.tensor]
         start = self.start(a, op, read=True)
         end = start + sum(s * (n - 1) for s, n in a.pattern) + 1
+        if self.defined is not None and a.tensor in self.defined:
+            self._check_defined(a, op, start, end)
         if end > flat.size:
             # An on-chip read past the tile (tracing warned, W101): what lies
             # beyond is undefined, so it reads as poison.
@@ -108,12 +124,31 @@ class ReferenceMachine:
             return strided(np.concatenate([flat[start:], pad]), 0, a.pattern)
         return strided(flat, start, a.pattern)
 
+    def _check_defined(self, a: Access, op: Op, start: int, end: int) -> None:
+        mask = self.defined[a.tensor]
+        if end > mask.size:
+            self._undefined(op, a.tensor, True)
+            mask = np.concatenate([mask[start:], np.ones(end - mask.size, dtype=bool)])
+            start = 0
+        if not strided(mask, start, a.pattern).all():
+            self._undefined(op, a.tensor, False)
+
+    def _undefined(self, op: Op, tensor: str, past_end: bool) -> None:
+        if len(self.undefined_reads) < 64 and (op, tensor, past_end) not in self.undefined_reads:
+            self.undefined_reads.append((op, tensor, past_end))
+
     def op(self, op: Op) -> None:
         self.executed += 1
+        if self.defined is not None and op.opcode == "nc_matmul" and op.attr("accumulate") is True:
+            a = op.outs[0]
+            start = self.start(a, op)
+            self._check_defined(a, op, start, start + sum(s * (n - 1) for s, n in a.pattern) + 1)
         results = semantics.compute(op, lambda a: self.view(a, op))
         for index, values in results:
             dst_access = op.outs[index]
             dst = strided(self.memory[dst_access.tensor], self.start(dst_access, op), dst_access.pattern)
+            if self.defined is not None and dst_access.tensor in self.defined:
+                strided(self.defined[dst_access.tensor], self.start(dst_access, op), dst_access.pattern)[...] = True
             mask = self.written.get(dst_access.tensor)
             if mask is not None:
                 wmask = strided(mask, self.start(dst_access, op), dst_access.pattern)
@@ -138,3 +173,55 @@ class ReferenceMachine:
 
 def run_reference(kernel: Kernel, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return ReferenceMachine(kernel).run(inputs)
+
+
+def _poison_like(a: np.ndarray) -> np.ndarray:
+    """Where an output holds the poison value of its dtype."""
+    if a.dtype == np.bool_:
+        return np.zeros(a.shape, dtype=bool)
+    if np.issubdtype(a.dtype, np.integer):
+        return a == poison(a.dtype, 1)[0]
+    return np.isnan(a.astype(np.float32))
+
+
+def _other_fill(dt: np.dtype):
+    """A second poison: finite, positive, and far from the first."""
+    if np.issubdtype(dt, np.integer):
+        return 1
+    return 1.0
+
+
+def check_defined(kernel: Kernel, inputs: dict[str, np.ndarray], outputs: dict[str, np.ndarray]) -> None:
+    """Raise E173/E174 when an output of a reference run depends on memory that
+    was never written (see the module docstring)."""
+    if not any(_poison_like(np.asarray(outputs[o])).any() for o in kernel.outputs):
+        return
+    # outputs may come from another simulator: compare two reference runs with each other
+    outputs = ReferenceMachine(kernel).run(inputs)
+    machine = ReferenceMachine(kernel, fill=_other_fill, track_undefined=True)
+    again = machine.run(inputs)
+    decls = kernel.tensor_map()
+    for name in kernel.outputs:
+        a, b = np.asarray(outputs[name]), np.asarray(again[name])
+        if a.dtype == np.bool_ or np.issubdtype(a.dtype, np.integer):
+            differ = a != b
+        else:
+            a32, b32 = a.astype(np.float32), b.astype(np.float32)
+            differ = ~((a32 == b32) | (np.isnan(a32) & np.isnan(b32)))
+        n = int(differ.sum())
+        if not n:
+            continue
+        reads = sorted(machine.undefined_reads, key=lambda r: r[2])  # reads inside a tile first
+        if reads:
+            op, tensor, past_end = reads[0]
+            what = f"past the end of {_named(decls[tensor])}" if past_end else \
+                f"elements of {_named(decls[tensor])} that nothing wrote"
+            raise NkiccError("E173", f"{n} of the {a.size} elements of output {_named(decls[name])} come from "
+                                     f"never-written memory: this {op.opcode} reads {what}", op.loc,
+                             "initialise the tile (nl.zeros, nisa.memset) or read only what was written")
+        raise NkiccError("E174", f"{n} of the {a.size} elements of output {_named(decls[name])} are never written",
+                         decls[name].loc, "store every element of the output")
+
+
+def _named(decl: TensorDecl) -> str:
+    return f"{decl.name} (made at line {decl.loc.line})" if decl.loc is not None and decl.role != "arg" else decl.name

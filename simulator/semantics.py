@@ -113,12 +113,16 @@ def compute(op: Op, read, psum_written=None) -> list[tuple[int, np.ndarray]]:
     with np.errstate(all="ignore"):
         if code in ("dma_copy", "tensor_copy"):
             src = read(ins[0])
+            if op.attr("cast") == "float32":  # a DMA between dtypes converts through fp32
+                src = f32(src)
             return [(0, src)]
         if code == "memset":
             return [(0, _F32(op.attr("value")))]
         if code == "nc_matmul":
-            st = as_tiles(f32(read(ins[0])))
-            mv = as_tiles(f32(read(ins[1])))
+            # contiguous copies: BLAS picks its kernel (and so the rounding) from the
+            # operands' strides and alignment, which differ between simulators' layouts
+            st = np.ascontiguousarray(as_tiles(f32(read(ins[0]))))
+            mv = np.ascontiguousarray(as_tiles(f32(read(ins[1]))))
             result = st.T @ mv
             return [(0, result)]
         if code == "nc_transpose":
@@ -149,6 +153,9 @@ def compute(op: Op, read, psum_written=None) -> list[tuple[int, np.ndarray]]:
             return [(0, -r if op.attr("negate") else r)]
         if code == "iota":
             return [(0, _iota(op, op.outs[0].shape[0]))]
+        if code == "tensor_tensor_scan":
+            return [(0, _scan(op, as_tiles(f32(read(ins[0]))), as_tiles(f32(read(ins[1]))),
+                              operand(ins[2], read)))]
         if code == "select":
             vals = [operand(x, read) if isinstance(x, Const) else as_tiles(f32(read(x))) for x in ins]
             return [(0, np.where(vals[0] != 0, vals[1], vals[2]))]
@@ -158,6 +165,19 @@ def compute(op: Op, read, psum_written=None) -> list[tuple[int, np.ndarray]]:
 def _apply(name: str, x, operand, reverse: bool):
     f = BINARY[name]
     return f(operand, x) if reverse else f(x, operand)
+
+
+def _scan(op: Op, d0: np.ndarray, d1: np.ndarray, initial) -> np.ndarray:
+    """dst[:, i] = (d0[:, i] op0 dst[:, i-1]) op1 d1[:, i], dst[:, -1] = initial; fp32 state."""
+    f0, f1 = BINARY[op.attr("op0")], BINARY[op.attr("op1")]
+    r0, r1 = op.attr("reverse0"), op.attr("reverse1")
+    out = np.empty(d0.shape, dtype=_F32)
+    prev = np.broadcast_to(np.asarray(initial, dtype=_F32).reshape(-1), (d0.shape[0],))
+    for i in range(d0.shape[1]):
+        x = f0(prev, d0[:, i]) if r0 else f0(d0[:, i], prev)
+        prev = np.asarray(f1(d1[:, i], x) if r1 else f1(x, d1[:, i]), dtype=_F32)
+        out[:, i] = prev
+    return out
 
 
 def _iota(op: Op, partitions: int) -> np.ndarray:

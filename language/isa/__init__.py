@@ -4,15 +4,17 @@ from __future__ import annotations
 from ..ir import Access, Const, NkiccError
 from ..language import dtypes
 from ..language.opnames import BINARY, REDUCE, UNARY, op_name
-from ..language.tensor import Tensor, require_builder
+from ..language.tensor import Tensor, require_builder, unsupported_name
 from ..language.tracing import user_loc
 
 __all__ = [
     "dma_copy", "tensor_copy", "memset", "nc_matmul", "nc_transpose", "tensor_tensor",
-    "tensor_scalar", "activation", "tensor_reduce", "iota", "select",
+    "tensor_scalar", "activation", "tensor_reduce", "iota", "select", "tensor_tensor_scan",
 ]
 
 PMAX = 128
+# elements per partition one compute instruction may read or write (NKI_SPEC 4)
+FREE_MAX = {"sbuf": 64 * 1024, "psum": 4 * 1024}
 
 # engine hints kernels pass as engine=...; nkicc's schedule pass picks engines itself
 tensor_engine = "pe"
@@ -51,8 +53,20 @@ def _same_layout(dst: Tensor, src: Tensor, what: str, loc) -> None:
                          "give both the same partition count and the same number of free elements")
 
 
+def _free_limits(opcode: str, tensors, loc) -> None:
+    """Engine free-size limits: 64 Ki elements per partition from SBUF, 4 Ki from PSUM."""
+    for t in tensors:
+        limit = FREE_MAX.get(t.buffer)
+        if limit is not None and _free(t) > limit:
+            raise NkiccError("E134", f"{opcode} accesses {_free(t)} elements per partition of {t.name} in "
+                                     f"{t.buffer}; one instruction handles at most {limit}", loc,
+                             f"split the free dimension into pieces of at most {limit} elements")
+
+
 def _emit(opcode: str, outs, ins, attrs=None, loc=None) -> None:
     b = require_builder(f"nisa.{opcode}")
+    if opcode != "dma_copy":
+        _free_limits(opcode, list(outs) + [i for i in ins if isinstance(i, Tensor)], loc)
     for o in outs:
         if o.overflow:
             raise NkiccError("E101", f"{opcode} writes past the end of a tile: {o.overflow}", loc,
@@ -75,7 +89,9 @@ def dma_copy(dst, src, dst_rmw_op=None, oob_mode=None, dge_mode=None, name=None,
                          f"make the shapes match: dst {list(dst.shape)}, src {list(src.shape)}")
     if dst_rmw_op is not None:
         raise NkiccError("E160", "dma_copy(dst_rmw_op=) is not supported yet", loc)
-    _emit("dma_copy", [dst], [src], {}, loc)
+    # a DMA between different dtypes converts through fp32 (NKI_SPEC 4)
+    attrs = {"cast": "float32"} if dst.decl.dtype != src.decl.dtype else {}
+    _emit("dma_copy", [dst], [src], attrs, loc)
 
 
 def tensor_copy(dst, src, engine=None, name=None, dtype=None, **_hw_hints) -> None:
@@ -109,6 +125,7 @@ def _scalar(value, what: str, loc):
 
 
 _MATMUL_FP32 = ("float32", "tfloat32")
+_MATMUL_DTYPES = ("float8_e4m3", "float8_e5m2", "bfloat16", "float16", "tfloat32", "float32")
 
 
 def nc_matmul(dst, stationary, moving, accumulate=None, is_stationary_onezero=False, is_moving_onezero=False,
@@ -135,6 +152,10 @@ def nc_matmul(dst, stationary, moving, accumulate=None, is_stationary_onezero=Fa
     if dst.shape[0] != m or _free(dst) != n:
         raise NkiccError("E130", f"nc_matmul dst has shape {list(dst.shape)}, expected [{m}, {n}]", loc,
                          "dst is [M, N] for stationary [K, M] and moving [K, N]")
+    for t, what in ((st, "stationary"), (mv, "moving")):
+        if t.decl.dtype not in _MATMUL_DTYPES:
+            raise NkiccError("E132", f"nc_matmul {what} is {t.decl.dtype}; the Tensor Engine multiplies "
+                                     f"{', '.join(_MATMUL_DTYPES)}", loc, "cast it with nisa.tensor_copy first")
     if (st.decl.dtype in _MATMUL_FP32) != (mv.decl.dtype in _MATMUL_FP32):
         raise NkiccError("E132", f"nc_matmul mixes {st.decl.dtype} and {mv.decl.dtype}", loc,
                          "an fp32/tfloat32 operand needs an fp32/tfloat32 partner")
@@ -281,3 +302,32 @@ def select(dst, predicate, on_true, on_false, name=None, **_hw_hints) -> None:
         else:
             ins.append(Const(_scalar(x, f"select {what}", loc)))
     _emit("select", [dst], ins, {}, loc)
+
+
+def tensor_tensor_scan(dst, data0, data1, initial, op0, op1, reverse0=False, reverse1=False, engine=None,
+                       name=None, **_hw_hints) -> None:
+    """A recurrence along the free axis (flattened), per partition:
+    dst[:, 0] = (data0[:, 0] op0 initial) op1 data1[:, 0] and
+    dst[:, i] = (data0[:, i] op0 dst[:, i-1]) op1 data1[:, i]; `initial` is a
+    number or a [P, 1] tile. reverse0/reverse1 swap the operands of op0/op1.
+    The running value is kept in fp32; each step is also written to dst."""
+    loc = user_loc(2)
+    dst = _tensor(dst, "tensor_tensor_scan dst", loc)
+    a = _tensor(data0, "tensor_tensor_scan data0", loc)
+    b = _tensor(data1, "tensor_tensor_scan data1", loc)
+    for t, what in ((dst, "dst"), (a, "data0"), (b, "data1")):
+        _on_chip(t, f"tensor_tensor_scan {what}", loc)
+    if a.buffer == "psum" and b.buffer == "psum":
+        raise NkiccError("E120", "tensor_tensor_scan cannot read both inputs from PSUM", loc,
+                         "copy one of them to SBUF first")
+    _same_layout(dst, a, "tensor_tensor_scan", loc)
+    _same_layout(dst, b, "tensor_tensor_scan", loc)
+    attrs = {"op0": op_name(op0, BINARY, "tensor_tensor_scan", loc), "reverse0": bool(reverse0),
+             "op1": op_name(op1, BINARY, "tensor_tensor_scan", loc), "reverse1": bool(reverse1)}
+    _emit("tensor_tensor_scan", [dst], [a, b, _operand(initial, dst, "initial", loc)], attrs, loc)
+
+
+def __getattr__(name: str):
+    if name.startswith("_"):
+        raise AttributeError(f"module 'nkicc.isa' has no attribute {name!r}")
+    raise unsupported_name("nisa", name)

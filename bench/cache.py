@@ -1,0 +1,263 @@
+"""What the compile cache saves: cold, warm and one-edit compiles, and eight
+processes sharing one cache folder.
+
+    python bench/cache.py                    # print the tables
+    python bench/cache.py --markdown F.md    # also write them as markdown
+    python bench/cache.py --update-docs      # replace the "## Cache" section of docs/benchmarks.md
+
+Every measurement runs in fresh Python processes against a fresh temporary
+cache folder (NKICC_CACHE_DIR); nothing touches the user's cache.
+
+- Full-size seeds (../shared/workloads, when present): compile_s of each seed
+  with the cache off, cold (empty cache) and warm (a new process, kernel-level
+  hit; best of --repeat processes).
+- One edit: a kernel is compiled, then a copy with one loop body edited; the
+  edited compile's regions hit / total and compile_s against the same compile
+  with the cache off.
+- Eight processes compile a mix of kernels against one folder at once, cold
+  and then again warm: wall time of the batch and the folder's statistics.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+TESTS = REPO / "tests"
+WORKLOADS = REPO.parent / "shared" / "workloads"
+MM = ["At=float32[4096,32768]", "B=float32[4096,16384]", "D=float32[16384,4096]"]
+SEEDS = [("seed_mm2_static.py::mm2", MM), ("seed_mm2_dynamic.py::mm2", MM),
+         ("seed_einsum_affine.py::compute_einsum",
+          ["A=float32[32768,4096]", "B=float32[4096,16384]", "C=float32[1,1]", "D=float32[16384,4096]"])]
+
+SEED_WORKER = '''
+import json, sys
+from nkicc.api import _compile
+from nkicc.cli import _resolve
+out = []
+for target, args in json.loads(sys.argv[1]):
+    fn, specs, consts = _resolve(target, args, [])
+    c = _compile(fn, specs, consts, None)
+    out.append({"compile_s": c.report["compile_s"], "trace_s": c.report["trace_s"], **c.report["cache"]})
+print(json.dumps(out))
+'''
+
+EDIT_WORKER = '''
+import importlib.util, json, sys
+import nkicc
+from nkicc.specs import annotated_specs
+from nkicc.trace import inspect_unwrap
+path, name = sys.argv[1], sys.argv[2]
+spec = importlib.util.spec_from_file_location("edited_kernel", path)
+m = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(m)
+k = getattr(m, name)
+c = nkicc.compile(k, **annotated_specs(inspect_unwrap(k.fn)))
+print(json.dumps({"compile_s": c.report["compile_s"], **c.report["cache"]}))
+'''
+
+MIX_WORKER = '''
+import json, sys
+import numpy as np
+import nkicc
+import cache_kernels as ck
+rng = np.random.default_rng(int(sys.argv[2]))
+ok = True
+for which in [int(c) for c in sys.argv[1]]:
+    if which == 0:
+        x = rng.standard_normal((256, 32)).astype(np.float32)
+        ok &= bool(np.allclose(nkicc.compile(ck.stages, x).run(x), ck.reference_stages(x), rtol=1e-5, atol=1e-6))
+    elif which == 1:
+        a, b = rng.standard_normal((256, 128)).astype(np.float32), rng.standard_normal((256, 64)).astype(np.float32)
+        ok &= bool(np.allclose(nkicc.compile(ck.matmul_acc, a, b).run(a, b), a.T.astype(np.float64) @ b,
+                               rtol=1e-4, atol=1e-3))
+    else:
+        x = rng.standard_normal((128, 64)).astype(np.float32)
+        ok &= bool(np.allclose(nkicc.compile(ck.make_scaled(float(which)), x).run(x), x * ck.SCALE + which))
+print(json.dumps({"ok": ok}))
+'''
+
+EDITS = [
+    # (file, kernel, original text, edited text, what)
+    (TESTS / "cache_kernels.py", "stages", "value=nl.multiply(t, " + "3.0))", "value=nl.multiply(t, " + "5.0))",
+     "tests/cache_kernels.py::stages (8 loop nests), stage 1's body: x * 3 -> x * 5"),
+    (REPO / "examples" / "fused_matmul.py", "mm2",
+     "            nl.store(E[row_start:row_end, :], E_write_1[:rows, :, m1])",
+     "            nl.store(E[row_start:row_end, :], nl.multiply(E_write_1[:rows, :, m1], 2.0))",
+     "examples/fused_matmul.py::mm2, the store loop's body: E -> 2 E"),
+]
+
+
+def run(code: str, *args: str, cache: str, extra_env=None, timeout=600) -> dict | list:
+    env = {**os.environ, "NKICC_CACHE_DIR": cache, "PYTHONPATH": str(TESTS), "SHARD": "0", "NSHARDS": "1",
+           **(extra_env or {})}
+    r = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, timeout=timeout)
+    if r.returncode != 0:
+        raise RuntimeError(r.stderr)
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def ms(s: float) -> str:
+    return f"{s * 1000:.1f} ms"
+
+
+def bench_seeds(repeat: int) -> list[str]:
+    if not WORKLOADS.is_dir():
+        return ["(../shared/workloads is not present: seeds not measured)"]
+    seeds = [(str(WORKLOADS / f), a) for f, a in SEEDS]
+    with tempfile.TemporaryDirectory() as d:
+        off = run(SEED_WORKER, json.dumps(seeds), cache=d, extra_env={"NKICC_CACHE": "0"})
+        cold = run(SEED_WORKER, json.dumps(seeds), cache=d)
+        warm = [run(SEED_WORKER, json.dumps(seeds), cache=d) for _ in range(repeat)]
+    lines = ["| seed | trace | compile_s, cache off | cold (empty cache) | warm: kernel hit, new process (best / median) | warm / cold |",
+             "|---|---|---|---|---|---|"]
+    for i, (name, _) in enumerate(SEEDS):
+        w = [r[i]["compile_s"] for r in warm]
+        assert cold[i]["kernel"] == "miss" and all(r[i]["kernel"] == "hit" for r in warm)
+        lines.append(f"| {name} | {ms(cold[i]['trace_s'])} | {ms(off[i]['compile_s'])} | {ms(cold[i]['compile_s'])} | "
+                     f"{ms(min(w))} / {ms(statistics.median(w))} | {min(w) / cold[i]['compile_s']:.1%} |")
+    return lines
+
+
+def bench_edits(repeat: int) -> list[str]:
+    lines = ["| kernel and edit | regions hit / total | compile_s, cache off | after the edit (best of runs) |",
+             "|---|---|---|---|"]
+    for path, name, before, after, what in EDITS:
+        source = path.read_text()
+        assert source.count(before) == 1, what
+        with tempfile.TemporaryDirectory() as d:
+            original = pathlib.Path(d) / "original.py"
+            edited = pathlib.Path(d) / "edited.py"
+            original.write_text(source)
+            edited.write_text(source.replace(before, after))
+            off = min(run(EDIT_WORKER, str(edited), name, cache=d, extra_env={"NKICC_CACHE": "0"})["compile_s"]
+                      for _ in range(repeat))
+            times, info = [], None
+            for _ in range(repeat):
+                cache = tempfile.mkdtemp(dir=d)
+                run(EDIT_WORKER, str(original), name, cache=cache)
+                info = run(EDIT_WORKER, str(edited), name, cache=cache)
+                times.append(info["compile_s"])
+        lines.append(f"| {what} | {info['regions_hit']} / {info['regions_total']} "
+                     f"({info['regions_hit'] / info['regions_total']:.0%}) | {ms(off)} | {ms(min(times))} |")
+    return lines
+
+
+def bench_processes() -> list[str]:
+    orders = ["0123", "1230", "2301", "3012", "0213", "1302", "2130", "3201"]
+    lines = ["| run | wall time of 8 processes (4 compiles each) | kernel hits / misses | region hits / misses | corrupt |",
+             "|---|---|---|---|---|"]
+    with tempfile.TemporaryDirectory() as d:
+        env = {**os.environ, "NKICC_CACHE_DIR": d, "PYTHONPATH": str(TESTS), "OPENBLAS_NUM_THREADS": "1"}
+        seen: dict = {}
+        for label in ("cold (empty folder)", "warm (same folder)"):
+            t0 = time.perf_counter()
+            procs = [subprocess.Popen([sys.executable, "-c", MIX_WORKER, o, str(i)], stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True, env=env) for i, o in enumerate(orders)]
+            outs = [p.communicate(timeout=600) for p in procs]
+            wall = time.perf_counter() - t0
+            if any(p.returncode for p in procs) or not all(json.loads(o)["ok"] for o, _ in outs):
+                raise RuntimeError("a process failed: " + " / ".join(e for _, e in outs))
+            sys.path.insert(0, str(REPO))
+            from nkicc.cache.stats import Counters
+            s = Counters(d).read()
+            delta = {k: s.get(k, 0) - seen.get(k, 0) for k in s}
+            seen = s
+            lines.append(f"| {label} | {wall:.2f} s | {delta.get('kernel.hit', 0)} / {delta.get('kernel.miss', 0)} | "
+                         f"{delta.get('region.hit', 0)} / {delta.get('region.miss', 0)} | {delta.get('corrupt', 0)} |")
+    return lines
+
+
+def machine() -> str:
+    import numpy
+    try:
+        load = os.getloadavg()
+        load_text = f"load average {load[0]:.1f} at the start"
+    except OSError:
+        load_text = ""
+    mem = ""
+    try:
+        with open("/proc/meminfo") as f:
+            mem = f"{int(f.readline().split()[1]) / 2**20:.0f} GiB memory, "
+    except OSError:
+        pass
+    return (f"{os.cpu_count()} CPUs, {mem}{platform.machine()}, {platform.system()} {platform.release()}, "
+            f"Python {platform.python_version()}, numpy {numpy.__version__}; {load_text}")
+
+
+def section(repeat: int) -> str:
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO).stdout.strip()
+    parts = [
+        "## Cache",
+        "",
+        f"Command (run on commit {commit or '?'} plus the uncommitted work of that moment):",
+        "",
+        f"    python bench/cache.py --repeat {repeat} --update-docs",
+        "",
+        f"Machine: {machine()}. Every number comes from fresh processes and a fresh temporary cache folder. "
+        "`compile_s` is the report's: the pass pipeline, or on a kernel-level hit the key (a hash of the traced "
+        "IR), the lookup and decoding the stored kernel; the trace runs either way (its time is the trace column). "
+        "Opening the cache folder is a per-process cost (like loading the plugins) and is not in `compile_s`.",
+        "",
+        "Full-size seed kernels, compiled cold and then again in new processes:",
+        "",
+        *bench_seeds(repeat),
+        "",
+        "One loop body edited (the original compiled first, into the same folder):",
+        "",
+        *bench_edits(repeat),
+        "",
+        "Eight processes against one folder (tests/cache_kernels.py: stages, matmul_acc, two scaled; every result "
+        "checked against numpy):",
+        "",
+        *bench_processes(),
+        "",
+        "What it shows: a kernel-level hit costs a few milliseconds (hashing the traced IR, one read, decoding the "
+        "stored kernel) where the cold pipeline costs tens to hundreds, so a notebook re-run or a second process pays "
+        "little more than the trace. After an edit most regions hit, but with the built-in passes the saving is "
+        "small: the region-scoped passes (simplify, psum-legalize, licm, dma-coalesce) take about a millisecond on "
+        "these kernels, about what keying and looking up their regions costs, and the kernel-scoped passes "
+        "(verify, dce, alloc, schedule) run again after any edit. The region level pays off for region passes that "
+        "are expensive per body. Cold compiles pay for storing entries (and for the cycle collections the extra "
+        "objects trigger), which is most of the cold-versus-off difference; timings are noisy on this shared machine.",
+        "",
+    ]
+    return "\n".join(parts)
+
+
+def update_docs(text: str) -> None:
+    path = REPO / "docs" / "benchmarks.md"
+    doc = path.read_text() if path.exists() else "# Benchmarks\n"
+    pattern = re.compile(r"^## Cache\n.*?(?=^## |\Z)", re.S | re.M)
+    if pattern.search(doc):
+        doc = pattern.sub(lambda _: text, doc, count=1)
+    else:
+        doc = doc.rstrip("\n") + "\n\n" + text
+    path.write_text(doc)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=3, help="warm processes per measurement (best is reported)")
+    ap.add_argument("--markdown", help="also write the section to this file")
+    ap.add_argument("--update-docs", action="store_true", help="replace the '## Cache' section of docs/benchmarks.md")
+    args = ap.parse_args()
+    text = section(args.repeat)
+    print(text)
+    if args.markdown:
+        pathlib.Path(args.markdown).write_text(text)
+    if args.update_docs:
+        update_docs(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,144 @@
+"""Simulator throughput: the machine simulator running a scaled seed kernel
+against numpy computing the same math in the same process.
+
+    python bench/sim_throughput.py                     # print the table
+    python bench/sim_throughput.py --markdown docs/benchmarks.md   # also update that file's section
+    python bench/sim_throughput.py --scale 16 --repeat 1           # smaller / quicker
+
+The kernel is examples/fused_matmul.py::mm2 (E = (At.T @ B) @ D with the seed's
+loop nest: ragged 300-row m blocks, copy-in / nc_matmul / copy-out through
+PSUM), at 1/--scale of the seed's size in every dimension (seed: M=32768,
+K=4096, N=16384, L=4096; --scale 8 gives M=4096, K=512, N=2048, L=512). It is
+compiled with the full pipeline; when the pipeline does not lower the program
+(no alloc/schedule pass installed), nkicc.simulator.testing.naive_lower does.
+
+Reported: wall time of numpy's `(At.T @ B) @ D` (BLAS with its default threads,
+and with one thread), of the machine simulator with timing off (functional
+only) and on (cost model + hazard checks), best of --repeat runs, and the
+ratio simulator / numpy. The simulator runs BLAS on one thread (tile-sized
+matmuls are fastest that way).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import re
+import sys
+import time
+
+import numpy as np
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "examples"))
+
+SEED = {"M": 32768, "K": 4096, "N": 16384, "L": 4096}
+SECTION = "## Simulator throughput"
+
+
+def best(fn, repeat: int) -> tuple[float, float, object]:
+    """(best wall seconds, CPU seconds of that run, result)."""
+    out, best_wall, best_cpu = None, float("inf"), 0.0
+    for _ in range(repeat):
+        w0, c0 = time.perf_counter(), time.process_time()
+        out = fn()
+        w, c = time.perf_counter() - w0, time.process_time() - c0
+        if w < best_wall:
+            best_wall, best_cpu = w, c
+    return best_wall, best_cpu, out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--scale", type=int, default=8, help="divide every seed dimension by this (default 8)")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--target", default="trn2")
+    ap.add_argument("--markdown", help="replace (or add) the '%s' section of this file" % SECTION)
+    args = ap.parse_args(argv)
+
+    import nkicc
+    import fused_matmul as fm
+    from nkicc.api import resolve_target
+    from nkicc.passes import registry
+    from nkicc.simulator._blas import single_threaded_blas
+    from nkicc.simulator.machine import MachineSimulator
+    from nkicc.simulator.testing import naive_lower
+
+    d = {k: v // args.scale for k, v in SEED.items()}
+    M, K, N, L = d["M"], d["K"], d["N"], d["L"]
+    rng = np.random.default_rng(0)
+    At = rng.standard_normal((K, M)).astype(np.float32)
+    B = rng.standard_normal((K, N)).astype(np.float32)
+    D = rng.standard_normal((N, L)).astype(np.float32)
+
+    t0 = time.perf_counter()
+    compiled = nkicc.compile(fm.mm2, f"float32[{K},{M}]", f"float32[{K},{N}]", f"float32[{N},{L}]",
+                             passes={"target": args.target})
+    compile_s = time.perf_counter() - t0
+    target = resolve_target(args.target, registry())
+    kernel = compiled.ir
+    lowered_by = "the pipeline (alloc + schedule)"
+    if any(t.on_chip and t.address is None for t in kernel.tensors) or not any(
+            s.attr("id") is not None for s in kernel.body.walk() if hasattr(s, "attr")):
+        kernel = naive_lower(kernel, target)
+        lowered_by = "nkicc.simulator.testing.naive_lower (the pipeline did not lower it)"
+    inputs = {"At": At, "B": B, "D": D}
+
+    np_wall, np_cpu, ref = best(lambda: (At.T @ B) @ D, args.repeat)
+    with single_threaded_blas():
+        np1_wall, np1_cpu, _ = best(lambda: (At.T @ B) @ D, args.repeat)
+    rows = []
+    for timing in (False, True):
+        sim = MachineSimulator(kernel, target, timing=timing)
+        wall, cpu, (out, report) = best(lambda: sim.run(inputs), args.repeat)
+        err = float(np.abs(out["E"].astype(np.float64) - ref).max() / np.abs(ref).max())
+        rows.append((timing, wall, cpu, report, err))
+
+    executed = rows[0][3].executed
+    lines = [
+        f"kernel: examples/fused_matmul.py::mm2, M={M} K={K} N={N} L={L} (1/{args.scale} of the seed per "
+        f"dimension), target {args.target}; {executed:,} instructions executed; lowered by {lowered_by}; "
+        f"compile {compile_s:.2f} s",
+        "",
+        "| run | wall s (best of %d) | CPU s | x numpy (default BLAS threads) | x numpy (1 BLAS thread) |"
+        % args.repeat,
+        "|---|---|---|---|---|",
+        f"| numpy `(At.T @ B) @ D`, default BLAS threads | {np_wall:.3f} | {np_cpu:.3f} | 1.00 | "
+        f"{np_wall / np1_wall:.2f} |",
+        f"| numpy `(At.T @ B) @ D`, 1 BLAS thread | {np1_wall:.3f} | {np1_cpu:.3f} | {np1_wall / np_wall:.2f} | 1.00 |",
+    ]
+    for timing, wall, cpu, report, err in rows:
+        what = "machine simulator, timing on (costs + hazard checks)" if timing else \
+            "machine simulator, timing off (functional)"
+        lines.append(f"| {what} | {wall:.3f} | {cpu:.3f} | {wall / np_wall:.2f} | {wall / np1_wall:.2f} |")
+    lines += ["",
+              f"max error of E vs numpy, relative to max |E|: {max(r[4] for r in rows):.2e}; "
+              f"estimated kernel time {rows[1][3].total_ns / 1e3:,.1f} us (cost-table estimate); "
+              f"{executed / rows[0][1]:,.0f} instructions/s functional, {executed / rows[1][1]:,.0f} with timing"]
+    machine = f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, numpy {np.__version__}"
+    text = "\n".join(lines)
+    print(text)
+    print(f"machine: {machine}")
+    if args.markdown:
+        section = (f"{SECTION}\n\n`python bench/sim_throughput.py --scale {args.scale} --repeat {args.repeat}` "
+                   f"on {machine}. Target: the functional simulator within 4x of numpy.\n\n{text}\n")
+        update_section(args.markdown, section)
+        print(f"updated {args.markdown}")
+    return 0
+
+
+def update_section(path: str, section: str) -> None:
+    """Replace this benchmark's section of a markdown file (up to the next
+    '## ' heading), or append it; other sections are left alone."""
+    old = open(path).read() if os.path.exists(path) else "# Benchmarks\n"
+    pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.S | re.M)
+    if pattern.search(old):
+        new = pattern.sub(lambda _: section + "\n", old, count=1)
+    else:
+        new = old.rstrip("\n") + "\n\n" + section
+    with open(path, "w") as f:
+        f.write(new.rstrip("\n") + "\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,211 @@
+"""Compiling through the cache (nkicc.cache): the kernel level around the
+pass pipeline, the region level inside it (passes.run_region_pass).
+
+    plan = CachePlan.prepare(options, reg, target, cache=..., unroll=...)   # opens the store
+    pipeline = plan.pipeline(kernel, printer)     # hit: the stored result; miss: run + store
+    report["cache"] = plan.finish()               # counters, the report's cache section
+"""
+from __future__ import annotations
+
+import gc
+import time
+
+from .cache import env, keys
+from .cache.format import pack
+from .cache.regions import RegionSession
+from .cache.store import Store, enabled_by_env, open_store
+from .ir import Kernel, Loc, Loop, NkiccError, NotCanonical, exact_hash
+from .ir.serialize import Unserialisable
+from .passes import PassOptions, PipelineResult, Registry, run_pipeline, select
+
+_bases: dict[tuple, tuple] = {}
+
+
+def _base(reg: Registry, target) -> tuple[dict, str]:
+    """The part of every key shared by a registry and target (once per process)."""
+    k = (id(reg.manager), target)
+    m = _bases.get(k)
+    if m is None or m[0] is not reg.manager:  # (the manager is kept, so its id is not reused)
+        m = _bases[k] = (reg.manager, keys.base(target, reg.manager, reg.provider), keys.fingerprint_tag())
+    _, base, tag = m
+    return {**base, "env": env.key_values()}, tag  # the environment is read at every compile
+
+
+MAX_STORED_STATEMENTS = 20_000  # a fully unrolled kernel is not worth storing (nor encoding)
+
+
+def _too_big(kernel: Kernel) -> bool:
+    n = 0
+    stack = [kernel.body]
+    while stack:
+        b = stack.pop()
+        n += len(b.stmts)
+        if n > MAX_STORED_STATEMENTS:
+            return True
+        stack.extend(s.body for s in b.stmts if type(s) is Loop)
+    return False
+
+
+def _warning_json(w) -> list:
+    loc = getattr(w, "loc", None)
+    return [getattr(w, "code", "W000"), getattr(w, "message", str(w)),
+            None if loc is None else [loc.file, loc.line], getattr(w, "hint", "")]
+
+
+def _warning_from_json(d) -> NkiccError:
+    code, message, loc, hint = d
+    return NkiccError(code, message, None if loc is None else Loc(loc[0], loc[1]), hint)
+
+
+class CachePlan:
+    def __init__(self, options: PassOptions, reg: Registry, target, store: Store | None, why_not: str | None,
+                 unroll: bool) -> None:
+        self.options = options
+        self.reg = reg
+        self.target = target
+        self.store = store
+        self.why_not = why_not        # a kernel-level bypass reason, or None
+        self.unroll = unroll
+        self.kernel = "bypass"
+        self.saved_s = 0.0
+        self.session: RegionSession | None = None
+
+    @staticmethod
+    def prepare(options: PassOptions, reg: Registry, target, cache: bool | None = None,
+                unroll: bool = False) -> "CachePlan":
+        if cache is False:
+            return CachePlan(options, reg, target, None, "disabled (--no-cache)", unroll)
+        if not enabled_by_env():
+            return CachePlan(options, reg, target, None, "disabled (NKICC_CACHE=0)", unroll)
+
+        def backend(directory, size_limit):
+            return reg.manager.hook.nkicc_cache_backend(directory=directory, size_limit=size_limit)
+
+        store = open_store(backend_factory=backend if reg.manager.hook.nkicc_cache_backend.get_hookimpls() else None)
+        if not store.usable:
+            return CachePlan(options, reg, target, None, "cache unusable", unroll)
+        _base(reg, target)  # the compiler's fingerprint, once per process (like loading the plugins)
+        why = None
+        if options.print_ir_before or options.print_ir_after:
+            why = "print-ir"
+        elif options.time_passes:
+            why = "time-passes"
+        elif options.verify_each:
+            why = "verify-each"
+        return CachePlan(options, reg, target, store, why, unroll)
+
+    # --- the compile -----------------------------------------------------------------------
+
+    def pipeline(self, kernel: Kernel, printer=print) -> PipelineResult:
+        store = self.store
+        if store is None:
+            return run_pipeline(kernel, self.options, self.reg, self.target, printer)
+        base, tag = _base(self.reg, self.target)
+        # The lookup builds a few thousand small acyclic objects: no cycle
+        # collection in the middle of it (it would be paid for the trace's
+        # garbage); reference counting frees whatever is dropped.
+        gc_was_on = gc.isenabled()
+        gc.disable()
+        try:
+            key = self._key(kernel, base)
+            found = self._lookup(key) if key is not None else None
+        finally:
+            if gc_was_on:
+                gc.enable()
+        if found is not None:
+            return found
+        self.session = RegionSession(store, base, dict(self.reg.provider), tag)
+        t0 = time.perf_counter()
+        with self.session:
+            result = run_pipeline(kernel, self.options, self.reg, self.target, printer)
+        seconds = time.perf_counter() - t0
+        entries = list(self.session.pending)
+        if key is not None:
+            try:
+                if _too_big(result.kernel):
+                    raise ValueError("too big")
+                meta = {"s": round(seconds, 9), "passes": result.timings,
+                        "warnings": [_warning_json(w) for w in result.warnings],
+                        "pipeline": result.pipeline, "notes": result.notes}
+                entries.append((key, pack("kernel", key, meta, result.kernel)))
+            except (Unserialisable, TypeError, ValueError) as exc:
+                self.why_not = "result too big to store" if str(exc) == "too big" else "result has no exact form"
+                self.kernel = "bypass"
+        store.put_many(entries, tag=tag)
+        store.cull()
+        self.saved_s = self.session.saved_s
+        return result
+
+    def _key(self, kernel: Kernel, base: dict) -> str | None:
+        if self.why_not is not None:
+            return None
+        try:
+            return keys.make_key("kernel", {
+                **base,
+                "options": self.options.cache_key(),
+                "unroll": bool(self.unroll),
+                "passes": [[p.name, str(p.version), p.scope, self.reg.provider.get(p.name, "?")]
+                           for p in select(self.options, self.reg)],
+                "ir": exact_hash(kernel),
+            })
+        except (Unserialisable, NotCanonical, TypeError, ValueError):
+            self.why_not = "IR has no exact form"
+            return None
+
+    def _lookup(self, key: str) -> PipelineResult | None:
+        t0 = time.perf_counter()
+        self.kernel = "miss"
+        found = self.store.get(key, "kernel")
+        if found is None:
+            return None
+        meta, ir = found
+        try:
+            if not isinstance(ir, Kernel):
+                raise TypeError("not a kernel")
+            result = PipelineResult(ir, list(meta["passes"]), [_warning_from_json(w) for w in meta["warnings"]],
+                                    list(meta["pipeline"]), dict(meta["notes"]))
+        except (KeyError, TypeError, ValueError):
+            self.store.count("corrupt")
+            self.store.delete(key)
+            return None
+        self.kernel = "hit"
+        self.saved_s = max(float(meta.get("s", 0.0)) - (time.perf_counter() - t0), 0.0)
+        return result
+
+    def finish(self) -> dict:
+        """The report's cache section; writes this compile's counters."""
+        s = self.session
+        info = {"kernel": self.kernel, "regions_hit": s.hit if s else 0, "regions_total": s.total if s else 0,
+                "saved_s": round(self.saved_s, 6)}
+        if self.kernel == "bypass":
+            info["reason"] = self.why_not or "?"
+        store = self.store
+        if store is not None:
+            store.touch_read()
+            store.count("compiles")
+            store.count(f"kernel.{self.kernel}")
+            if self.kernel == "bypass":
+                store.count(f"kernel.bypass.{info['reason']}")
+            if s is not None:
+                bypassed = sum(s.bypass.values())
+                store.count("region.hit", s.hit)
+                store.count("region.miss", s.total - s.hit - bypassed)
+                store.count("region.bypass", bypassed)
+                for why, n in s.bypass.items():
+                    store.count(f"region.bypass.{why}", n)
+            store.count("saved_s", self.saved_s)
+            store.flush()
+        return info
+
+
+def kernel_key(kernel: Kernel, options: PassOptions | None = None, reg: Registry | None = None, target=None,
+               unroll: bool = False) -> str | None:
+    """The kernel-level cache key of a traced kernel (None: it has none)."""
+    from .api import resolve_target
+    from .passes import registry
+
+    options = PassOptions.coerce(options)
+    reg = reg or registry(options.no_plugins, options.plugins)
+    target = target or resolve_target(options.target, reg)
+    plan = CachePlan(options, reg, target, None, None, unroll)
+    return plan._key(kernel, _base(reg, target)[0])

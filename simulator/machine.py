@@ -1,0 +1,817 @@
+"""The machine simulator: runs a lowered program on a model of one NeuronCore.
+
+Memory is physical. SBUF and PSUM are byte arrays of the target's size
+(partitions x bytes per partition); an on-chip tensor lives at the byte
+`address` the allocator gave it, in partitions [0, shape[0]) - so two live
+tensors that the allocator let overlap clobber each other, and the result is
+wrong. HBM tensors are flat numpy arrays. New memory is poisoned (NaN; ints: a
+sentinel) at its Alloc; PSUM keeps a written-mask per element (its first byte)
+for the nc_matmul accumulate=None rule. Loops run rolled (static and dynamic
+alike; a dynamic loop's index is its register). The arithmetic is
+simulator/semantics.py, shared with the reference interpreter.
+
+Functional execution is sequential in program order. Timing is computed
+alongside (timing=True): every engine (pe, dve, act, pool) and every DMA queue
+runs its instructions in program order, one at a time; an instruction starts
+when its engine is free and the most recent executed instance of every op in
+its "wait" attribute has finished; it lasts its cost from timing.py (estimates).
+A read that starts before the write it reads has finished (and, with
+hazards="all", a write that starts before an earlier read or write of the same
+bytes has finished) is error E171 naming both instructions: a missing semaphore.
+
+    outputs, report = MachineSimulator(kernel, target, timing=True, trace="t.json").run(inputs)
+"""
+from __future__ import annotations
+
+import time
+from itertools import product
+
+import numpy as np
+
+from ..ir import Access, Alloc, Kernel, Loop, NkiccError, Op, TensorDecl
+from ..ir import dtypes
+from ..ir.analysis import ENGINE, reads, writes
+from . import semantics
+from ._blas import single_threaded_blas
+from .reference import ReferenceMachine
+from .report import DMA_DIRECTIONS, EngineStats, SimReport
+from .timing import COMPUTE_ENGINES, CostTable, cost_table, dma_ns, op_cost_ns
+from .trace import DEFAULT_MAX_EVENTS, TraceRecorder
+
+_accumulate = ReferenceMachine._accumulate  # the accumulate=None rule, one implementation
+_INF = float("inf")
+_PRUNE_EVERY = 64        # ops between time-based prunes of the hazard records
+_VIEW_CACHE = 512         # cached views per access (distinct start offsets)
+_MAX_RECORDS = 4096      # per buffer and kind; beyond this the oldest are forgotten (reported)
+
+
+def _poison_value(dt: np.dtype):
+    if dt == np.bool_:
+        return True
+    if np.issubdtype(dt, np.integer):
+        return np.iinfo(dt).min if np.issubdtype(dt, np.signedinteger) else np.iinfo(dt).max
+    return np.nan
+
+
+def _combos(pairs, scale=1) -> np.ndarray:
+    """Sorted unique values of sum(i_k * step_k) over the pairs, times scale."""
+    vals = np.zeros(1, dtype=np.int64)
+    for step, num in pairs:
+        if num > 1 and step:
+            vals = (vals[:, None] + np.arange(num, dtype=np.int64)[None, :] * step).reshape(-1)
+    return np.unique(vals * scale)
+
+
+def _dense(vals: np.ndarray) -> bool:
+    return vals.size == 0 or int(vals[-1] - vals[0]) + 1 == vals.size
+
+
+class _Tensor:
+    """Per-tensor facts the hot path needs."""
+    __slots__ = ("decl", "name", "onchip", "dtype", "item", "P", "F", "size", "address", "key", "is_psum",
+                 "footprint", "mask_footprint", "fill")
+
+    def __init__(self, decl: TensorDecl) -> None:
+        self.decl = decl
+        self.name = decl.name
+        self.onchip = decl.on_chip
+        self.dtype = dtypes.storage(decl.dtype)
+        self.item = dtypes.itemsize(decl.dtype)
+        self.size = decl.size
+        self.P = decl.shape[0] if decl.shape else 1
+        self.F = max(1, decl.size // self.P) if self.P else 1
+        self.address = decl.address
+        self.key = decl.buffer if self.onchip else "hbm:" + decl.name
+        self.is_psum = decl.buffer == "psum"
+        self.footprint = None       # on-chip: (P, F) view of its bytes; HBM: the flat array
+        self.mask_footprint = None  # PSUM: (P, F*item) bool view of the written-mask
+        self.fill = _poison_value(self.dtype)
+
+
+class _Acc:
+    """One access of one op, with everything precomputed that does not depend
+    on loop indices. On chip, a pair whose step is a multiple of the row
+    length F moves across partitions; the others move inside a partition."""
+    __slots__ = ("access", "t", "const", "terms", "reg", "scalar", "scale", "lo_span", "hi_span", "shape",
+                 "strides", "part_lo", "part_hi", "free_lo", "free_hi", "rel", "pairs", "part_rel", "free_rel",
+                 "dense", "cur", "count", "vcache", "rcache", "static", "wrecs", "rrecs", "near_w", "near_r")
+
+    def __init__(self, access: Access, t: _Tensor, partition_bytes: int) -> None:
+        self.access = access
+        self.t = t
+        self.const = access.offset.const
+        self.terms = access.offset.terms
+        self.reg = access.scalar.register if access.scalar is not None else None
+        self.scalar: _Acc | None = None  # the (1-element) access that reads a tensor scalar offset
+        self.scale = access.scalar_scale
+        pattern = access.pattern
+        self.lo_span = sum(s * (n - 1) for s, n in pattern if s < 0)
+        self.hi_span = sum(s * (n - 1) for s, n in pattern if s > 0)
+        self.shape = tuple(n for _, n in pattern)
+        self.count = access.count
+        self.rel = None  # fallback: element offsets of the view, shape self.shape
+        self.part_rel = self.free_rel = None
+        self.dense = True
+        self.cur = 0
+        self.vcache: dict = {}
+        self.rcache: dict = {}  # start -> hazard region (static per start)
+        # a start that never changes (and is in bounds): computed once
+        self.static = (not self.terms and access.scalar is None
+                       and self.const + self.lo_span >= 0 and self.const + self.hi_span < t.size)
+        if self.static:
+            self.cur = self.const
+        self.wrecs = self.rrecs = None  # hazard records of its tensor, and of the tensors sharing its bytes
+        self.near_w = self.near_r = ()
+        item = t.item
+        part_pairs, free_pairs = [], []
+        if t.onchip:
+            F = t.F
+            strides = []
+            for s, n in pattern:
+                if n > 1 and s and s % F == 0:
+                    strides.append((s // F) * partition_bytes)
+                    part_pairs.append((s // F, n))
+                else:
+                    strides.append(s * item)
+                    free_pairs.append((s, n))
+            self.strides = tuple(strides)
+        else:
+            self.strides = tuple(s * item for s, _ in pattern)
+            free_pairs = list(pattern)
+        self.pairs = (part_pairs, free_pairs)
+        self.part_lo = sum(s * (n - 1) for s, n in part_pairs if s < 0)
+        self.part_hi = sum(s * (n - 1) for s, n in part_pairs if s > 0)
+        self.free_lo = sum(s * (n - 1) for s, n in free_pairs if s < 0)
+        self.free_hi = sum(s * (n - 1) for s, n in free_pairs if s > 0)
+
+    def sets(self) -> tuple[np.ndarray, np.ndarray]:
+        """Sorted unique partition offsets and free element offsets, relative to the start."""
+        if self.free_rel is None:
+            self.part_rel = _combos(self.pairs[0])
+            self.free_rel = _combos(self.pairs[1])
+        return self.part_rel, self.free_rel
+
+
+class _Plan:
+    """One op, compiled."""
+    __slots__ = ("op", "id", "opcode", "engine", "queue", "ekey", "tid", "waits", "cost", "accs", "by_id",
+                 "outs", "scalars", "hz_reads", "hz_writes", "count", "loc_str", "loop_vars", "dma_dir",
+                 "dma_bytes", "spill", "mode")
+
+    def __init__(self, op: Op) -> None:
+        self.op = op
+        self.opcode = op.opcode
+        self.count = 0
+        self.loc_str = str(op.loc) if op.loc is not None else "?"
+        self.mode = op.attr("accumulate")
+
+
+class MachineSimulator:
+    """Simulate a lowered kernel. `target` is a nkicc Target (clocks, buffer
+    sizes, DMA bandwidth). timing=False runs the functional model only (no
+    times, no hazard checks: fastest). trace: a path for a Perfetto / Chrome
+    trace JSON file, or True to keep the events (`self.tracer`) without writing
+    them. hazards: "all" (read-after-write, write-after-read and
+    write-after-write), "raw" (reads only) or "off"; programs without op ids
+    (not scheduled) are never hazard-checked. costs: a CostTable overriding
+    the target's (timing.py)."""
+
+    def __init__(self, kernel: Kernel, target, timing: bool = True, trace=False, hazards: str = "all",
+                 costs: CostTable | None = None, max_trace_events: int = DEFAULT_MAX_EVENTS) -> None:
+        if isinstance(target, str):
+            raise TypeError("MachineSimulator needs a Target object (nkicc.plugins.targets.TRN2, or the "
+                            "driver's resolve_target(name)), not a name")
+        if hazards not in ("all", "raw", "off"):
+            raise ValueError("hazards must be 'all', 'raw' or 'off'")
+        self.kernel = kernel
+        self.target = target
+        self.timing = bool(timing)
+        self.trace_path = trace if isinstance(trace, str) else None
+        self.tracing = bool(trace) and self.timing
+        self.costs = costs or cost_table(target)
+        self.decls = kernel.tensor_map()
+        self.tensors = {name: _Tensor(d) for name, d in self.decls.items()}
+        self.env: dict[str, int] = {}
+        self.executed = 0
+        self.plans: list[_Plan] = []
+        self.engines: list[str] = []      # engine / queue track names, index = ekey
+        self._ekeys: dict[str, int] = {}
+        self.scheduled = False
+        self._all_accs: list[_Acc] = []
+        self._check_layout()
+        self.neighbours = self._neighbours()
+        self._program = self._compile_block(kernel.body.stmts, ())
+        self.hazards = hazards if (self.timing and self.scheduled) else "off"
+        # accesses to memory that no op ever writes cannot take part in a hazard
+        written = {a.tensor for p in self.plans for a in writes(p.op)}
+        touched = {n for n in self.tensors if any(m in written for m in self.neighbours[n])}
+        for p in self.plans:
+            p.hz_reads = [acc for acc in p.hz_reads if acc.t.name in touched]
+        self.tracer = TraceRecorder(kernel.name, getattr(target, "name", "?"), max_trace_events) \
+            if self.tracing else None
+
+    # --- setup ---------------------------------------------------------------------------
+
+    def _check_layout(self) -> None:
+        tg = self.target
+        limits = {"sbuf": tg.sbuf_partition_bytes, "psum": tg.psum_partition_bytes}
+        for t in self.tensors.values():
+            if not t.onchip:
+                continue
+            d = t.decl
+            if d.address is None:
+                raise NkiccError("E172", f"on-chip tensor {d.name} has no address: the kernel is not lowered",
+                                 d.loc, "compile it with the alloc pass (nkicc.compile does) before the machine "
+                                        "simulator, or use the reference simulator")
+            end = d.address + t.F * t.item
+            if d.address < 0 or end > limits[d.buffer] or t.P > tg.partitions:
+                raise NkiccError("E172", f"{d.buffer} tensor {d.name} [{t.P} partitions, bytes {d.address}.."
+                                         f"{end}) does not fit the {d.buffer} of {tg.name} ({tg.partitions} x "
+                                         f"{limits[d.buffer]} bytes)", d.loc, "an allocator bug")
+
+    def _neighbours(self) -> dict[str, tuple[str, ...]]:
+        """For each tensor, the tensors whose memory overlaps its own (itself
+        included): on chip by address range, since every tile starts at partition 0."""
+        out = {}
+        chip = sorted((t for t in self.tensors.values() if t.onchip), key=lambda t: (t.decl.buffer, t.address))
+        for t in self.tensors.values():
+            if not t.onchip:
+                out[t.name] = (t.name,)
+                continue
+            lo, hi = t.address, t.address + t.F * t.item
+            out[t.name] = (t.name,) + tuple(
+                u.name for u in chip if u is not t and u.decl.buffer == t.decl.buffer
+                and u.address < hi and lo < u.address + u.F * u.item)
+        return out
+
+    def _ekey(self, name: str) -> int:
+        k = self._ekeys.get(name)
+        if k is None:
+            k = self._ekeys[name] = len(self.engines)
+            self.engines.append(name)
+        return k
+
+    def _compile_block(self, stmts, loop_vars: tuple[str, ...]) -> list:
+        items = []
+        for i, s in enumerate(stmts):
+            if isinstance(s, Op):
+                items.append((0, self._compile_op(s, loop_vars)))
+            elif isinstance(s, Alloc):
+                nxt = stmts[i + 1] if i + 1 < len(stmts) else None
+                if not (isinstance(nxt, Op) and self._overwrites(nxt, s.tensor)):
+                    items.append((1, self.tensors[s.tensor]))
+            elif isinstance(s, Loop):
+                body = self._compile_block(s.body.stmts, loop_vars + (s.var,))
+                items.append((2, (s.var, s.trip, body, len(loop_vars))))
+        return items
+
+    def _overwrites(self, op: Op, name: str) -> bool:
+        """Whether `op` writes every element of tensor `name` without reading
+        it: then poisoning it at its Alloc, just before, can be skipped."""
+        if any(a.tensor == name for a in reads(op)):
+            return False
+        size = self.decls[name].size
+        for a in writes(op):
+            if (a.tensor == name and a.scalar is None and a.offset.is_const and a.count == size
+                    and _combos(a.pattern).size == size
+                    and a.offset.const + sum(s * (n - 1) for s, n in a.pattern if s < 0) == 0):
+                return True
+        return False
+
+    def _acc(self, a: Access) -> _Acc:
+        t = self.tensors[a.tensor]
+        acc = _Acc(a, t, self._pb(t))
+        self._all_accs.append(acc)
+        if self.timing:  # hazard checks need to know whether the access is a dense box
+            part, free = acc.sets()
+            acc.dense = _dense(part) and _dense(free)
+        if a.scalar is not None and a.scalar.tensor:
+            acc.scalar = self._acc(Access(a.scalar.tensor, a.scalar.offset, ((1, 1),)))
+        return acc
+
+    def _pb(self, t: _Tensor) -> int:
+        return self.target.psum_partition_bytes if t.is_psum else self.target.sbuf_partition_bytes
+
+    def _compile_op(self, op: Op, loop_vars) -> _Plan:
+        p = _Plan(op)
+        self.plans.append(p)
+        oid = op.attr("id")
+        if oid is not None:
+            self.scheduled = True
+        p.id = oid if oid is not None else -len(self.plans)
+        p.engine = op.attr("engine") or ENGINE.get(op.opcode, "dve")
+        p.queue = int(op.attr("queue", 0) or 0) if p.engine == "dma" else None
+        p.ekey = self._ekey(f"dma.q{p.queue}" if p.engine == "dma" else p.engine)
+        p.tid = self._tid(self.engines[p.ekey])
+        p.waits = tuple(op.attr("wait", ()) or ())
+        p.loop_vars = loop_vars
+        by_id: dict[int, _Acc] = {}
+        accs: list[_Acc] = []
+
+        def get(a: Access) -> _Acc:
+            acc = by_id.get(id(a))
+            if acc is None:
+                acc = by_id[id(a)] = self._acc(a)
+                accs.append(acc)
+            return acc
+
+        p.outs = [get(a) for a in op.outs]
+        for a in op.ins:
+            if isinstance(a, Access):
+                get(a)
+        p.by_id = by_id
+        p.accs = accs
+        p.scalars = [acc.scalar for acc in accs if acc.scalar is not None]
+        # hazard regions: what the op reads (inputs, accumulating dst, scalar offsets) and writes
+        p.hz_reads = [self._hz_acc(p, a) for a in reads(op)]
+        p.hz_writes = [by_id[id(a)] for a in writes(op)]
+        p.cost = op_cost_ns(op, p.engine, self.decls, self.target, self.costs) if self.timing else 0.0
+        p.dma_dir, p.dma_bytes, p.spill = None, 0, False
+        if p.engine == "dma" or op.opcode == "dma_copy":
+            src, dst = self.decls[op.ins[0].tensor], self.decls[op.outs[0].tensor]
+            cat = {"hbm": "hbm", "shared_hbm": "hbm"}
+            direction = f"{cat.get(src.buffer, src.buffer)}->{cat.get(dst.buffer, dst.buffer)}"
+            p.dma_dir = direction if direction in DMA_DIRECTIONS else "other"
+            p.dma_bytes = dma_ns(op, self.decls, self.costs, self.target)[1]
+            p.spill = "spill" in (src.role, dst.role)
+        return p
+
+    def _hz_acc(self, p: _Plan, a: Access) -> _Acc:
+        acc = p.by_id.get(id(a))
+        if acc is not None:
+            return acc
+        for acc in p.accs:  # an out read by an accumulating matmul, or a scalar offset
+            if acc.access == a:
+                return acc
+            if acc.scalar is not None and acc.scalar.access == a:
+                return acc.scalar
+        acc = self._acc(a)
+        return acc
+
+    # --- memory --------------------------------------------------------------------------
+
+    def _init_memory(self, inputs: dict[str, np.ndarray]) -> None:
+        tg = self.target
+        self.sbuf = np.zeros(tg.partitions * tg.sbuf_partition_bytes, dtype=np.uint8)
+        self.psum = np.zeros(tg.partitions * tg.psum_partition_bytes, dtype=np.uint8)
+        self.psum_mask = np.zeros(tg.partitions * tg.psum_partition_bytes, dtype=np.bool_)
+        self._mv = {"sbuf": memoryview(self.sbuf), "psum": memoryview(self.psum)}
+        self._mask_mv = memoryview(self.psum_mask)
+        self.hbm: dict[str, np.ndarray] = {}
+        for t in self.tensors.values():
+            if t.onchip:
+                PB = self._pb(t)
+                t.footprint = np.ndarray((t.P, t.F), t.dtype, self._mv[t.decl.buffer], t.address, (PB, t.item))
+                if t.is_psum:
+                    t.mask_footprint = np.ndarray((t.P, t.F * t.item), np.bool_, self._mask_mv, t.address, (PB, 1))
+                continue
+            if t.name in self.kernel.args:
+                if t.name not in inputs:
+                    raise NkiccError("E002", f"kernel {self.kernel.name} needs an array for {t.name}", None)
+                arr = np.array(inputs[t.name], dtype=t.dtype, copy=True).reshape(-1)
+                if arr.size != t.size:
+                    raise NkiccError("E002", f"argument {t.name} has {arr.size} elements, the kernel was "
+                                             f"compiled for shape {list(t.decl.shape)}", None)
+            else:
+                arr = np.full(t.size, t.fill, dtype=t.dtype)
+            self.hbm[t.name] = arr
+            t.footprint = arr
+            self._mv["hbm:" + t.name] = memoryview(arr.view(np.uint8))  # bytes: ml_dtypes export no buffer
+
+    def _alloc(self, t: _Tensor) -> None:
+        t.footprint[...] = t.fill
+        if t.is_psum:
+            t.mask_footprint[...] = False
+
+    def _start(self, acc: _Acc, op: Op, write: bool) -> int:
+        env = self.env
+        e = acc.const
+        for v, c in acc.terms:
+            e += c * env[v]
+        if acc.scale:
+            if acc.reg is not None:
+                e += env[acc.reg] * acc.scale
+            elif acc.scalar is not None:
+                sc = acc.scalar
+                sc.cur = self._start(sc, op, False)
+                value = self._read_view(sc).reshape(-1)[0]
+                if value != value:  # NaN: a float scalar offset that nothing wrote
+                    raise NkiccError("E170", f"{op.opcode}: the scalar offset {acc.access.scalar} was never "
+                                             f"written", op.loc, "initialise the offset tile before using it")
+                e += int(value) * acc.scale
+        t = acc.t
+        if e + acc.lo_span < 0 or (e + acc.hi_span >= t.size and (write or not t.onchip)):
+            raise NkiccError("E170", f"{op.opcode} accesses elements [{e + acc.lo_span}, {e + acc.hi_span}] of "
+                                     f"{t.name} (size {t.size}) at run time", op.loc,
+                             "the runtime scalar offset is out of range: check how it is updated")
+        return e
+
+    def _fast(self, acc: _Acc, e: int):
+        """(partition, free) start of an on-chip access that maps onto a strided
+        view of the tensor's bytes, or None when it wraps rows / runs off the tile."""
+        t = acc.t
+        p0, f0 = divmod(e, t.F)
+        if p0 + acc.part_lo < 0 or p0 + acc.part_hi >= t.P or f0 + acc.free_lo < 0 or f0 + acc.free_hi >= t.F:
+            return None
+        return p0, f0
+
+    def _flat_index(self, acc: _Acc, e: int) -> np.ndarray:
+        if acc.rel is None:
+            rel = np.zeros(acc.shape, dtype=np.int64)
+            for axis, (s, n) in enumerate(acc.access.pattern):
+                shape = [1] * len(acc.shape)
+                shape[axis] = n
+                rel = rel + (np.arange(n, dtype=np.int64) * s).reshape(shape)
+            acc.rel = rel
+        return acc.rel + e
+
+    def _views(self, acc: _Acc, e: int):
+        """(data view, PSUM written-mask view or None) of an access that maps onto
+        a strided window of memory, or None when it wraps rows / runs off the tile.
+        Views alias the machine's memory, so they are cached per start."""
+        v = acc.vcache.get(e)
+        if v is not None:
+            return v
+        t = acc.t
+        if not t.onchip:
+            v = (np.ndarray(acc.shape, t.dtype, self._mv[t.key], e * t.item, acc.strides), None)
+        else:
+            p0, f0 = divmod(e, t.F)
+            if p0 + acc.part_lo < 0 or p0 + acc.part_hi >= t.P or f0 + acc.free_lo < 0 or f0 + acc.free_hi >= t.F:
+                return None
+            off = t.address + p0 * self._pb(t) + f0 * t.item
+            v = (np.ndarray(acc.shape, t.dtype, self._mv[t.key], off, acc.strides),
+                 np.ndarray(acc.shape, np.bool_, self._mask_mv, off, acc.strides) if t.is_psum else None)
+        if len(acc.vcache) < _VIEW_CACHE:
+            acc.vcache[e] = v
+        return v
+
+    def _read_view(self, acc: _Acc) -> np.ndarray:
+        v = acc.vcache.get(acc.cur) or self._views(acc, acc.cur)
+        if v is not None:
+            return v[0]
+        # rows wrap or the read runs past the tile (W101): flat semantics, past the end is poison
+        t = acc.t
+        idx = self._flat_index(acc, acc.cur)
+        valid = idx < t.size
+        out = np.full(acc.shape, t.fill, dtype=t.dtype)
+        vi = idx[valid]
+        out[valid] = t.footprint[vi // t.F, vi % t.F]
+        return out
+
+    def _write(self, acc: _Acc, values, is_matmul: bool, mode) -> None:
+        t = acc.t
+        v = acc.vcache.get(acc.cur) or self._views(acc, acc.cur)
+        if v is not None:
+            dst, wmask = v
+            if wmask is not None:
+                if is_matmul:
+                    values = _accumulate(mode, dst, wmask, values)
+                wmask[...] = True
+            self._store(dst, values)
+            return
+        idx = self._flat_index(acc, acc.cur)
+        p, f = idx // t.F, idx % t.F
+        dst = t.footprint[p, f]
+        if t.is_psum:
+            wmask = t.mask_footprint[p, f * t.item]
+            if is_matmul:
+                values = _accumulate(mode, dst, wmask, values)
+            t.mask_footprint[p, f * t.item] = True
+        self._store(dst, values)
+        t.footprint[p, f] = dst
+
+    @staticmethod
+    def _store(dst: np.ndarray, values) -> None:
+        if np.ndim(values) == 0:
+            semantics.store(dst, np.full(dst.shape, values))
+        else:
+            semantics.store(dst, values)
+
+    # --- execution -----------------------------------------------------------------------
+
+    def run(self, inputs: dict[str, np.ndarray]):
+        """Run the kernel; returns (outputs: name -> array, SimReport)."""
+        t0 = time.perf_counter()
+        self._init_memory(inputs)
+        self.executed = 0
+        for p in self.plans:
+            p.count = 0
+        nengines = len(self.engines)
+        self.efree = [0.0] * nengines
+        self.finish_of: dict[int, float] = {}
+        self.end_ns = 0.0
+        wrecs = {name: [] for name in self.tensors}
+        rrecs = {name: [] for name in self.tensors}
+        self.records = list(wrecs.values()) + list(rrecs.values())
+        for acc in self._all_accs:
+            acc.vcache = {}
+            name = acc.t.name
+            acc.wrecs, acc.rrecs = wrecs[name], rrecs[name]
+            acc.near_w = tuple(wrecs[n] for n in self.neighbours[name])
+            acc.near_r = tuple(rrecs[n] for n in self.neighbours[name])
+        self.forgotten = 0
+        self._since_prune = 0
+        self._spans: list[list[float]] = []
+        if self.tracing:
+            self.tracer = TraceRecorder(self.kernel.name, getattr(self.target, "name", "?"),
+                                        self.tracer.max_events)
+        with single_threaded_blas():
+            self._block(self._program)
+        outputs = {name: self.hbm[name].reshape(self.decls[name].shape).copy() for name in self.kernel.outputs}
+        report = self._report(time.perf_counter() - t0)
+        if self.tracing and self.trace_path:
+            self.write_trace(self.trace_path)
+            report.trace_file = self.trace_path
+        return outputs, report
+
+    def _block(self, items) -> None:
+        for kind, x in items:
+            if kind == 0:
+                self._op(x)
+            elif kind == 1:
+                self._alloc(x)
+            else:
+                self._loop(x)
+
+    def _loop(self, spec) -> None:
+        var, trip, body, depth = spec
+        env = self.env
+        if self.tracing:
+            spans, tracer = self._spans, self.tracer
+            for t in range(trip):
+                env[var] = t
+                spans.append([_INF, -_INF])
+                self._block(body)
+                lo, hi = spans.pop()
+                if lo <= hi:
+                    tracer.loop(var, t, lo, hi, depth)
+                    if spans:
+                        outer = spans[-1]
+                        if lo < outer[0]:
+                            outer[0] = lo
+                        if hi > outer[1]:
+                            outer[1] = hi
+        else:
+            for t in range(trip):
+                env[var] = t
+                self._block(body)
+        env.pop(var, None)
+
+    def _op(self, p: _Plan) -> None:
+        self.executed += 1
+        p.count += 1
+        op = p.op
+        for acc in p.accs:
+            if not acc.static:
+                acc.cur = self._start(acc, op, False)
+        if self.timing:
+            self._time(p)
+        by_id = p.by_id
+        view = self._read_view
+        results = semantics.compute(op, lambda a: view(by_id[id(a)]))
+        is_matmul = p.opcode == "nc_matmul"
+        for index, values in results:
+            acc = p.outs[index]
+            if acc.t.size <= acc.cur + acc.hi_span or acc.cur + acc.lo_span < 0:
+                self._start(acc, op, True)  # raises E170
+            self._write(acc, values, is_matmul, p.mode)
+
+    # --- timing and hazards --------------------------------------------------------------
+
+    def _time(self, p: _Plan) -> None:
+        k = p.ekey
+        start = self.efree[k]
+        fin = self.finish_of
+        for w in p.waits:
+            f = fin.get(w)
+            if f is not None and f > start:
+                start = f
+        finish = start + p.cost
+        self.efree[k] = finish
+        fin[p.id] = finish
+        if finish > self.end_ns:
+            self.end_ns = finish
+        if self.hazards != "off":
+            self._hazards(p, start, finish)
+        if self.tracing:
+            iters = tuple(self.env[v] for v in p.loop_vars) if p.loop_vars else ()
+            self.tracer.op(p, start, finish, iters)
+            spans = self._spans
+            if spans:
+                sp = spans[-1]
+                if start < sp[0]:
+                    sp[0] = start
+                if finish > sp[1]:
+                    sp[1] = finish
+
+    def _region(self, acc: _Acc):
+        """(tensor, p_lo, p_hi, b_lo, b_hi (exclusive), dense, e, fast) of an access now."""
+        e = acc.cur
+        r = acc.rcache.get(e)
+        if r is None:
+            r = self._region_at(acc, e)
+            if len(acc.rcache) < _VIEW_CACHE:
+                acc.rcache[e] = r
+        return r
+
+    def _region_at(self, acc: _Acc, e: int):
+        t = acc.t
+        if not t.onchip:
+            return (t.name, 0, 0, (e + acc.lo_span) * t.item, (e + acc.hi_span + 1) * t.item,
+                    acc.dense, e, True)
+        pf = self._fast(acc, e)
+        if pf is None:  # conservative: the whole tile
+            return (t.name, 0, t.P - 1, t.address, t.address + t.F * t.item, True, e, False)
+        p0, f0 = pf
+        return (t.name, p0 + acc.part_lo, p0 + acc.part_hi, t.address + (f0 + acc.free_lo) * t.item,
+                t.address + (f0 + acc.free_hi + 1) * t.item, acc.dense, e, True)
+
+    def _hazards(self, p: _Plan, start: float, finish: float) -> None:
+        """Check the op's accesses against the unfinished accesses recorded
+        for every tensor sharing bytes with them, then record its own.
+        A record: (p_lo, p_hi, b_lo, b_hi, start, finish, plan, acc, e, dense, fast)."""
+        check_all = self.hazards == "all"
+        region = self._region
+        overlap = self._overlap
+        rregions = [(acc, region(acc)) for acc in p.hz_reads]
+        wregions = [(acc, region(acc)) for acc in p.hz_writes]
+        # read after write: the bytes' last writer must have finished
+        for acc, r in rregions:
+            for lst in acc.near_w:
+                for w in lst:
+                    if w[5] > start and overlap(r, acc, w):
+                        self._raise("read-after-write", p, acc, start, w, "writes", w[5])
+        if check_all:
+            for acc, r in wregions:
+                for lst in acc.near_w:
+                    for w in lst:
+                        if w[5] > start and overlap(r, acc, w):
+                            self._raise("write-after-write", p, acc, start, w, "writes", w[5])
+                for lst in acc.near_r:
+                    for rd in lst:
+                        if rd[5] > start and overlap(r, acc, rd):
+                            self._raise("write-after-read", p, acc, start, rd, "reads", rd[5])
+        # record; a write makes the older records its region covers redundant
+        cover = self._cover
+        for acc, r in wregions:
+            rec = (r[1], r[2], r[3], r[4], start, finish, p, acc, r[6], r[5], r[7])
+            lst = acc.wrecs
+            if lst:
+                cover(lst, rec, 0.0)
+            lst.append(rec)
+            if len(lst) > _MAX_RECORDS:
+                self._forget(lst)
+            if check_all and acc.rrecs:
+                cover(acc.rrecs, rec, 0.0)
+        if check_all:
+            for acc, r in rregions:
+                rec = (r[1], r[2], r[3], r[4], start, finish, p, acc, r[6], r[5], r[7])
+                lst = acc.rrecs
+                if lst:  # a later read that covers an older one and ends no earlier makes it redundant
+                    cover(lst, rec, finish)
+                lst.append(rec)
+                if len(lst) > _MAX_RECORDS:
+                    self._forget(lst)
+        self._since_prune += 1
+        if self._since_prune >= _PRUNE_EVERY:
+            self._since_prune = 0
+            self._prune()
+
+    @staticmethod
+    def _cover(lst: list, rec, until: float) -> None:
+        """Drop the records that rec's region covers (with until > 0: only
+        those that finish no later than that)."""
+        if rec[9] and rec[10]:  # a dense box
+            p0, p1, b0, b1 = rec[0], rec[1], rec[2], rec[3]
+            if until:
+                lst[:] = [x for x in lst if not (p0 <= x[0] and x[1] <= p1 and b0 <= x[2] and x[3] <= b1
+                                                 and x[5] <= until)]
+            else:
+                lst[:] = [x for x in lst if not (p0 <= x[0] and x[1] <= p1 and b0 <= x[2] and x[3] <= b1)]
+        else:  # the same access at the same place
+            acc, e = rec[7], rec[8]
+            lst[:] = [x for x in lst if not (x[7] is acc and x[8] == e and (not until or x[5] <= until))]
+
+    def _forget(self, lst: list) -> None:
+        self.forgotten += len(lst) - _MAX_RECORDS
+        del lst[:len(lst) - _MAX_RECORDS]
+
+    def _prune(self) -> None:
+        """Forget records that finished before any engine of the program can
+        start again (engines the program never uses do not count)."""
+        horizon = min(self.efree) if self.efree else 0.0
+        if horizon <= 0.0:
+            return
+        for lst in self.records:
+            if lst and (lst[0][5] <= horizon or len(lst) > 8):
+                lst[:] = [x for x in lst if x[5] > horizon]
+
+    def _overlap(self, r, acc: _Acc, rec) -> bool:
+        if not (r[1] <= rec[1] and rec[0] <= r[2] and r[3] < rec[3] and rec[2] < r[4]):
+            return False
+        if (r[5] and r[7]) and (rec[9] and rec[10]):
+            return True
+        # exact: materialise both (partition set, byte set)
+        pa, ba, ia = self._sets(acc, r[6], r[7])
+        pb, bb, ib = self._sets(rec[7], rec[8], rec[10])
+        if not np.intersect1d(pa, pb, assume_unique=True).size:
+            return False
+        j = np.searchsorted(ba, bb + ib, side="left") - 1
+        ok = j >= 0
+        return bool(np.any(ba[j[ok]] + ia > bb[ok]))
+
+    def _sets(self, acc: _Acc, e: int, fast: bool):
+        t = acc.t
+        if not fast:
+            return (np.arange(t.P), np.arange(t.address, t.address + t.F * t.item, t.item), t.item)
+        part, free = acc.sets()
+        if not t.onchip:
+            return part, (free + e) * t.item, t.item
+        p0, f0 = divmod(e, t.F)
+        return part + p0, t.address + (free + f0) * t.item, t.item
+
+    def _raise(self, kind: str, p: _Plan, acc: _Acc, start: float, rec, verb: str, rec_finish: float) -> None:
+        other: _Plan = rec[6]
+        mine = "reads" if kind == "read-after-write" else "writes"
+        where = ", ".join(f"{v}={self.env[v]}" for v in p.loop_vars)
+        where = f" (iteration {where})" if where else ""
+        raise NkiccError(
+            "E171",
+            f"{kind} hazard: {p.opcode} (id {p.id}, {p.loc_str}) on {self.engines[p.ekey]} {mine} "
+            f"{acc.t.name} at {start:.1f} ns{where}, before {other.opcode} (id {other.id}, {other.loc_str}) "
+            f"on {self.engines[other.ekey]} that {verb} {rec[7].t.name} finishes at {rec_finish:.1f} ns",
+            p.op.loc, f"a semaphore is missing: op {p.id} must wait for op {other.id} (a schedule bug)")
+
+    # --- results -------------------------------------------------------------------------
+
+    def _report(self, wall: float) -> SimReport:
+        r = SimReport(kernel=self.kernel.name, target=getattr(self.target, "name", "?"), timing=self.timing,
+                      executed=self.executed, wall_s=wall)
+        total = self.end_ns if self.timing else None
+        r.total_ns = total
+        engines = {e: EngineStats() for e in COMPUTE_ENGINES + ("dma",)}
+        queues: dict[str, EngineStats] = {}
+        for p in self.plans:
+            if not p.count:
+                continue
+            s = engines.setdefault(p.engine, EngineStats())
+            s.instructions += p.count
+            s.busy_ns += p.cost * p.count
+            if p.engine == "dma":
+                q = queues.setdefault(f"q{p.queue}", EngineStats())
+                q.instructions += p.count
+                q.busy_ns += p.cost * p.count
+            if p.dma_dir is not None:
+                r.dma_bytes[p.dma_dir] += p.dma_bytes * p.count
+                r.dma_transfers += p.count
+                if p.spill:
+                    r.spill_bytes += p.dma_bytes * p.count
+        if self.timing and total:
+            for name, s in engines.items():
+                lanes = max(1, len(queues)) if name == "dma" else 1
+                s.utilisation = s.busy_ns / (total * lanes)
+            for s in queues.values():
+                s.utilisation = s.busy_ns / total
+        if not self.timing:
+            for s in list(engines.values()) + list(queues.values()):
+                s.busy_ns = 0.0
+        r.engines = engines
+        r.dma_queues = dict(sorted(queues.items(), key=lambda kv: int(kv[0][1:])))
+        if self.tracer is not None:
+            r.trace_events = self.tracer.count
+            r.trace_capped = self.tracer.capped
+        if self.forgotten:
+            r.note += f"; hazard tracking forgot {self.forgotten} old records (very long-lived regions)"
+        return r
+
+    def track_names(self) -> dict[int, str]:
+        names = {"pe": "Tensor Engine (pe)", "dve": "Vector Engine (dve)", "act": "Scalar Engine (act)",
+                 "pool": "GpSimd (pool)"}
+        return {self._tid(name): names.get(name, f"DMA queue {name[5:]}" if name.startswith("dma.q") else name)
+                for name in self.engines}
+
+    def _tid(self, name: str) -> int:
+        """Trace track of an engine: pe, dve, act, pool first, then the DMA queues in order."""
+        fixed = {"pe": 1, "dve": 2, "act": 3, "pool": 4}
+        if name in fixed:
+            return fixed[name]
+        if name.startswith("dma.q"):
+            return 10 + int(name[5:])
+        return 500 + self._ekeys[name]  # an engine nkicc does not know (from a plugin's schedule)
+
+    def write_trace(self, path: str) -> None:
+        if self.tracer is None:
+            raise ValueError("tracing is off (trace=..., timing=True)")
+        self.tracer.write(path, self.track_names())
+
+    def trace_dict(self) -> dict:
+        return self.tracer.to_dict(self.track_names())
+
+
+def simulate_machine(kernel: Kernel, inputs: dict[str, np.ndarray], target, **kw):
+    """(outputs, SimReport) of one machine simulation."""
+    return MachineSimulator(kernel, target, **kw).run(inputs)
+
+
+__all__ = ["MachineSimulator", "simulate_machine"]
