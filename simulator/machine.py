@@ -203,8 +203,8 @@ class MachineSimulator:
         self._program = self._compile_block(kernel.body.stmts, ())
         self.hazards = hazards if (self.timing and self.scheduled) else "off"
         # accesses to memory that no op ever writes cannot take part in a hazard
-        written = {a.tensor for p in self.plans for a in writes(p.op)}
-        touched = {n for n in self.tensors if any(m in written for m in self.neighbours[n])}
+        written = {self.neighbours[a.tensor] for p in self.plans for a in writes(p.op)}
+        touched = {n for n in self.tensors if self.neighbours[n] in written}
         for p in self.plans:
             p.hz_reads = [acc for acc in p.hz_reads if acc.t.name in touched]
         self.tracer = TraceRecorder(kernel.name, getattr(target, "name", "?"), max_trace_events) \
@@ -229,19 +229,22 @@ class MachineSimulator:
                                          f"{end}) does not fit the {d.buffer} of {tg.name} ({tg.partitions} x "
                                          f"{limits[d.buffer]} bytes)", d.loc, "an allocator bug")
 
-    def _neighbours(self) -> dict[str, tuple[str, ...]]:
-        """For each tensor, the tensors whose memory overlaps its own (itself
-        included): on chip by address range, since every tile starts at partition 0."""
+    def _neighbours(self) -> dict[str, str]:
+        """For each tensor, the group of tensors whose memory overlaps its own,
+        directly or through others (on chip by byte range: every tile starts
+        at partition 0); hazard records are kept per group."""
         out = {}
-        chip = sorted((t for t in self.tensors.values() if t.onchip), key=lambda t: (t.decl.buffer, t.address))
+        for buffer in ("sbuf", "psum"):
+            group, group_end = None, -1
+            for t in sorted((t for t in self.tensors.values() if t.onchip and t.decl.buffer == buffer),
+                            key=lambda t: t.address):
+                end = t.address + t.F * t.item
+                if group is None or t.address >= group_end:
+                    group, group_end = t.name, end
+                group_end = max(group_end, end)
+                out[t.name] = group
         for t in self.tensors.values():
-            if not t.onchip:
-                out[t.name] = (t.name,)
-                continue
-            lo, hi = t.address, t.address + t.F * t.item
-            out[t.name] = (t.name,) + tuple(
-                u.name for u in chip if u is not t and u.decl.buffer == t.decl.buffer
-                and u.address < hi and lo < u.address + u.F * u.item)
+            out.setdefault(t.name, t.name)
         return out
 
     def _ekey(self, name: str) -> int:
@@ -501,15 +504,16 @@ class MachineSimulator:
         self.efree = [0.0] * nengines
         self.finish_of: dict[int, float] = {}
         self.end_ns = 0.0
-        wrecs = {name: [] for name in self.tensors}
-        rrecs = {name: [] for name in self.tensors}
+        groups = set(self.neighbours.values())
+        wrecs = {g: [] for g in groups}
+        rrecs = {g: [] for g in groups}
         self.records = list(wrecs.values()) + list(rrecs.values())
         for acc in self._all_accs:
             acc.vcache = {}
-            name = acc.t.name
-            acc.wrecs, acc.rrecs = wrecs[name], rrecs[name]
-            acc.near_w = tuple(wrecs[n] for n in self.neighbours[name])
-            acc.near_r = tuple(rrecs[n] for n in self.neighbours[name])
+            acc.rcache = {}
+            g = self.neighbours[acc.t.name]
+            acc.wrecs, acc.rrecs = wrecs[g], rrecs[g]
+            acc.near_w, acc.near_r = (acc.wrecs,), (acc.rrecs,)
         self.forgotten = 0
         self._since_prune = 0
         self._spans: list[list[float]] = []
