@@ -119,15 +119,11 @@ def _check_loop(loop: Loop, outer: Mapping[str, int], decls: Mapping[str, Tensor
         return
     pairs.sort(key=lambda p: (p[0], p[1]))  # reads first, in program order
     budget = [MAX_WORK]
+    cache: dict = {}
     for _, _, w, x in pairs:
-        d = _witness(w.access, x.access, v, loop.trip, inner, outer, budget)
+        d = _witness(w.access, x.access, v, loop.trip, inner, outer, budget, cache)
         if d is not None:
-            err = _error(loop, w, x, d, decls)
-            import os
-            if os.environ.get("NKICC_E190_LOG"):  # TEMPORARY
-                with open(os.environ["NKICC_E190_LOG"], "a") as f:
-                    f.write(str(err) + "\n")
-            raise err
+            raise _error(loop, w, x, d, decls)
         if budget[0] <= 0:
             return
 
@@ -209,14 +205,17 @@ def _outer_samples(w: Access, x: Access, outer: Mapping[str, int]) -> list[dict[
     return [{var: 0 for var in outer}, {var: n - 1 for var, n in outer.items()}][:MAX_OUTER_SAMPLES]
 
 
-def _witness(w: Access, x: Access, v: str, trip: int, inner, outer, budget) -> int | None:
+def _witness(w: Access, x: Access, v: str, trip: int, inner, outer, budget, cache: dict) -> int | None:
     """An iteration distance d != 0 such that the write w in iteration k + d
     and the access x in iteration k touch the same element; None if none is
     found within the budget."""
     cw, cx = w.offset.coeff(v), x.offset.coeff(v)
     for values in _outer_samples(w, x, outer):
-        wr = _runs(*_free_pairs(w, v, inner, values))
-        xr = _runs(*_free_pairs(x, v, inner, values))
+        key = tuple(sorted(values.items()))
+        for a in (w, x):
+            if (a, key) not in cache:
+                cache[(a, key)] = _runs(*_free_pairs(a, v, inner, values))
+        wr, xr = cache[(w, key)], cache[(x, key)]
         if wr is None or xr is None:
             continue
         # shifts t = cw*v1 - cx*v2 that the bounding intervals allow

@@ -190,7 +190,7 @@ def elementwise_cases(draw):
                   LOOP=draw(st.integers(0, 3)))
     # keep the unrolled oracle small: at most ~60 tiles
     while B * cdiv(R, consts["P"]) * cdiv(C, consts["F"]) > 60:
-        consts["F"] = consts["F"] * 2
+        consts["P"], consts["F"] = min(128, consts["P"] * 2), consts["F"] * 2
     a, b = _arrays(draw, (B, R, C), (B, R, C))
     return Case("elementwise", elementwise, (a, b), consts, elementwise_ref)
 
@@ -201,7 +201,7 @@ def row_reduce_cases(draw):
     consts = dict(P=draw(st.integers(1, 128)), F=draw(st.sampled_from([16, 100, 256, 512, 2048])),
                   MAX=draw(st.booleans()), LOOP=draw(st.integers(0, 3)))
     while cdiv(R, consts["P"]) * cdiv(C, consts["F"]) > 60:
-        consts["F"] *= 2
+        consts["P"], consts["F"] = min(128, consts["P"] * 2), consts["F"] * 2
     (a,) = _arrays(draw, (R, C))
     return Case("row_reduce", row_reduce, (a,), consts, row_reduce_ref)
 
@@ -387,9 +387,10 @@ def index_wrong_cases(draw):
     if how == "index":
         consts["IDX"] = draw(st.one_of(st.integers(n, n + 10), st.integers(-n - 10, -n - 1)))
     elif how == "pattern":
-        consts["PATTERN"] = ((64, 128), (1, draw(st.integers(65, 200))))
+        # 128 rows of K elements from the start: past the end of all n * 8192 elements
+        consts["PATTERN"] = ((64, 128), (1, n * 8192 - 8127 + draw(st.integers(0, 100))))
     else:
-        consts["OFFSET"] = draw(st.one_of(st.integers(-500, -1), st.integers(1, 64) .map(lambda x: x + (n - 1) * 8192)))
+        consts["OFFSET"] = draw(st.one_of(st.integers(-500, -1), st.integers(1, 64).map(lambda x: x + (n - 1) * 8192)))
     (a,) = _arrays(draw, (n, 128, 64))
     return Case("index_wrong", index_wrong, (a,), consts, codes=("E101",), extra={"how": how})
 
@@ -409,6 +410,41 @@ def elementwise_mismatch_cases(draw):
 INVALID = {"tiles_wrong": tiles_wrong_cases, "matmul_wrong": matmul_wrong_cases,
            "partition_window": partition_window_cases, "index_wrong": index_wrong_cases,
            "elementwise_mismatch": elementwise_mismatch_cases}
+
+
+# --- anything goes: valid or not, never an internal error -------------------------------------------
+
+@st.composite
+def tiles_any_cases(draw):
+    R, C = draw(st.integers(1, 400)), draw(st.integers(1, 200))
+    consts = dict(P=draw(st.integers(1, 200)), NT=draw(st.integers(1, 5)), R0=draw(st.integers(-300, 300)),
+                  C_END=draw(st.one_of(st.none(), st.integers(1, C + 40))))
+    (a,) = _arrays(draw, (R, C))
+    return Case("tiles_any", tiles_wrong, (a,), consts, lambda a, **k: np.exp(a.astype(np.float64)))
+
+
+@st.composite
+def partition_any_cases(draw):
+    start, count = draw(st.integers(0, 140)), draw(st.integers(1, 140))
+    (a,) = _arrays(draw, (128, draw(st.integers(1, 64))))
+    return Case("partition_any", partition_window, (a,), dict(START=start, COUNT=count),
+                lambda a, START, COUNT: a[START:START + COUNT].astype(np.float64))
+
+
+ANY = {"tiles_any": tiles_any_cases, "partition_any": partition_any_cases}
+
+
+def check_any(case: Case) -> str:
+    """Either an NkiccError located in this file, or the numpy result; returns
+    the code, or "ok"."""
+    try:
+        got = nkicc.compile(case.kernel, *case.arrays, **case.consts).run(*case.arrays)
+    except nkicc.NkiccError as err:
+        assert err.loc is not None and err.loc.file == __file__, f"{case!r}: not located in the kernel: {err}"
+        return err.code
+    want = case.ref(*case.arrays, **case.consts)
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=2e-5, atol=2e-5, err_msg=repr(case))
+    return "ok"
 
 
 def check_invalid(case: Case) -> str:

@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 
 import fuzz_kernels as fk
 
-VALID_EXAMPLES = int(os.environ.get("NKICC_FUZZ_EXAMPLES", "10"))
-INVALID_EXAMPLES = int(os.environ.get("NKICC_FUZZ_EXAMPLES", "20"))
+VALID_EXAMPLES = int(os.environ.get("NKICC_FUZZ_EXAMPLES", "20"))
+INVALID_EXAMPLES = int(os.environ.get("NKICC_FUZZ_EXAMPLES", "40"))
 HEALTH = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
 
 
@@ -39,5 +39,17 @@ def test_invalid_kernels_give_a_diagnostic(family):
     @given(fk.INVALID[family]())
     def prop(case):
         fk.check_invalid(case)
+
+    prop()
+
+
+@pytest.mark.parametrize("family", sorted(fk.ANY))
+def test_any_kernel_gives_the_result_or_a_diagnostic(family):
+    """Parameters drawn without regard to validity: the numpy result or an
+    NkiccError at the kernel's line, nothing else."""
+    @_settings(INVALID_EXAMPLES)
+    @given(fk.ANY[family]())
+    def prop(case):
+        fk.check_any(case)
 
     prop()

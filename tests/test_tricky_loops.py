@@ -971,8 +971,6 @@ def k_index_as_scalar_operand(a):
     return out
 
 
-@pytest.mark.xfail(strict=True, reason="nkicc.isa _scalar rejects a SymInt operand (E103) instead of asking "
-                                       "for the value (float(value) -> concrete trace); language/isa is not ours")
 def test_loop_index_as_scalar_operand(rng):
     a = data(rng, 64, 8)
     want = np.concatenate([b * i + (i + 1) for i, b in enumerate(blocks(a, 16))])

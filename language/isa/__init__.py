@@ -1,11 +1,13 @@
 """nkicc.isa (`nisa`): instructions, destination first, nothing returned."""
 from __future__ import annotations
 
+import numpy as np
+
 from ..ir import Access, Const, NkiccError
 from ..language import dtypes
 from ..language.opnames import BINARY, REDUCE, UNARY, op_name
 from ..language.tensor import Tensor, require_builder, unsupported_name
-from ..language.tracing import user_loc
+from ..language.tracing import SymInt, user_loc
 
 __all__ = [
     "dma_copy", "tensor_copy", "memset", "nc_matmul", "nc_transpose", "tensor_tensor",
@@ -115,12 +117,10 @@ def _scalar(value, what: str, loc):
         return float(value)
     if isinstance(value, (int, float)):
         return value
-    try:
-        import numpy as np
-        if isinstance(value, np.generic):
-            return value.item()
-    except ImportError:  # pragma: no cover
-        pass
+    if isinstance(value, SymInt):
+        return int(value)  # a loop index as a value: that loop is traced concretely
+    if isinstance(value, np.generic):
+        return value.item()
     raise NkiccError("E103", f"{what} must be a number, got {type(value).__name__}", loc)
 
 
