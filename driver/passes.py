@@ -355,7 +355,11 @@ class _ResultCheck:
         self.expected = self.run(kernel, self.inputs)
 
     def after(self, pass_name: str, kernel: Kernel, provider: str) -> None:
-        got = self.run(kernel, self.inputs)
+        try:
+            got = self.run(kernel, self.inputs)
+        except NkiccError as err:  # the program ran before this pass: the pass broke it
+            raise NkiccError("E310", f"pass {pass_name!r} (from {provider}) broke the program: {err.one_line()}",
+                             None, f"rerun with --disable-pass {pass_name} and report it to its provider") from None
         for name, want in self.expected.items():
             have = got.get(name)
             if have is None or have.shape != want.shape or not _close(have, want):
