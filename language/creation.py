@@ -29,6 +29,8 @@ def buffer_name(buffer, loc) -> str:
 def concrete_shape(shape, loc) -> tuple[int, ...]:
     if isinstance(shape, int):
         shape = (shape,)
+    if isinstance(shape, str) or not hasattr(shape, "__iter__") or not len(shape):
+        raise NkiccError("E103", f"a tensor shape is a non-empty tuple of ints, got {shape!r}", loc)
     out = []
     for d in shape:
         if isinstance(d, SymInt):
@@ -88,7 +90,12 @@ def ones(shape, dtype, buffer=sbuf, name="", **_hints) -> Tensor:
 
 
 def full(shape, fill_value, dtype, buffer=sbuf, name="", **_hints) -> Tensor:
-    return _filled(shape, dtype, buffer, name, float(fill_value), user_loc(2))
+    loc = user_loc(2)
+    try:
+        value = float(fill_value)
+    except (TypeError, ValueError):
+        raise NkiccError("E103", f"nl.full fill_value must be a number, got {fill_value!r}", loc) from None
+    return _filled(shape, dtype, buffer, name, value, loc)
 
 
 def zeros_like(a: Tensor, dtype=None, buffer=None, name="", **_hints) -> Tensor:

@@ -239,13 +239,16 @@ def transpose(x, dtype=None, name="", **_hints) -> Tensor:
 def broadcast_to(x, shape, **_hints) -> Tensor:
     loc = user_loc(2)
     x = _tile(x, "nl.broadcast_to operand", loc)
-    return broadcast_view(x, tuple(int(d) for d in shape), loc)
+    from .creation import concrete_shape
+    return broadcast_view(x, concrete_shape(shape, loc), loc)
 
 
 def expand_dims(x, axis, **_hints) -> Tensor:
     loc = user_loc(2)
     x = _tile(x, "nl.expand_dims operand", loc)
     pattern = list(x.access.pattern)
+    if isinstance(axis, bool) or not isinstance(axis, int):
+        raise NkiccError("E103", f"expand_dims axis must be an int, got {axis!r}", loc)
     axis = axis + len(pattern) + 1 if axis < 0 else axis
     if not 0 <= axis <= len(pattern):
         raise NkiccError("E103", f"expand_dims axis {axis} out of range for {list(x.shape)}", loc)

@@ -24,7 +24,6 @@ bytes has finished) is error E171 naming both instructions: a missing semaphore.
 from __future__ import annotations
 
 import time
-from itertools import product
 
 import numpy as np
 
@@ -40,7 +39,7 @@ from .trace import DEFAULT_MAX_EVENTS, TraceRecorder
 
 _accumulate = ReferenceMachine._accumulate  # the accumulate=None rule, one implementation
 _INF = float("inf")
-_PRUNE_EVERY = 64        # ops between time-based prunes of the hazard records
+_CLEANUP_AT = 24          # records per group and kind before a cleanup (then twice what remained)
 _VIEW_CACHE = 512         # cached views per access (distinct start offsets)
 _MAX_RECORDS = 4096      # per buffer and kind; beyond this the oldest are forgotten (reported)
 
@@ -94,7 +93,7 @@ class _Acc:
     length F moves across partitions; the others move inside a partition."""
     __slots__ = ("access", "t", "const", "terms", "reg", "scalar", "scale", "lo_span", "hi_span", "shape",
                  "strides", "part_lo", "part_hi", "free_lo", "free_hi", "rel", "pairs", "part_rel", "free_rel",
-                 "dense", "cur", "count", "vcache", "rcache", "static", "wrecs", "rrecs", "near_w", "near_r")
+                 "dense", "cur", "count", "vcache", "rcache", "static", "wrecs", "rrecs")
 
     def __init__(self, access: Access, t: _Tensor, partition_bytes: int) -> None:
         self.access = access
@@ -120,8 +119,7 @@ class _Acc:
                        and self.const + self.lo_span >= 0 and self.const + self.hi_span < t.size)
         if self.static:
             self.cur = self.const
-        self.wrecs = self.rrecs = None  # hazard records of its tensor, and of the tensors sharing its bytes
-        self.near_w = self.near_r = ()
+        self.wrecs = self.rrecs = None  # hazard records of its memory group (tensors sharing bytes)
         item = t.item
         part_pairs, free_pairs = [], []
         if t.onchip:
@@ -156,7 +154,7 @@ class _Plan:
     """One op, compiled."""
     __slots__ = ("op", "id", "opcode", "engine", "queue", "ekey", "tid", "waits", "cost", "accs", "by_id",
                  "outs", "scalars", "hz_reads", "hz_writes", "count", "loc_str", "loop_vars", "dma_dir",
-                 "dma_bytes", "spill", "mode")
+                 "dma_bytes", "spill", "mode", "dyn_accs", "is_matmul")
 
     def __init__(self, op: Op) -> None:
         self.op = op
@@ -324,6 +322,8 @@ class MachineSimulator:
                 get(a)
         p.by_id = by_id
         p.accs = accs
+        p.dyn_accs = [acc for acc in accs if not acc.static]  # starts that depend on loop indices / registers
+        p.is_matmul = op.opcode == "nc_matmul"
         p.scalars = [acc.scalar for acc in accs if acc.scalar is not None]
         # hazard regions: what the op reads (inputs, accumulating dst, scalar offsets) and writes
         p.hz_reads = [self._hz_acc(p, a) for a in reads(op)]
@@ -505,17 +505,16 @@ class MachineSimulator:
         self.finish_of: dict[int, float] = {}
         self.end_ns = 0.0
         groups = set(self.neighbours.values())
-        wrecs = {g: [] for g in groups}
-        rrecs = {g: [] for g in groups}
+        wrecs = {g: {} for g in groups}
+        rrecs = {g: {} for g in groups}
         self.records = list(wrecs.values()) + list(rrecs.values())
+        self._limits: dict[int, int] = {}
         for acc in self._all_accs:
             acc.vcache = {}
             acc.rcache = {}
             g = self.neighbours[acc.t.name]
             acc.wrecs, acc.rrecs = wrecs[g], rrecs[g]
-            acc.near_w, acc.near_r = (acc.wrecs,), (acc.rrecs,)
         self.forgotten = 0
-        self._since_prune = 0
         self._spans: list[list[float]] = []
         if self.tracing:
             self.tracer = TraceRecorder(self.kernel.name, getattr(self.target, "name", "?"),
@@ -566,20 +565,18 @@ class MachineSimulator:
         self.executed += 1
         p.count += 1
         op = p.op
-        for acc in p.accs:
-            if not acc.static:
-                acc.cur = self._start(acc, op, False)
+        for acc in p.dyn_accs:
+            acc.cur = self._start(acc, op, False)
         if self.timing:
             self._time(p)
         by_id = p.by_id
         view = self._read_view
         results = semantics.compute(op, lambda a: view(by_id[id(a)]))
-        is_matmul = p.opcode == "nc_matmul"
         for index, values in results:
             acc = p.outs[index]
-            if acc.t.size <= acc.cur + acc.hi_span or acc.cur + acc.lo_span < 0:
+            if not acc.static and (acc.t.size <= acc.cur + acc.hi_span or acc.cur + acc.lo_span < 0):
                 self._start(acc, op, True)  # raises E170
-            self._write(acc, values, is_matmul, p.mode)
+            self._write(acc, values, p.is_matmul, p.mode)
 
     # --- timing and hazards --------------------------------------------------------------
 
@@ -620,21 +617,29 @@ class MachineSimulator:
         return r
 
     def _region_at(self, acc: _Acc, e: int):
+        """(tensor, p_lo, p_hi, b_lo, b_hi (exclusive), dense, e, fast, key): key names
+        the region exactly (the box itself when the access fills it)."""
         t = acc.t
         if not t.onchip:
-            return (t.name, 0, 0, (e + acc.lo_span) * t.item, (e + acc.hi_span + 1) * t.item,
-                    acc.dense, e, True)
-        pf = self._fast(acc, e)
-        if pf is None:  # conservative: the whole tile
-            return (t.name, 0, t.P - 1, t.address, t.address + t.F * t.item, True, e, False)
-        p0, f0 = pf
-        return (t.name, p0 + acc.part_lo, p0 + acc.part_hi, t.address + (f0 + acc.free_lo) * t.item,
-                t.address + (f0 + acc.free_hi + 1) * t.item, acc.dense, e, True)
+            box, dense, fast = (0, 0, (e + acc.lo_span) * t.item, (e + acc.hi_span + 1) * t.item), acc.dense, True
+        else:
+            pf = self._fast(acc, e)
+            if pf is None:  # rows wrap or it runs off the tile: conservatively, the whole tile
+                box, dense, fast = (0, t.P - 1, t.address, t.address + t.F * t.item), True, False
+            else:
+                p0, f0 = pf
+                box = (p0 + acc.part_lo, p0 + acc.part_hi, t.address + (f0 + acc.free_lo) * t.item,
+                       t.address + (f0 + acc.free_hi + 1) * t.item)
+                dense, fast = acc.dense, True
+        key = box if dense and fast else box + (id(acc), e)
+        return (t.name,) + box + (dense, e, fast, key)
 
     def _hazards(self, p: _Plan, start: float, finish: float) -> None:
         """Check the op's accesses against the unfinished accesses recorded
-        for every tensor sharing bytes with them, then record its own.
-        A record: (p_lo, p_hi, b_lo, b_hi, start, finish, plan, acc, e, dense, fast)."""
+        for its memory group (tensors sharing bytes), then record its own.
+        A record: (p_lo, p_hi, b_lo, b_hi, start, finish, plan, acc, e, dense, fast, serial),
+        kept in a dict per group and kind keyed by its region, so that the
+        latest access to a region replaces the older one."""
         check_all = self.hazards == "all"
         region = self._region
         overlap = self._overlap
@@ -642,74 +647,64 @@ class MachineSimulator:
         wregions = [(acc, region(acc)) for acc in p.hz_writes]
         # read after write: the bytes' last writer must have finished
         for acc, r in rregions:
-            for lst in acc.near_w:
-                for w in lst:
-                    if w[5] > start and overlap(r, acc, w):
-                        self._raise("read-after-write", p, acc, start, w, "writes", w[5])
+            for w in acc.wrecs.values():
+                if w[5] > start and overlap(r, acc, w):
+                    self._raise("read-after-write", p, acc, start, w, "writes", w[5])
         if check_all:
             for acc, r in wregions:
-                for lst in acc.near_w:
-                    for w in lst:
-                        if w[5] > start and overlap(r, acc, w):
-                            self._raise("write-after-write", p, acc, start, w, "writes", w[5])
-                for lst in acc.near_r:
-                    for rd in lst:
-                        if rd[5] > start and overlap(r, acc, rd):
-                            self._raise("write-after-read", p, acc, start, rd, "reads", rd[5])
-        # record; a write makes the older records its region covers redundant
-        cover = self._cover
+                for w in acc.wrecs.values():
+                    if w[5] > start and overlap(r, acc, w):
+                        self._raise("write-after-write", p, acc, start, w, "writes", w[5])
+                for rd in acc.rrecs.values():
+                    if rd[5] > start and overlap(r, acc, rd):
+                        self._raise("write-after-read", p, acc, start, rd, "reads", rd[5])
+        serial = self.executed
         for acc, r in wregions:
-            rec = (r[1], r[2], r[3], r[4], start, finish, p, acc, r[6], r[5], r[7])
-            lst = acc.wrecs
-            if lst:
-                cover(lst, rec, 0.0)
-            lst.append(rec)
-            if len(lst) > _MAX_RECORDS:
-                self._forget(lst)
-            if check_all and acc.rrecs:
-                cover(acc.rrecs, rec, 0.0)
+            rec = (r[1], r[2], r[3], r[4], start, finish, p, acc, r[6], r[5], r[7], serial)
+            d, key = acc.wrecs, r[8]
+            d.pop(key, None)
+            d[key] = rec  # the newest write of a region is the one reads must wait for
+            if check_all:
+                acc.rrecs.pop(key, None)  # a read this write had to wait for (checked above)
+            if len(d) > self._limits.get(id(d), _CLEANUP_AT):
+                self._cleanup(acc.wrecs, acc.rrecs)
         if check_all:
             for acc, r in rregions:
-                rec = (r[1], r[2], r[3], r[4], start, finish, p, acc, r[6], r[5], r[7])
-                lst = acc.rrecs
-                if lst:  # a later read that covers an older one and ends no earlier makes it redundant
-                    cover(lst, rec, finish)
-                lst.append(rec)
-                if len(lst) > _MAX_RECORDS:
-                    self._forget(lst)
-        self._since_prune += 1
-        if self._since_prune >= _PRUNE_EVERY:
-            self._since_prune = 0
-            self._prune()
+                d, key = acc.rrecs, r[8]
+                old = d.get(key)
+                if old is None or old[5] <= finish:
+                    d.pop(key, None)
+                    d[key] = (r[1], r[2], r[3], r[4], start, finish, p, acc, r[6], r[5], r[7], serial)
+                    if len(d) > self._limits.get(id(d), _CLEANUP_AT):
+                        self._cleanup(acc.wrecs, acc.rrecs)
 
-    @staticmethod
-    def _cover(lst: list, rec, until: float) -> None:
-        """Drop the records that rec's region covers (with until > 0: only
-        those that finish no later than that)."""
-        if rec[9] and rec[10]:  # a dense box
-            p0, p1, b0, b1 = rec[0], rec[1], rec[2], rec[3]
-            if until:
-                lst[:] = [x for x in lst if not (p0 <= x[0] and x[1] <= p1 and b0 <= x[2] and x[3] <= b1
-                                                 and x[5] <= until)]
-            else:
-                lst[:] = [x for x in lst if not (p0 <= x[0] and x[1] <= p1 and b0 <= x[2] and x[3] <= b1)]
-        else:  # the same access at the same place
-            acc, e = rec[7], rec[8]
-            lst[:] = [x for x in lst if not (x[7] is acc and x[8] == e and (not until or x[5] <= until))]
-
-    def _forget(self, lst: list) -> None:
-        self.forgotten += len(lst) - _MAX_RECORDS
-        del lst[:len(lst) - _MAX_RECORDS]
-
-    def _prune(self) -> None:
-        """Forget records that finished before any engine of the program can
-        start again (engines the program never uses do not count)."""
+    def _cleanup(self, wrecs: dict, rrecs: dict) -> None:
+        """Drop records no future access can conflict with: finished before any
+        engine of the program can start again, or covered by a newer dense write
+        (or, for reads, by a newer read that ends no earlier)."""
         horizon = min(self.efree) if self.efree else 0.0
-        if horizon <= 0.0:
-            return
-        for lst in self.records:
-            if lst and (lst[0][5] <= horizon or len(lst) > 8):
-                lst[:] = [x for x in lst if x[5] > horizon]
+        boxes = []  # (serial, box, finish) of dense writes, newest first
+        for key, x in reversed(list(wrecs.items())):
+            if x[5] <= horizon or any(b0 <= x[0] and x[1] <= b1 and c0 <= x[2] and x[3] <= c1
+                                      for _, (b0, b1, c0, c1), _ in boxes):
+                del wrecs[key]
+            elif x[9] and x[10]:
+                boxes.append((x[11], (x[0], x[1], x[2], x[3]), x[5]))
+        rboxes = []
+        for key, x in reversed(list(rrecs.items())):
+            if x[5] <= horizon or any(s > x[11] and b0 <= x[0] and x[1] <= b1 and c0 <= x[2] and x[3] <= c1
+                                      for s, (b0, b1, c0, c1), _ in boxes) \
+                    or any(f >= x[5] and b0 <= x[0] and x[1] <= b1 and c0 <= x[2] and x[3] <= c1
+                           for _, (b0, b1, c0, c1), f in rboxes):
+                del rrecs[key]
+            elif x[9] and x[10]:
+                rboxes.append((x[11], (x[0], x[1], x[2], x[3]), x[5]))
+        for d in (wrecs, rrecs):
+            self._limits[id(d)] = max(_CLEANUP_AT, 2 * len(d))
+            if len(d) > _MAX_RECORDS:  # pathological: forget the oldest
+                for key in list(d)[:len(d) - _MAX_RECORDS]:
+                    del d[key]
+                    self.forgotten += 1
 
     def _overlap(self, r, acc: _Acc, rec) -> bool:
         if not (r[1] <= rec[1] and rec[0] <= r[2] and r[3] < rec[3] and rec[2] < r[4]):

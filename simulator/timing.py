@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..ir import Access, Const, Op, TensorDecl
+from ..ir import Access, Op, TensorDecl
 from ..ir import dtypes
 
 # engines that run compute instructions; DMA queues are separate resources

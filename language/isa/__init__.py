@@ -262,7 +262,10 @@ def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False, name=None, 
 
 
 def normalize_axes(axis, ndim: int, loc) -> tuple[int, ...]:
-    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    try:
+        axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    except TypeError:
+        raise NkiccError("E103", f"axis must be an int or a list of ints, got {axis!r}", loc) from None
     out = []
     for a in axes:
         if not isinstance(a, int):
@@ -280,13 +283,18 @@ def iota(dst, pattern, offset=0, channel_multiplier=0, name=None, **_hw_hints) -
     loc = user_loc(2)
     dst = _tensor(dst, "iota dst", loc)
     _on_chip(dst, "iota dst", loc)
-    pairs = tuple((int(s), int(n)) for s, n in pattern)
+    try:
+        pairs = tuple((int(s), int(n)) for s, n in pattern)
+        offset, channel_multiplier = int(offset), int(channel_multiplier)
+    except (TypeError, ValueError):
+        raise NkiccError("E103", "iota takes a pattern of [step, num] pairs and integer offset and "
+                                 "channel_multiplier", loc) from None
     count = 1
     for _, n in pairs:
         count *= n
     if count != _free(dst):
         raise NkiccError("E140", f"iota pattern covers {count} free elements, dst has {_free(dst)}", loc)
-    _emit("iota", [dst], [], {"pattern": pairs, "offset": int(offset), "channel_multiplier": int(channel_multiplier)}, loc)
+    _emit("iota", [dst], [], {"pattern": pairs, "offset": offset, "channel_multiplier": channel_multiplier}, loc)
 
 
 def select(dst, predicate, on_true, on_false, name=None, **_hw_hints) -> None:
