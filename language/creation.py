@@ -29,8 +29,13 @@ def buffer_name(buffer, loc) -> str:
 def concrete_shape(shape, loc) -> tuple[int, ...]:
     if isinstance(shape, int):
         shape = (shape,)
-    if isinstance(shape, str) or not hasattr(shape, "__iter__") or not len(shape):
-        raise NkiccError("E103", f"a tensor shape is a non-empty tuple of ints, got {shape!r}", loc)
+    given = shape
+    try:
+        shape = None if isinstance(shape, str) else tuple(shape)
+    except TypeError:
+        shape = None
+    if not shape:
+        raise NkiccError("E103", f"a tensor shape is a non-empty tuple of ints, got {given!r}", loc)
     out = []
     for d in shape:
         if isinstance(d, SymInt):

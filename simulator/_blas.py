@@ -7,12 +7,18 @@ from __future__ import annotations
 import contextlib
 
 try:
-    from threadpoolctl import threadpool_limits
+    from threadpoolctl import ThreadpoolController
 except ImportError:  # optional: without it BLAS keeps its own thread count
-    threadpool_limits = None
+    ThreadpoolController = None
+
+_controller = None
 
 
 def single_threaded_blas():
-    if threadpool_limits is None:
+    """A context manager limiting BLAS to one thread (a no-op without threadpoolctl)."""
+    global _controller
+    if ThreadpoolController is None:
         return contextlib.nullcontext()
-    return threadpool_limits(limits=1, user_api="blas")
+    if _controller is None:  # finding the loaded BLAS libraries costs ~1 ms: once per process
+        _controller = ThreadpoolController()
+    return _controller.limit(limits=1, user_api="blas")

@@ -21,6 +21,7 @@ from numpy.lib.stride_tricks import as_strided
 from ..ir import Access, Alloc, Block, Kernel, Loop, NkiccError, Op, TensorDecl
 from ..ir import dtypes
 from . import semantics
+from ._blas import single_threaded_blas
 
 
 def poison(dt: np.dtype, n: int, fill=None) -> np.ndarray:
@@ -172,7 +173,8 @@ class ReferenceMachine:
 
 
 def run_reference(kernel: Kernel, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    return ReferenceMachine(kernel).run(inputs)
+    with single_threaded_blas():
+        return ReferenceMachine(kernel).run(inputs)
 
 
 def _poison_like(a: np.ndarray) -> np.ndarray:

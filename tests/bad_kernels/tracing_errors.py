@@ -76,3 +76,48 @@ def hardware_index_after_its_loop(a: "float32[512,64]"):
     t = nl.load(a[r * 128:(r + 1) * 128, :])  # EXPECT: E151
     nl.store(out[0:128, :], value=t)
     return out
+
+
+# arguments of the wrong kind: each of these was an internal error (a Python
+# exception from inside nkicc) before nkicc checked them
+
+
+@nkicc.jit
+def iota_pattern_not_pairs(a: "float32[128,64]"):
+    out = nl.ndarray((128, 64), dtype=nl.int32, buffer=nl.shared_hbm)
+    t = nl.ndarray((128, 64), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.iota(t, pattern=64)  # EXPECT: E103
+    nl.store(out, value=t)
+    return out
+
+
+@nkicc.jit
+def full_of_text(a: "float32[128,64]"):
+    out = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+    t = nl.full((128, 64), "zero", dtype=nl.float32)  # EXPECT: E103
+    nl.store(out, value=t)
+    return out
+
+
+@nkicc.jit
+def sum_without_axis(a: "float32[128,64]"):
+    out = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+    s = nl.sum(nl.load(a), axis=None)  # EXPECT: E103
+    nl.store(out, value=s)
+    return out
+
+
+@nkicc.jit
+def empty_tile_shape(a: "float32[128,64]"):
+    out = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+    t = nl.ndarray((), dtype=nl.float32, buffer=nl.sbuf)  # EXPECT: E103
+    nl.store(out, value=t)
+    return out
+
+
+@nkicc.jit
+def broadcast_to_a_text_shape(a: "float32[128,1]"):
+    out = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+    t = nl.broadcast_to(nl.load(a), (128, "64"))  # EXPECT: E103
+    nl.store(out, value=nl.copy(t))
+    return out
