@@ -110,10 +110,11 @@ def scan(roots) -> dict[str, list[str]]:
 def unclassified(roots) -> dict[str, list[str]]:
     """Reads of variables that ENV does not classify (key_values' own read,
     of the names in ENV, is not one)."""
-    me = os.path.abspath(__file__)
+    # this module, scanned from a checkout or installed: key_values() reads names from ENV
+    me = os.path.join("cache", "env.py")
     out = {}
     for name, where in scan(roots).items():
-        where = [w for w in where if os.path.abspath(w.rsplit(":", 1)[0]) != me]
+        where = [w for w in where if not w.rsplit(":", 1)[0].endswith(me)]
         if where and name not in ENV:
             out[name] = where
     return out
