@@ -4,6 +4,7 @@ processes sharing one cache folder.
     python bench/cache.py                    # print the tables
     python bench/cache.py --markdown F.md    # also write them as markdown
     python bench/cache.py --update-docs      # replace the "## Cache" section of docs/benchmarks.md
+    python bench/cache.py --json F.json      # also write the measurements as JSON (bench/run_all.py)
 
 Every measurement runs in fresh Python processes against a fresh temporary
 cache folder (NKICC_CACHE_DIR); nothing touches the user's cache.
@@ -16,6 +17,9 @@ cache folder (NKICC_CACHE_DIR); nothing touches the user's cache.
   with the cache off.
 - Eight processes compile a mix of kernels against one folder at once, cold
   and then again warm: wall time of the batch and the folder's statistics.
+
+`collect()` returns the measurements as plain Python values and `section()`
+formats them; bench/run_all.py uses both.
 """
 from __future__ import annotations
 
@@ -110,33 +114,45 @@ def ms(s: float) -> str:
     return f"{s * 1000:.1f} ms"
 
 
-FACTS: dict = {}  # measured numbers the closing paragraph quotes
+SEEDS_ABSENT = "(../shared/workloads is not present: the full-size seeds were not measured)"
 
 
-def bench_seeds(repeat: int) -> list[str]:
+def bench_seeds(repeat: int) -> list[dict] | None:
+    """Per seed: trace_s, compile_s with the cache off, cold and warm (best and
+    median of `repeat` new processes). None when ../shared/workloads is absent."""
     if not WORKLOADS.is_dir():
-        return ["(../shared/workloads is not present: seeds not measured)"]
+        return None
     seeds = [(str(WORKLOADS / f), a) for f, a in SEEDS]
     with tempfile.TemporaryDirectory() as d:
         off = run(SEED_WORKER, json.dumps(seeds), cache=d, extra_env={"NKICC_CACHE": "0"})
         cold = run(SEED_WORKER, json.dumps(seeds), cache=d)
         warm = [run(SEED_WORKER, json.dumps(seeds), cache=d) for _ in range(repeat)]
-    lines = ["| seed | trace | compile_s, cache off | cold (empty cache) | warm: kernel hit, new process (best / median) | warm / cold |",
-             "|---|---|---|---|---|---|"]
+    rows = []
     for i, (name, _) in enumerate(SEEDS):
         w = [r[i]["compile_s"] for r in warm]
         assert cold[i]["kernel"] == "miss" and all(r[i]["kernel"] == "hit" for r in warm)
-        lines.append(f"| {name} | {ms(cold[i]['trace_s'])} | {ms(off[i]['compile_s'])} | {ms(cold[i]['compile_s'])} | "
-                     f"{ms(min(w))} / {ms(statistics.median(w))} | {min(w) / cold[i]['compile_s']:.1%} |")
-        FACTS.setdefault("warm_ratio", []).append(min(w) / cold[i]["compile_s"])
-        FACTS.setdefault("cold_over_off", []).append(cold[i]["compile_s"] / off[i]["compile_s"])
-        FACTS.setdefault("warm_ms", []).append(min(w) * 1000)
+        rows.append({"seed": name, "trace_s": cold[i]["trace_s"], "off_s": off[i]["compile_s"],
+                     "cold_s": cold[i]["compile_s"], "warm_s": min(w), "warm_median_s": statistics.median(w)})
+    return rows
+
+
+def seeds_table(rows: list[dict] | None) -> list[str]:
+    if rows is None:
+        return [SEEDS_ABSENT]
+    lines = ["| seed | trace | compile_s, cache off | cold (empty cache) | warm: kernel hit, new process (best / median) | warm / cold |",
+             "|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['seed']} | {ms(r['trace_s'])} | {ms(r['off_s'])} | {ms(r['cold_s'])} | "
+                     f"{ms(r['warm_s'])} / {ms(r['warm_median_s'])} | {r['warm_s'] / r['cold_s']:.1%} |")
     return lines
 
 
-def bench_edits(repeat: int) -> list[str]:
-    lines = ["| kernel and edit | regions hit / total | compile_s, cache off | after the edit (best of runs) |",
-             "|---|---|---|---|"]
+def bench_edits(repeat: int) -> list[dict]:
+    """Per edit: the edited kernel's compile_s with the cache off; the original
+    compiled cold (empty folder) and again warm (a new process: kernel hit);
+    then the edited copy in the same folder (regions hit / total); best of
+    `repeat` for each."""
+    rows = []
     for path, name, before, after, what in EDITS:
         source = path.read_text()
         assert source.count(before) == 1, what
@@ -147,23 +163,35 @@ def bench_edits(repeat: int) -> list[str]:
             edited.write_text(source.replace(before, after))
             off = min(run(EDIT_WORKER, str(edited), name, cache=d, extra_env={"NKICC_CACHE": "0"})["compile_s"]
                       for _ in range(repeat))
-            times, info = [], None
+            cold, warm, times, info = [], [], [], None
             for _ in range(repeat):
                 cache = tempfile.mkdtemp(dir=d)
-                run(EDIT_WORKER, str(original), name, cache=cache)
+                cold.append(run(EDIT_WORKER, str(original), name, cache=cache)["compile_s"])
+                hit = run(EDIT_WORKER, str(original), name, cache=cache)
+                assert hit["kernel"] == "hit", hit
+                warm.append(hit["compile_s"])
                 info = run(EDIT_WORKER, str(edited), name, cache=cache)
                 times.append(info["compile_s"])
-        lines.append(f"| {what} | {info['regions_hit']} / {info['regions_total']} "
-                     f"({info['regions_hit'] / info['regions_total']:.0%}) | {ms(off)} | {ms(min(times))} |")
-        FACTS.setdefault("edit_over_off", []).append(min(times) / off)
-        FACTS.setdefault("edit_hit", []).append(info["regions_hit"] / info["regions_total"])
+        rows.append({"what": what, "kernel": f"{path.relative_to(REPO)}::{name}",
+                     "regions_hit": info["regions_hit"], "regions_total": info["regions_total"],
+                     "off_s": off, "cold_s": min(cold), "warm_s": min(warm), "edit_s": min(times)})
+    return rows
+
+
+def edits_table(rows: list[dict]) -> list[str]:
+    lines = ["| kernel and edit | regions hit / total | compile_s, cache off | original: cold (empty cache) | "
+             "original: warm (kernel hit) | after the edit (best of runs) |",
+             "|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['what']} | {r['regions_hit']} / {r['regions_total']} "
+                     f"({r['regions_hit'] / r['regions_total']:.0%}) | {ms(r['off_s'])} | {ms(r['cold_s'])} | "
+                     f"{ms(r['warm_s'])} | {ms(r['edit_s'])} |")
     return lines
 
 
-def bench_processes() -> list[str]:
+def bench_processes() -> list[dict]:
     orders = ["0123", "1230", "2301", "3012", "0213", "1302", "2130", "3201"]
-    lines = ["| run | wall time of 8 processes (4 compiles each) | kernel hits / misses | region hits / misses | corrupt |",
-             "|---|---|---|---|---|"]
+    rows = []
     with tempfile.TemporaryDirectory() as d:
         env = {**os.environ, "NKICC_CACHE_DIR": d, "PYTHONPATH": str(TESTS), "OPENBLAS_NUM_THREADS": "1"}
         seen: dict = {}
@@ -180,8 +208,19 @@ def bench_processes() -> list[str]:
             s = Counters(d).read()
             delta = {k: s.get(k, 0) - seen.get(k, 0) for k in s}
             seen = s
-            lines.append(f"| {label} | {wall:.2f} s | {delta.get('kernel.hit', 0)} / {delta.get('kernel.miss', 0)} | "
-                         f"{delta.get('region.hit', 0)} / {delta.get('region.miss', 0)} | {delta.get('corrupt', 0)} |")
+            rows.append({"run": label, "processes": len(orders), "wall_s": wall,
+                         "kernel_hit": delta.get("kernel.hit", 0), "kernel_miss": delta.get("kernel.miss", 0),
+                         "region_hit": delta.get("region.hit", 0), "region_miss": delta.get("region.miss", 0),
+                         "corrupt": delta.get("corrupt", 0)})
+    return rows
+
+
+def processes_table(rows: list[dict]) -> list[str]:
+    lines = ["| run | wall time of 8 processes (4 compiles each) | kernel hits / misses | region hits / misses | corrupt |",
+             "|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['run']} | {r['wall_s']:.2f} s | {r['kernel_hit']} / {r['kernel_miss']} | "
+                     f"{r['region_hit']} / {r['region_miss']} | {r['corrupt']} |")
     return lines
 
 
@@ -202,58 +241,92 @@ def machine() -> str:
             f"Python {platform.python_version()}, numpy {numpy.__version__}; {load_text}")
 
 
-def section(repeat: int) -> str:
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO).stdout.strip()
+def commit() -> str:
+    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                          cwd=REPO).stdout.strip() or "?"
+
+
+def collect(repeat: int = 3, processes: bool = True) -> dict:
+    """Run the measurements; return them as plain values (JSON-ready)."""
+    data = {"machine": machine(), "commit": commit(), "repeat": repeat, "workloads": str(WORKLOADS)}
+    data["seeds"] = bench_seeds(repeat)
+    data["edits"] = bench_edits(repeat)
+    data["processes"] = bench_processes() if processes else None
+    return data
+
+
+def body(data: dict) -> str:
+    """The section's text below its command and machine lines."""
     parts = [
-        "## Cache",
-        "",
-        f"Command (run on commit {commit or '?'} plus the uncommitted work of that moment):",
-        "",
-        f"    python bench/cache.py --repeat {repeat} --update-docs",
-        "",
-        f"Machine: {machine()}. Every number comes from fresh processes and a fresh temporary cache folder. "
+        "Every number comes from fresh processes and a fresh temporary cache folder. "
         "`compile_s` is the report's: the pass pipeline, or on a kernel-level hit the key (a hash of the traced "
         "IR), the lookup and decoding the stored kernel; the trace runs either way (its time is the trace column). "
         "Opening the cache folder is a per-process cost (like loading the plugins) and is not in `compile_s`.",
         "",
         "Full-size seed kernels, compiled cold and then again in new processes:",
         "",
-        *bench_seeds(repeat),
+        *seeds_table(data["seeds"]),
         "",
-        "One loop body edited (the original compiled first, into the same folder):",
+        "One loop body edited (the original compiled cold into an empty folder, then again warm in a new process, "
+        "then the edited copy into the same folder):",
         "",
-        *bench_edits(repeat),
-        "",
-        "Eight processes against one folder (tests/cache_kernels.py: stages, matmul_acc, two scaled; every result "
-        "checked against numpy):",
-        "",
-        *bench_processes(),
-        "",
-        closing(),
+        *edits_table(data["edits"]),
         "",
     ]
+    if data.get("processes"):
+        parts += [
+            "Eight processes against one folder (tests/cache_kernels.py: stages, matmul_acc, two scaled; every "
+            "result checked against numpy):",
+            "",
+            *processes_table(data["processes"]),
+            "",
+        ]
+    parts += [closing(data), ""]
     return "\n".join(parts)
 
 
-def closing() -> str:
-    f = FACTS
+def section(data: dict, repeat: int) -> str:
+    return "\n".join([
+        "## Cache",
+        "",
+        f"Command (run on commit {data['commit']} plus the uncommitted work of that moment):",
+        "",
+        f"    python bench/cache.py --repeat {repeat} --update-docs",
+        "",
+        f"Machine: {data['machine']}.",
+        "",
+        body(data),
+    ])
+
+
+def closing(data: dict) -> str:
+    seeds, edits = data.get("seeds") or [], data.get("edits") or []
+    warm_ratio = [r["warm_s"] / r["cold_s"] for r in seeds + edits]
+    warm_ms = [r["warm_s"] * 1000 for r in seeds + edits]
+    cold_over_off = [r["cold_s"] / r["off_s"] for r in seeds + edits]
+    edit_over_off = [r["edit_s"] / r["off_s"] for r in edits]
+    edit_hit = [r["regions_hit"] / r["regions_total"] for r in edits]
     text = ("What it shows: the kernel level does what it is for. A hit costs a few milliseconds (hashing the traced "
             "IR, one read, decoding the stored kernel)")
-    if f.get("warm_ratio"):
-        text += (f", {min(f['warm_ms']):.1f}-{max(f['warm_ms']):.1f} ms here, {min(f['warm_ratio']):.0%}-"
-                 f"{max(f['warm_ratio']):.0%} of the cold compile")
-    text += ("; a notebook re-run or a second process pays little more than the trace. The region level does not pay "
-             "for itself with the built-in passes: after an edit")
-    if f.get("edit_hit"):
-        text += (f" {min(f['edit_hit']):.0%}-{max(f['edit_hit']):.0%} of the regions hit, yet the compile took "
-                 f"{min(f['edit_over_off']):.1f}-{max(f['edit_over_off']):.1f} times as long as with the cache off")
-    text += (". The built-in region passes (simplify, psum-legalize, licm, dma-coalesce) take tens of microseconds per "
-             "body, less than keying and looking one up (about 0.1-0.3 ms per region-pass on this machine: the "
-             "canonical form in Python and one SQLite read), and the kernel-scoped passes (verify, dce, alloc, "
-             "schedule) run again after any edit. It is built for region passes that are expensive per body; with "
-             "cheap ones it is overhead, as is filling the cache on a cold compile")
-    if f.get("cold_over_off"):
-        text += f" ({min(f['cold_over_off']):.1f}-{max(f['cold_over_off']):.1f} times the cache-off compile_s above)"
+    if warm_ratio:
+        text += (f", {min(warm_ms):.1f}-{max(warm_ms):.1f} ms here, {min(warm_ratio):.0%}-"
+                 f"{max(warm_ratio):.0%} of the cold compile")
+    text += "; a notebook re-run or a second process pays little more than the trace. The region level"
+    if edit_hit:
+        slower = max(edit_over_off) > 1
+        text += (f": after an edit {min(edit_hit):.0%}-{max(edit_hit):.0%} of the regions hit, and the compile took "
+                 f"{min(edit_over_off):.1f}-{max(edit_over_off):.1f} times as long as with the cache off")
+        if slower:
+            text += (". It does not pay for itself with the built-in passes: the built-in region passes (simplify, "
+                     "psum-legalize, licm, dma-coalesce) take tens of microseconds per body, less than keying and "
+                     "looking one up (the canonical form in Python and one SQLite read), and the kernel-scoped passes "
+                     "(verify, dce, alloc, schedule) run again after any edit. It is built for region passes that are "
+                     "expensive per body; with cheap ones it is overhead")
+    text += ". Filling the cache on a cold compile costs"
+    if cold_over_off:
+        text += f" {min(cold_over_off):.1f}-{max(cold_over_off):.1f} times the cache-off compile_s"
+    else:
+        text += " more than a cache-off compile"
     text += ". Timings are noisy on this shared machine."
     return text
 
@@ -272,11 +345,18 @@ def update_docs(text: str) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3, help="warm processes per measurement (best is reported)")
+    ap.add_argument("--quick", action="store_true", help="one run per measurement (--repeat 1)")
+    ap.add_argument("--no-processes", action="store_true", help="leave out the eight-process run")
     ap.add_argument("--markdown", help="also write the section to this file")
+    ap.add_argument("--json", metavar="FILE", help="also write the measurements as JSON to FILE")
     ap.add_argument("--update-docs", action="store_true", help="replace the '## Cache' section of docs/benchmarks.md")
     args = ap.parse_args()
-    text = section(args.repeat)
+    repeat = 1 if args.quick else args.repeat
+    data = collect(repeat, processes=not args.no_processes)
+    text = section(data, repeat)
     print(text)
+    if args.json:
+        pathlib.Path(args.json).write_text(json.dumps(data, indent=1))
     if args.markdown:
         pathlib.Path(args.markdown).write_text(text)
     if args.update_docs:

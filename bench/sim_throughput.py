@@ -4,6 +4,7 @@ against numpy computing the same math in the same process.
     python bench/sim_throughput.py                     # print the table
     python bench/sim_throughput.py --markdown docs/benchmarks.md   # also update that file's section
     python bench/sim_throughput.py --scale 16 --repeat 1           # smaller / quicker
+    python bench/sim_throughput.py --json F.json                   # also write the numbers as JSON
 
 The kernel is examples/fused_matmul.py::mm2 (E = (At.T @ B) @ D with the seed's
 loop nest: ragged 300-row m blocks, copy-in / nc_matmul / copy-out through
@@ -17,6 +18,9 @@ and with one thread), of the machine simulator with timing off (functional
 only) and on (cost model + hazard checks), best of --repeat runs, and the
 ratio simulator / numpy. The simulator runs BLAS on one thread (tile-sized
 matmuls are fastest that way).
+
+`measure()` returns the numbers as plain Python values and `table()` /
+`section()` format them; bench/run_all.py uses them.
 """
 from __future__ import annotations
 
@@ -48,14 +52,8 @@ def best(fn, repeat: int) -> tuple[float, float, object]:
     return best_wall, best_cpu, out
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--scale", type=int, default=8, help="divide every seed dimension by this (default 8)")
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--target", default="trn2")
-    ap.add_argument("--markdown", help="replace (or add) the '%s' section of this file" % SECTION)
-    args = ap.parse_args(argv)
-
+def measure(scale: int = 8, repeat: int = 3, target_name: str = "trn2") -> dict:
+    """Compile and run the scaled kernel; return the numbers (JSON-ready)."""
     import nkicc
     import fused_matmul as fm
     from nkicc.api import resolve_target
@@ -64,7 +62,7 @@ def main(argv=None) -> int:
     from nkicc.simulator.machine import MachineSimulator
     from nkicc.simulator.testing import naive_lower
 
-    d = {k: v // args.scale for k, v in SEED.items()}
+    d = {k: v // scale for k, v in SEED.items()}
     M, K, N, L = d["M"], d["K"], d["N"], d["L"]
     rng = np.random.default_rng(0)
     At = rng.standard_normal((K, M)).astype(np.float32)
@@ -73,9 +71,9 @@ def main(argv=None) -> int:
 
     t0 = time.perf_counter()
     compiled = nkicc.compile(fm.mm2, f"float32[{K},{M}]", f"float32[{K},{N}]", f"float32[{N},{L}]",
-                             passes={"target": args.target})
+                             passes={"target": target_name})
     compile_s = time.perf_counter() - t0
-    target = resolve_target(args.target, registry())
+    target = resolve_target(target_name, registry())
     kernel = compiled.ir
     lowered_by = "the pipeline (alloc + schedule)"
     if any(t.on_chip and t.address is None for t in kernel.tensors) or not any(
@@ -84,61 +82,97 @@ def main(argv=None) -> int:
         lowered_by = "nkicc.simulator.testing.naive_lower (the pipeline did not lower it)"
     inputs = {"At": At, "B": B, "D": D}
 
-    np_wall, np_cpu, ref = best(lambda: (At.T @ B) @ D, args.repeat)
+    np_wall, np_cpu, ref = best(lambda: (At.T @ B) @ D, repeat)
     with single_threaded_blas():
-        np1_wall, np1_cpu, _ = best(lambda: (At.T @ B) @ D, args.repeat)
-    rows = []
+        np1_wall, np1_cpu, _ = best(lambda: (At.T @ B) @ D, repeat)
+    sims = []
     for timing in (False, True):
         sim = MachineSimulator(kernel, target, timing=timing)
-        wall, cpu, (out, report) = best(lambda: sim.run(inputs), args.repeat)
+        wall, cpu, (out, report) = best(lambda: sim.run(inputs), repeat)
         err = float(np.abs(out["E"].astype(np.float64) - ref).max() / np.abs(ref).max())
-        rows.append((timing, wall, cpu, report, err))
-
-    executed = rows[0][3].executed
-    lines = [
-        f"kernel: examples/fused_matmul.py::mm2, M={M} K={K} N={N} L={L} (1/{args.scale} of the seed per "
-        f"dimension), target {args.target}; {executed:,} instructions executed; lowered by {lowered_by}; "
-        f"compile {compile_s:.2f} s",
-        "",
-        "| run | wall s (best of %d) | CPU s | x numpy (default BLAS threads) | x numpy (1 BLAS thread) |"
-        % args.repeat,
-        "|---|---|---|---|---|",
-        f"| numpy `(At.T @ B) @ D`, default BLAS threads | {np_wall:.3f} | {np_cpu:.3f} | 1.00 | "
-        f"{np_wall / np1_wall:.2f} |",
-        f"| numpy `(At.T @ B) @ D`, 1 BLAS thread | {np1_wall:.3f} | {np1_cpu:.3f} | {np1_wall / np_wall:.2f} | 1.00 |",
-    ]
-    for timing, wall, cpu, report, err in rows:
-        what = "machine simulator, timing on (costs + hazard checks)" if timing else \
-            "machine simulator, timing off (functional)"
-        lines.append(f"| {what} | {wall:.3f} | {cpu:.3f} | {wall / np_wall:.2f} | {wall / np1_wall:.2f} |")
-    lines += ["",
-              f"max error of E vs numpy, relative to max |E|: {max(r[4] for r in rows):.2e}; "
-              f"estimated kernel time {rows[1][3].total_ns / 1e3:,.1f} us (cost-table estimate); "
-              f"{executed / rows[0][1]:,.0f} instructions/s functional, {executed / rows[1][1]:,.0f} with timing"]
-    load = ", load average %.1f at the start" % os.getloadavg()[0] if hasattr(os, "getloadavg") else ""
-    machine = (f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
-               f"numpy {np.__version__}{load}")
-    counts = {}
+        sims.append({"timing": timing, "wall_s": wall, "cpu_s": cpu, "executed": report.executed,
+                     "total_ns": report.total_ns, "max_rel_err": err})
+    counts: dict = {}
     for p in sim.plans:
         counts[p.opcode] = counts.get(p.opcode, 0) + p.count
-    mix = ", ".join(f"{n:,} {code}" for code, n in sorted(counts.items(), key=lambda kv: -kv[1]))
-    text = "\n".join(lines)
-    print(text)
-    print(f"machine: {machine}")
+    load = ", load average %.1f at the start" % os.getloadavg()[0] if hasattr(os, "getloadavg") else ""
+    return {
+        "scale": scale, "repeat": repeat, "target": target_name, "dims": d, "compile_s": compile_s,
+        "lowered_by": lowered_by, "executed": sims[0]["executed"], "opcodes": counts,
+        "numpy": {"wall_s": np_wall, "cpu_s": np_cpu}, "numpy_1thread": {"wall_s": np1_wall, "cpu_s": np1_cpu},
+        "functional": sims[0], "timing_on": sims[1],
+        "machine": (f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
+                    f"numpy {np.__version__}{load}"),
+    }
+
+
+def table(data: dict) -> str:
+    d, repeat = data["dims"], data["repeat"]
+    np_wall, np1_wall = data["numpy"]["wall_s"], data["numpy_1thread"]["wall_s"]
+    lines = [
+        f"kernel: examples/fused_matmul.py::mm2, M={d['M']} K={d['K']} N={d['N']} L={d['L']} (1/{data['scale']} of "
+        f"the seed per dimension), target {data['target']}; {data['executed']:,} instructions executed; lowered by "
+        f"{data['lowered_by']}; compile {data['compile_s']:.2f} s",
+        "",
+        "| run | wall s (best of %d) | CPU s | x numpy (default BLAS threads) | x numpy (1 BLAS thread) |" % repeat,
+        "|---|---|---|---|---|",
+        f"| numpy `(At.T @ B) @ D`, default BLAS threads | {np_wall:.3f} | {data['numpy']['cpu_s']:.3f} | 1.00 | "
+        f"{np_wall / np1_wall:.2f} |",
+        f"| numpy `(At.T @ B) @ D`, 1 BLAS thread | {np1_wall:.3f} | {data['numpy_1thread']['cpu_s']:.3f} | "
+        f"{np1_wall / np_wall:.2f} | 1.00 |",
+    ]
+    for r in (data["functional"], data["timing_on"]):
+        what = "machine simulator, timing on (costs + hazard checks)" if r["timing"] else \
+            "machine simulator, timing off (functional)"
+        lines.append(f"| {what} | {r['wall_s']:.3f} | {r['cpu_s']:.3f} | {r['wall_s'] / np_wall:.2f} | "
+                     f"{r['wall_s'] / np1_wall:.2f} |")
+    f, t = data["functional"], data["timing_on"]
+    lines += ["",
+              f"max error of E vs numpy, relative to max |E|: {max(f['max_rel_err'], t['max_rel_err']):.2e}; "
+              f"estimated kernel time {t['total_ns'] / 1e3:,.1f} us (cost-table estimate); "
+              f"{data['executed'] / f['wall_s']:,.0f} instructions/s functional, "
+              f"{data['executed'] / t['wall_s']:,.0f} with timing"]
+    return "\n".join(lines)
+
+
+def analysis(data: dict) -> str:
+    mix = ", ".join(f"{n:,} {code}" for code, n in sorted(data["opcodes"].items(), key=lambda kv: -kv[1]))
+    return (f"What it shows: numpy does the product as two large GEMMs; the simulator executes the "
+            f"kernel's own instruction stream ({mix}), so it does the same arithmetic in tile-sized "
+            f"pieces (<= 128 x 128 x 512 matmuls, each result copied through PSUM and added into "
+            f"SBUF), where BLAS runs below its large-matrix speed. The simulator's own per-instruction "
+            f"cost is small next to that math (about 10 us per instruction functional, 15 us with "
+            f"timing, measured on a loop of tiny instructions); timing adds the cost model, the "
+            f"semaphore bookkeeping and the hazard checks. BLAS is limited to one thread during a "
+            f"simulation (tile-sized matmuls are fastest that way; on this 2-vCPU machine a "
+            f"multi-threaded OpenBLAS made them up to 100x slower). Single timings vary by 10-20% with "
+            f"the load of other jobs on the machine.")
+
+
+def section(data: dict) -> str:
+    return (f"{SECTION}\n\n`python bench/sim_throughput.py --scale {data['scale']} --repeat {data['repeat']}` "
+            f"on {data['machine']}. Target: the functional simulator within 4x of numpy.\n\n{table(data)}\n\n"
+            f"{analysis(data)}\n")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--scale", type=int, default=8, help="divide every seed dimension by this (default 8)")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--target", default="trn2")
+    ap.add_argument("--markdown", help="replace (or add) the '%s' section of this file" % SECTION)
+    ap.add_argument("--json", metavar="FILE", help="also write the numbers as JSON to FILE")
+    args = ap.parse_args(argv)
+
+    data = measure(args.scale, args.repeat, args.target)
+    print(table(data))
+    print(f"machine: {data['machine']}")
+    if args.json:
+        import json
+        with open(args.json, "w") as f:
+            json.dump(data, f, indent=1)
     if args.markdown:
-        section = (f"{SECTION}\n\n`python bench/sim_throughput.py --scale {args.scale} --repeat {args.repeat}` "
-                   f"on {machine}. Target: the functional simulator within 4x of numpy.\n\n{text}\n\n"
-                   f"What it shows: numpy does the product as two large GEMMs; the simulator executes the "
-                   f"kernel's own instruction stream ({mix}), so it does the same arithmetic in tile-sized "
-                   f"pieces (<= 128 x 128 x 512 matmuls, each result copied through PSUM and added into "
-                   f"SBUF), where BLAS runs below its large-matrix speed. The simulator's own per-instruction "
-                   f"cost is small next to that math (about 10 us per instruction functional, 15 us with "
-                   f"timing, measured on a loop of tiny instructions); timing adds the cost model, the "
-                   f"semaphore bookkeeping and the hazard checks. BLAS is limited to one thread during a "
-                   f"simulation (tile-sized matmuls are fastest that way; on this 2-vCPU machine a "
-                   f"multi-threaded OpenBLAS made them up to 100x slower). Single timings vary by 10-20% with "
-                   f"the load of other jobs on the machine.\n")
-        update_section(args.markdown, section)
+        update_section(args.markdown, section(data))
         print(f"updated {args.markdown}")
     return 0
 

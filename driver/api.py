@@ -1,6 +1,7 @@
 """The Python face of nkicc: `jit`, `compile`, `simulate`."""
 from __future__ import annotations
 
+import contextvars
 import copy
 import functools
 import os
@@ -23,6 +24,19 @@ from .trace import TraceResult, caller_loc, inspect_unwrap, trace_kernel
 
 
 DEFAULT_TARGET = "trn2"
+
+
+@dataclass
+class RunSettings:
+    """What `nkicc run` asks of the jit kernels a script calls: simulate with
+    or without timing, and keep a record of every call (`records`)."""
+    timing: bool = True
+    records: list = field(default_factory=list)
+
+
+# set by `nkicc run` for the script it runs; None: every kernel uses its own settings
+RUN_SETTINGS: contextvars.ContextVar[RunSettings | None] = contextvars.ContextVar("nkicc_run_settings",
+                                                                                default=None)
 
 
 @dataclass
@@ -226,10 +240,20 @@ class JitKernel:
     def __call__(self, *args, **kwargs):
         key, specs, constants, arrays = self.signature(args, kwargs)
         compiled = self._compiled.get(key)
-        if compiled is None:
+        fresh = compiled is None
+        if fresh:
             compiled = self._compiled[key] = _compile(inspect_unwrap(self.fn), specs, constants, None,
                                                       grid=self.grid, **self.options)
-        return compiled.run(**arrays)
+        settings = RUN_SETTINGS.get()
+        if settings is None:
+            return compiled.run(**arrays)
+        compiled.timing = settings.timing
+        t0 = time.perf_counter()
+        result = compiled.run(**arrays)
+        settings.records.append({"kernel": compiled.name, "compiled_now": fresh, "compile_s": compiled.compile_s,
+                                 "run_s": time.perf_counter() - t0, "peak_rss_mb": peak_rss_mb(),
+                                 "report": compiled.report})
+        return result
 
     @property
     def compiled(self) -> list[CompiledKernel]:

@@ -300,22 +300,38 @@ def simulate_cmd(
 def run_cmd(
     ctx: typer.Context,
     script: str = typer.Argument(..., help="A Python script written for NKI (import nki, nki.language, nki.isa)"),
+    timing: str = typer.Option("on", "--timing", help="on: estimated timing and hazard checks for every kernel "
+                                                      "call; off: functional simulation only (faster)"),
+    report: Optional[str] = typer.Option(None, "--report", help="Write a JSON record of every kernel call here "
+                                                                "(compile and simulation time, peak RSS, the "
+                                                                "compile and simulation report)"),
 ):
-    """Run an NKI script unchanged, with nkicc behind `import nki` (a real installed nki is never shadowed)."""
+    """Run an NKI script unchanged, with nkicc behind `import nki` (a real installed nki is never shadowed).
+    Options go before the script; everything after it is the script's own arguments."""
+    from .api import RUN_SETTINGS, RunSettings
     from .loader import enable_nki_alias
 
     if not os.path.isfile(script):
         _fail(NkiccError("E200", f"no such script: {script}", None, "give the path to a .py file"))
+    if timing not in ("on", "off"):
+        _fail(NkiccError("E201", f"--timing {timing}", None, "--timing on|off"))
     enable_nki_alias()
     sys.argv = [script, *ctx.args]
     folder = os.path.dirname(os.path.abspath(script))
     sys.path.insert(0, folder)
+    settings = RunSettings(timing=timing == "on")
+    token = RUN_SETTINGS.set(settings)
     try:
         runpy.run_path(script, run_name="__main__")
     except NkiccError as err:
         _fail(err)
     except Exception as exc:
         _script_failed(exc)
+    finally:
+        RUN_SETTINGS.reset(token)
+        if report:
+            with open(report, "w") as f:
+                json.dump(settings.records, f, indent=1, default=str)
 
 
 def _script_failed(exc: Exception) -> None:

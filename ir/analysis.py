@@ -44,3 +44,16 @@ def extent(a: Access, trips: Mapping[str, int], decl: TensorDecl) -> tuple[int, 
 
 def overlaps(a: tuple[int, int], b: tuple[int, int]) -> bool:
     return a[0] <= b[1] and b[0] <= a[1]
+
+
+def injective(pattern) -> bool:
+    """Whether no two index tuples of (step, count) pairs address the same
+    element: sorted by step, each step must clear the span of the smaller ones
+    (sufficient, not necessary)."""
+    span = 0
+    for step, num in sorted((abs(st), n) for st, n in pattern if n > 1):
+        if step <= span:
+            return False
+        span += step * (num - 1)
+    return True
+

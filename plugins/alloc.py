@@ -278,6 +278,33 @@ def _psum_spill(kernel, name: str):
 
 # --- the pass ---------------------------------------------------------------------------------
 
+def _place_all(kernel, numbering, decls, capacity, banks):
+    """(addresses, overflow or None, peak bytes per buffer); overflow is
+    (buffer, tensor that did not fit, that buffer's items)."""
+    placed: dict[str, int] = {}
+    peaks = {}
+    for buffer in ("psum", "sbuf"):
+        items = []
+        for name in numbering.alloc_at:
+            d = decls[name]
+            if d.buffer == buffer:
+                start, end = numbering.live_range(name)
+                items.append((name, partition_bytes(d), start, end))
+        addresses, failed, peak = _place(items, capacity[buffer], banks[buffer])
+        peaks[buffer] = peak
+        if failed is not None:
+            return placed, (buffer, failed, items), peaks
+        placed.update(addresses)
+    return placed, None, peaks
+
+
+def fits(kernel, target) -> bool:
+    """Whether the kernel's on-chip tensors fit the target without a spill."""
+    capacity = {"sbuf": target.sbuf_partition_bytes, "psum": target.psum_partition_bytes}
+    banks = {"sbuf": None, "psum": target.psum_bank_bytes}
+    return _place_all(kernel, _Numbering(kernel), kernel.tensor_map(), capacity, banks)[1] is None
+
+
 def allocate(kernel, ctx):
     target = ctx.target
     capacity = {"sbuf": target.sbuf_partition_bytes, "psum": target.psum_partition_bytes}
@@ -286,22 +313,7 @@ def allocate(kernel, ctx):
     for _ in range(MAX_SPILLS + 1):
         decls = kernel.tensor_map()
         numbering = _Numbering(kernel)
-        placed: dict[str, int] = {}
-        overflow = None
-        peaks = {}
-        for buffer in ("psum", "sbuf"):
-            items = []
-            for name, (n, _) in numbering.alloc_at.items():
-                d = decls[name]
-                if d.buffer == buffer:
-                    start, end = numbering.live_range(name)
-                    items.append((name, partition_bytes(d), start, end))
-            addresses, failed, peak = _place(items, capacity[buffer], banks[buffer])
-            peaks[buffer] = peak
-            if failed is not None:
-                overflow = (buffer, failed, items)
-                break
-            placed.update(addresses)
+        placed, overflow, peaks = _place_all(kernel, numbering, decls, capacity, banks)
         if overflow is None:
             break
         buffer, failed, items = overflow

@@ -6,6 +6,12 @@ and `wait`: the ids of ops on other engines or queues it must not start
 before (the most recent execution of each). An engine runs its own stream in
 program order, so dependences on the same engine need no semaphore.
 
+A DMA whose executions write disjoint memory (a load into a[:, k, :] for each
+k) gets `rotate`: each execution takes the next queue, so that the iterations
+of a rolled loop spread over all queues as an unrolled stream would. Such a
+DMA is ordered by semaphores only, also against DMAs that happen to share its
+queue. A DMA whose executions overlap keeps one queue, which orders them.
+
 Dependences come from the memory each op touches, by physical bytes for SBUF
 and PSUM (two tensors the allocator gave the same bytes conflict) and by
 element range for HBM. A loop body is visited twice, so that an op also sees
@@ -18,7 +24,7 @@ import dataclasses
 import itertools
 
 from nkicc.ir import Access, Alloc, Block, Loop, Op
-from nkicc.ir.analysis import ENGINE, extent, reads
+from nkicc.ir.analysis import ENGINE, extent, injective, reads
 from nkicc.ir.dtypes import itemsize
 from nkicc.pass_api import Pass, hookimpl
 
@@ -70,33 +76,58 @@ def _engine(op: Op, decls) -> str:
     return ENGINE.get(op.opcode, "dve")
 
 
+def _alloc_depths(block: Block, depth: int = 0, out=None) -> dict[str, int]:
+    """Loop depth of each tensor's allocation (absent: allocated with the kernel)."""
+    out = {} if out is None else out
+    for s in block.stmts:
+        if isinstance(s, Alloc):
+            out.setdefault(s.tensor, depth)
+        elif isinstance(s, Loop):
+            _alloc_depths(s.body, depth + 1, out)
+    return out
+
+
+def _executions_disjoint(a: Access, loops) -> bool:
+    """Whether every execution of the access over the given loops touches
+    elements no other execution touches (the loops as extra pattern pairs)."""
+    return a.scalar is None and injective(a.pattern + tuple((a.offset.coeff(lp.var), lp.trip) for lp in loops))
+
+
 def schedule(kernel, ctx):
     decls = kernel.tensor_map()
     ids = itertools.count()
     dma_ops = itertools.count()
     queues = ctx.target.dma_queues
+    depths = _alloc_depths(kernel.body)
 
-    def number(block: Block) -> Block:
+    def number(block: Block, chain: tuple) -> Block:
         out = []
         for s in block.stmts:
             if isinstance(s, Loop):
-                out.append(dataclasses.replace(s, body=number(s.body)))
+                out.append(dataclasses.replace(s, body=number(s.body, chain + (s,))))
             elif isinstance(s, Op):
                 engine = _engine(s, decls)
-                attrs = [(k, v) for k, v in s.attrs if k not in ("id", "engine", "queue", "wait")]
+                attrs = [(k, v) for k, v in s.attrs if k not in ("id", "engine", "queue", "rotate", "wait")]
                 attrs += [("id", next(ids)), ("engine", engine)]
                 if engine == "dma":
                     attrs.append(("queue", next(dma_ops) % queues))
+                    dst = s.outs[0]
+                    srcs = [a for a in s.ins if isinstance(a, Access)]
+                    # an execution must neither overwrite nor read what another one writes
+                    if (queues > 1 and all(a.tensor != dst.tensor and a.scalar is None for a in srcs)
+                            and _executions_disjoint(dst, chain[depths.get(dst.tensor, 0):])):
+                        attrs.append(("rotate", True))
                 out.append(Op(s.opcode, s.outs, s.ins, tuple(attrs), s.loc))
             else:
                 out.append(s)
         return Block(tuple(out))
 
-    kernel = dataclasses.replace(kernel, body=number(kernel.body))
+    kernel = dataclasses.replace(kernel, body=number(kernel.body, ()))
     lane = {}
     for s in kernel.body.walk():
         if isinstance(s, Op):
-            lane[s.attr("id")] = (s.attr("engine"), s.attr("queue"))
+            # a rotating DMA shares no in-order stream with anything
+            lane[s.attr("id")] = ("dma", -1 - s.attr("id")) if s.attr("rotate") else (s.attr("engine"), s.attr("queue"))
     waits: dict[int, set[int]] = {i: set() for i in lane}
     tracker = _Tracker()
     visited = [0]
@@ -137,6 +168,7 @@ def schedule(kernel, ctx):
 
     kernel = dataclasses.replace(kernel, body=attach(kernel.body))
     ctx.note("semaphores", sum(len(w) for w in waits.values()))
+    ctx.note("rotating_dmas", sum(1 for key in lane.values() if key[0] == "dma" and key[1] is not None and key[1] < 0))
     ctx.note("instructions_per_engine", _per_engine(lane))
     return kernel
 
@@ -151,4 +183,4 @@ def _per_engine(lane) -> dict:
 @hookimpl
 def nkicc_passes():
     return [Pass("schedule", schedule, "engine per instruction, dependences and semaphores (rolled, with back-edges)",
-                 required=True, scope="kernel", after=("alloc",))]
+                 required=True, scope="kernel", version="2", after=("alloc",))]

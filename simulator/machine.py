@@ -29,7 +29,7 @@ import numpy as np
 
 from ..ir import Access, Alloc, Kernel, Loop, NkiccError, Op, TensorDecl
 from ..ir import dtypes
-from ..ir.analysis import ENGINE, reads, writes
+from ..ir.analysis import ENGINE, injective, reads, writes
 from . import semantics
 from ._blas import single_threaded_blas
 from .reference import ReferenceMachine
@@ -154,7 +154,7 @@ class _Plan:
     """One op, compiled."""
     __slots__ = ("op", "id", "opcode", "engine", "queue", "ekey", "tid", "waits", "cost", "accs", "by_id",
                  "outs", "scalars", "hz_reads", "hz_writes", "count", "loc_str", "loop_vars", "dma_dir",
-                 "dma_bytes", "spill", "mode", "dyn_accs", "is_matmul")
+                 "dma_bytes", "spill", "mode", "dyn_accs", "is_matmul", "rotate")
 
     def __init__(self, op: Op) -> None:
         self.op = op
@@ -194,6 +194,7 @@ class MachineSimulator:
         self.plans: list[_Plan] = []
         self.engines: list[str] = []      # engine / queue track names, index = ekey
         self._ekeys: dict[str, int] = {}
+        self._rot_keys: list[int] = []
         self.scheduled = False
         self._all_accs: list[_Acc] = []
         self._check_layout()
@@ -258,13 +259,26 @@ class MachineSimulator:
             if isinstance(s, Op):
                 items.append((0, self._compile_op(s, loop_vars)))
             elif isinstance(s, Alloc):
-                nxt = stmts[i + 1] if i + 1 < len(stmts) else None
-                if not (isinstance(nxt, Op) and self._overwrites(nxt, s.tensor)):
+                first = self._first_use(stmts[i + 1:], s.tensor)
+                if not (isinstance(first, Op) and self._overwrites(first, s.tensor)):
                     items.append((1, self.tensors[s.tensor]))
             elif isinstance(s, Loop):
                 body = self._compile_block(s.body.stmts, loop_vars + (s.var,))
                 items.append((2, (s.var, s.trip, body, len(loop_vars))))
         return items
+
+    @staticmethod
+    def _first_use(stmts, name: str):
+        """The first statement that touches tensor `name` (an Op, or a Loop holding one)."""
+        for s in stmts:
+            if isinstance(s, Op):
+                if any(a.tensor == name for a in s.outs + s.ins if isinstance(a, Access)):
+                    return s
+            elif isinstance(s, Loop):
+                if any(isinstance(x, Op) and any(a.tensor == name for a in x.outs + x.ins if isinstance(a, Access))
+                       for x in s.body.walk()):
+                    return s
+        return None
 
     def _overwrites(self, op: Op, name: str) -> bool:
         """Whether `op` writes every element of tensor `name` without reading
@@ -274,8 +288,9 @@ class MachineSimulator:
         size = self.decls[name].size
         for a in writes(op):
             if (a.tensor == name and a.scalar is None and a.offset.is_const and a.count == size
-                    and _combos(a.pattern).size == size
-                    and a.offset.const + sum(s * (n - 1) for s, n in a.pattern if s < 0) == 0):
+                    and injective(a.pattern)  # count distinct elements from 0 to size - 1: all of them
+                    and a.offset.const + sum(s * (n - 1) for s, n in a.pattern if s < 0) == 0
+                    and a.offset.const + sum(s * (n - 1) for s, n in a.pattern if s > 0) == size - 1):
                 return True
         return False
 
@@ -304,6 +319,10 @@ class MachineSimulator:
         p.queue = int(op.attr("queue", 0) or 0) if p.engine == "dma" else None
         p.ekey = self._ekey(f"dma.q{p.queue}" if p.engine == "dma" else p.engine)
         p.tid = self._tid(self.engines[p.ekey])
+        # schedule's `rotate`: executions take the queues in turn, round robin over all rotating DMAs
+        p.rotate = bool(op.attr("rotate")) and p.engine == "dma"
+        if p.rotate and not self._rot_keys:
+            self._rot_keys = [self._ekey(f"dma.q{q}") for q in range(self.target.dma_queues)]
         p.waits = tuple(op.attr("wait", ()) or ())
         p.loop_vars = loop_vars
         by_id: dict[int, _Acc] = {}
@@ -502,6 +521,9 @@ class MachineSimulator:
             p.count = 0
         nengines = len(self.engines)
         self.efree = [0.0] * nengines
+        self.ebusy = [0.0] * nengines
+        self.ecount = [0] * nengines
+        self._rot_next = 0
         self.finish_of: dict[int, float] = {}
         self.end_ns = 0.0
         groups = set(self.neighbours.values())
@@ -581,7 +603,14 @@ class MachineSimulator:
     # --- timing and hazards --------------------------------------------------------------
 
     def _time(self, p: _Plan) -> None:
-        k = p.ekey
+        if p.rotate:
+            k = p.ekey = self._rot_keys[self._rot_next % len(self._rot_keys)]
+            self._rot_next += 1
+            p.tid = self._tid(self.engines[k])
+        else:
+            k = p.ekey
+        self.ebusy[k] += p.cost
+        self.ecount[k] += 1
         start = self.efree[k]
         fin = self.finish_of
         for w in p.waits:
@@ -590,14 +619,18 @@ class MachineSimulator:
                 start = f
         finish = start + p.cost
         self.efree[k] = finish
-        fin[p.id] = finish
+        if p.rotate:  # executions on different queues can finish out of order: a wait covers all so far
+            if fin.get(p.id, 0.0) < finish:
+                fin[p.id] = finish
+        else:
+            fin[p.id] = finish
         if finish > self.end_ns:
             self.end_ns = finish
         if self.hazards != "off":
             self._hazards(p, start, finish)
         if self.tracing:
             iters = tuple(self.env[v] for v in p.loop_vars) if p.loop_vars else ()
-            self.tracer.op(p, start, finish, iters)
+            self.tracer.op(p, start, finish, iters, p.tid)
             spans = self._spans
             if spans:
                 sp = spans[-1]
@@ -757,15 +790,20 @@ class MachineSimulator:
             s = engines.setdefault(p.engine, EngineStats())
             s.instructions += p.count
             s.busy_ns += p.cost * p.count
-            if p.engine == "dma":
+            if p.engine == "dma" and not self.timing:
                 q = queues.setdefault(f"q{p.queue}", EngineStats())
                 q.instructions += p.count
-                q.busy_ns += p.cost * p.count
             if p.dma_dir is not None:
                 r.dma_bytes[p.dma_dir] += p.dma_bytes * p.count
                 r.dma_transfers += p.count
                 if p.spill:
                     r.spill_bytes += p.dma_bytes * p.count
+        if self.timing:  # queues as executed: rotating DMAs move between them
+            for k, name in enumerate(self.engines):
+                if name.startswith("dma.q") and self.ecount[k]:
+                    q = queues.setdefault(f"q{name[5:]}", EngineStats())
+                    q.instructions += self.ecount[k]
+                    q.busy_ns += self.ebusy[k]
         if self.timing and total:
             for name, s in engines.items():
                 lanes = max(1, len(queues)) if name == "dma" else 1

@@ -38,11 +38,11 @@ class TraceRecorder:
     def full(self) -> bool:
         return len(self.ops) + len(self.loops) >= self.max_events
 
-    def op(self, plan, start: float, finish: float, iters: tuple) -> None:
+    def op(self, plan, start: float, finish: float, iters: tuple, tid: int) -> None:
         if len(self.ops) + len(self.loops) >= self.max_events:
             self.dropped += 1
             return
-        self.ops.append((plan, start, finish, iters))
+        self.ops.append((plan, start, finish, iters, tid))
 
     def loop(self, var: str, t: int, start: float, finish: float, depth: int) -> None:
         if len(self.ops) + len(self.loops) >= self.max_events:
@@ -58,11 +58,11 @@ class TraceRecorder:
             events.append({"name": "thread_name", "ph": "M", "pid": PID, "tid": tid, "args": {"name": name}})
             events.append({"name": "thread_sort_index", "ph": "M", "pid": PID, "tid": tid,
                            "args": {"sort_index": tid}})
-        for plan, start, finish, iters in self.ops:
+        for plan, start, finish, iters, tid in self.ops:
             args = {"loc": plan.loc_str, "id": plan.id}
             if iters:
                 args["iter"] = ",".join(f"{v}={i}" for v, i in zip(plan.loop_vars, iters))
-            events.append({"name": plan.opcode, "cat": plan.engine, "ph": "X", "pid": PID, "tid": plan.tid,
+            events.append({"name": plan.opcode, "cat": plan.engine, "ph": "X", "pid": PID, "tid": tid,
                            "ts": start / 1000.0, "dur": (finish - start) / 1000.0, "args": args})
         # loop iterations: complete events on "loop" tracks, one set per loop variable;
         # iterations of a loop may overlap in time (the next one's loads start early),

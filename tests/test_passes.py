@@ -18,7 +18,7 @@ from nkicc.passes import PassOptions, order, registry, select
 import seeds_scaled_kernels as seeds
 
 BUILTIN = {"verify": "required", "simplify": "on", "dce": "on", "psum-legalize": "on", "licm": "on",
-           "dma-coalesce": "on", "unroll": "off", "global-schedule": "off", "alloc": "required",
+           "dma-coalesce": "on", "unroll": "off", "global-schedule": "off", "multi-buffer": "on", "alloc": "required",
            "schedule": "required"}
 
 
@@ -31,9 +31,10 @@ def loops(kernel):
 
 
 def run_both(kernel, arrays, **passes):
-    """Compile with the given pass options and at -O0; run both."""
+    """Compile with the given pass options and at -O0; run both. multi-buffer
+    is off unless asked for, so that the IR shape is the tested pass's."""
     base = nkicc.compile(kernel, *arrays, passes={"opt_level": 0})
-    opt = nkicc.compile(kernel, *arrays, passes=passes or None)
+    opt = nkicc.compile(kernel, *arrays, passes={"disable": ["multi-buffer"], **passes})
     return base, opt, base.run(*arrays), opt.run(*arrays)
 
 
@@ -194,7 +195,7 @@ def test_seed_copies_unroll_and_global_schedule_match_default(rng, case):
     kernel, arrays, consts = seed_cases(rng)[case]
     default = nkicc.compile(kernel, *arrays, **consts)
     full = nkicc.compile(kernel, *arrays, passes={"enable": ["unroll", "global-schedule"]}, **consts)
-    assert full.report["pipeline"][-4:] == ["unroll", "global-schedule", "alloc", "schedule"]
+    assert full.report["pipeline"][-5:] == ["unroll", "global-schedule", "multi-buffer", "alloc", "schedule"]
     np.testing.assert_allclose(full.run(*arrays), default.run(*arrays), rtol=1e-5, atol=1e-3)
 
 
@@ -202,8 +203,8 @@ def test_seed_copies_unroll_and_global_schedule_match_default(rng, case):
 def test_seed_copies_pass_verify_each(rng, case):
     kernel, arrays, consts = seed_cases(rng)[case]
     c = nkicc.compile(kernel, *arrays, passes={"verify_each": True}, **consts)
-    assert c.report["pipeline"] == ["simplify", "psum-legalize", "verify", "licm", "dma-coalesce", "dce", "alloc",
-                                    "schedule"]
+    assert c.report["pipeline"] == ["simplify", "psum-legalize", "verify", "licm", "dma-coalesce", "dce",
+                                    "multi-buffer", "alloc", "schedule"]
 
 
 def test_verify_each_names_a_pass_that_drops_an_instruction(rng):
@@ -226,11 +227,13 @@ def test_verify_each_names_a_pass_that_drops_an_instruction(rng):
 def test_defaults_and_levels():
     reg = registry()
     names = lambda **kw: [p.name for p in select(PassOptions(**kw), reg)]  # noqa: E731
-    assert names() == ["simplify", "psum-legalize", "verify", "licm", "dma-coalesce", "dce", "alloc", "schedule"]
+    assert names() == ["simplify", "psum-legalize", "verify", "licm", "dma-coalesce", "dce", "multi-buffer", "alloc",
+                       "schedule"]
     assert names(opt_level=0) == ["verify", "alloc", "schedule"]
     assert names(opt_level=3) == names()  # the built-in opt-in passes follow the unrolled size
     assert names(enable=("unroll",), disable=("unroll",)) == names()  # disabling wins
-    assert names(enable=("global-schedule", "unroll"))[-4:] == ["unroll", "global-schedule", "alloc", "schedule"]
+    assert names(enable=("global-schedule", "unroll"))[-5:] == ["unroll", "global-schedule", "multi-buffer", "alloc",
+                                                                "schedule"]
 
 
 def test_unknown_and_required_pass_errors():
