@@ -104,61 +104,63 @@ def operand(x, read) -> np.ndarray | float:
     return as_tiles(f32(read(x)))
 
 
-def compute(op: Op, read, psum_written=None) -> list[tuple[int, np.ndarray]]:
+def compute(op: Op, read) -> list[tuple[int, np.ndarray]]:
     """Evaluate `op`; returns (output index, values) pairs. `read(access)`
-    gives the numpy view of an input. `psum_written(i)` gives, for a matmul
-    into PSUM, the mask of elements of output i written before."""
+    gives the numpy view of an input (PSUM accumulation is the caller's:
+    it knows which elements were written before). Callers run
+    it under np.errstate(all="ignore") (once per program, not per op: it
+    costs a few microseconds to enter): NaN poison and overflow are values
+    here, not errors."""
     code = op.opcode
     ins = op.ins
-    with np.errstate(all="ignore"):
-        if code in ("dma_copy", "tensor_copy"):
-            src = read(ins[0])
-            if op.attr("cast") == "float32":  # a DMA between dtypes converts through fp32
-                src = f32(src)
-            return [(0, src)]
-        if code == "memset":
-            return [(0, _F32(op.attr("value")))]
-        if code == "nc_matmul":
-            # contiguous copies: BLAS picks its kernel (and so the rounding) from the
-            # operands' strides and alignment, which differ between simulators' layouts
-            st = np.ascontiguousarray(as_tiles(f32(read(ins[0]))))
-            mv = np.ascontiguousarray(as_tiles(f32(read(ins[1]))))
-            result = st.T @ mv
-            return [(0, result)]
-        if code == "nc_transpose":
-            return [(0, as_tiles(f32(read(ins[0]))).T)]
-        if code == "tensor_tensor":
-            a = as_tiles(f32(read(ins[0])))
-            b = as_tiles(f32(read(ins[1])))
-            return [(0, BINARY[op.attr("op")](a, b))]
-        if code == "tensor_scalar":
-            x = as_tiles(f32(read(ins[0])))
-            x = _apply(op.attr("op0"), x, operand(ins[1], read), op.attr("reverse0"))
-            if op.attr("op1") is not None:
-                x = _apply(op.attr("op1"), x, operand(ins[2], read), op.attr("reverse1"))
-            return [(0, x)]
-        if code == "activation":
-            x = as_tiles(f32(read(ins[0])))
-            x = x * operand(ins[1], read)
-            if op.attr("bias"):
-                x = x + operand(ins[2], read)
-            y = UNARY[op.attr("op")](x)
-            out = [(0, y)]
-            if op.attr("reduce_op") is not None:
-                out.append((1, REDUCE[op.attr("reduce_op")](y, axis=1, keepdims=True)))
-            return out
-        if code == "tensor_reduce":
-            data = f32(read(ins[0]))
-            r = REDUCE[op.attr("op")](data, axis=tuple(op.attr("axes")))
-            return [(0, -r if op.attr("negate") else r)]
-        if code == "iota":
-            return [(0, _iota(op, op.outs[0].shape[0]))]
-        if code == "tensor_tensor_scan":
-            return [(0, _scan(op, as_tiles(f32(read(ins[0]))), as_tiles(f32(read(ins[1]))),
-                              operand(ins[2], read)))]
-        if code == "select":
-            vals = [operand(x, read) if isinstance(x, Const) else as_tiles(f32(read(x))) for x in ins]
-            return [(0, np.where(vals[0] != 0, vals[1], vals[2]))]
+    if code in ("dma_copy", "tensor_copy"):
+        src = read(ins[0])
+        if op.attr("cast") == "float32":  # a DMA between dtypes converts through fp32
+            src = f32(src)
+        return [(0, src)]
+    if code == "memset":
+        return [(0, _F32(op.attr("value")))]
+    if code == "nc_matmul":
+        # contiguous copies: BLAS picks its kernel (and so the rounding) from the
+        # operands' strides and alignment, which differ between simulators' layouts
+        st = np.ascontiguousarray(as_tiles(f32(read(ins[0]))))
+        mv = np.ascontiguousarray(as_tiles(f32(read(ins[1]))))
+        result = st.T @ mv
+        return [(0, result)]
+    if code == "nc_transpose":
+        return [(0, as_tiles(f32(read(ins[0]))).T)]
+    if code == "tensor_tensor":
+        a = as_tiles(f32(read(ins[0])))
+        b = as_tiles(f32(read(ins[1])))
+        return [(0, BINARY[op.attr("op")](a, b))]
+    if code == "tensor_scalar":
+        x = as_tiles(f32(read(ins[0])))
+        x = _apply(op.attr("op0"), x, operand(ins[1], read), op.attr("reverse0"))
+        if op.attr("op1") is not None:
+            x = _apply(op.attr("op1"), x, operand(ins[2], read), op.attr("reverse1"))
+        return [(0, x)]
+    if code == "activation":
+        x = as_tiles(f32(read(ins[0])))
+        x = x * operand(ins[1], read)
+        if op.attr("bias"):
+            x = x + operand(ins[2], read)
+        y = UNARY[op.attr("op")](x)
+        out = [(0, y)]
+        if op.attr("reduce_op") is not None:
+            out.append((1, REDUCE[op.attr("reduce_op")](y, axis=1, keepdims=True)))
+        return out
+    if code == "tensor_reduce":
+        data = f32(read(ins[0]))
+        r = REDUCE[op.attr("op")](data, axis=tuple(op.attr("axes")))
+        return [(0, -r if op.attr("negate") else r)]
+    if code == "iota":
+        return [(0, _iota(op, op.outs[0].shape[0]))]
+    if code == "tensor_tensor_scan":
+        return [(0, _scan(op, as_tiles(f32(read(ins[0]))), as_tiles(f32(read(ins[1]))),
+                          operand(ins[2], read)))]
+    if code == "select":
+        vals = [operand(x, read) if isinstance(x, Const) else as_tiles(f32(read(x))) for x in ins]
+        return [(0, np.where(vals[0] != 0, vals[1], vals[2]))]
     raise NotImplementedError(f"no semantics for opcode {code}")
 
 
