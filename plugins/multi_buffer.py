@@ -161,7 +161,7 @@ def multi_buffer(kernel, ctx):
         tried.update(s.var for s in Block(tuple(stmts)).walk() if isinstance(s, Loop))
         kernel = trial
         done.append(f"{os.path.basename(loop.loc.file)}:{loop.loc.line}" if loop.loc else loop.var)
-    ctx.note("multi_buffered", ", ".join(done) if done else "none")
+    ctx.note("multi_buffered", ", ".join(done) if done else "none", show=bool(done))
     return kernel
 
 

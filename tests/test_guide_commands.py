@@ -44,6 +44,8 @@ SKIP = [
     (r"^python3? -m venv\b", "creates a virtual environment; the test runs in the current one"),
     (r"^(\.|source) \S*bin/activate$", "activates the venv the skipped `python3 -m venv` creates"),
     (r"^python3? -m pytest\b", "runs the whole test suite, this file included"),
+    (r"^python3? bench/(run_all|testbench)\.py\b", "a benchmark run: minutes (run_all --quick) to an hour "
+     "(the full-size testbench); bench/ scripts are checked by tests/test_run_all.py"),
 ]
 
 # Commands that mutate the compile cache run against a private cache folder, so

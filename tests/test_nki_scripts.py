@@ -146,3 +146,22 @@ def test_run_relative_paths_and_sibling_data(edge_runs):
     p, out, err = edge_runs["data_exit0"]
     assert p.returncode == 0, err
     assert out.split() == ["payload", "__main__"]
+
+
+def test_run_timing_off_and_report(tmp_path):
+    """`nkicc run --timing off --report F script args`: the options before the
+    script are nkicc's, the rest the script's; one record per kernel call."""
+    report = tmp_path / "calls.json"
+    r = subprocess.run([sys.executable, "-m", "nkicc", "run", "--timing", "off", "--report", str(report),
+                        str(SCRIPTS / "tensor_add.py"), "--rows", "256", "--cols", "1100", "--dtype", "float32"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    import json
+    calls = json.loads(report.read_text())
+    assert calls and all(c["kernel"].startswith("tensor_add") for c in calls)
+    assert calls[0]["compiled_now"] and calls[0]["compile_s"] > 0 and calls[0]["run_s"] > 0
+    sims = [c["report"]["sim"] for c in calls if "sim" in c["report"]]
+    assert sims and all(s["timing"] is False and s["total_ns"] is None for s in sims)
+    bad = subprocess.run([sys.executable, "-m", "nkicc", "run", "--timing", "maybe", str(SCRIPTS / "tensor_add.py")],
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 1 and bad.stderr.startswith("error[E201]"), bad.stderr
