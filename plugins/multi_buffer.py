@@ -55,7 +55,11 @@ def _uses_outside(kernel, loop: Loop) -> set[str]:
     names = set()
     for s in kernel.body.walk():
         if isinstance(s, Op) and id(s) not in inside:
-            names.update(a.tensor for a in s.outs + s.ins if isinstance(a, Access))
+            for a in s.outs + s.ins:
+                if isinstance(a, Access):
+                    names.add(a.tensor)
+                    if a.scalar is not None and a.scalar.tensor:
+                        names.add(a.scalar.tensor)
     return names
 
 
