@@ -63,10 +63,19 @@ def _uses_outside(kernel, loop: Loop) -> set[str]:
     return names
 
 
-def _copy(block: Block, var: str, repl: Affine, tensors: dict[str, str], suffix: str) -> Block:
+def _copy(block: Block, var: str, repl: Affine, tensors: dict[str, str], suffix: str, used: set[str]) -> Block:
     """The body with `var` replaced by `repl`, tensors renamed by `tensors`,
-    and inner loop variables given `suffix` (loop variables stay unique)."""
-    inner = {s.var: s.var + suffix for s in block.walk() if isinstance(s, Loop)}
+    and inner loop variables given `suffix`, kept unique against `used` (the
+    allocator and the simulators key loops by variable)."""
+    inner = {}
+    for s in block.walk():
+        if isinstance(s, Loop):
+            name, k = s.var + suffix, 0
+            while suffix and name in used:
+                k += 1
+                name = f"{s.var}{suffix}{k}"
+            used.add(name)
+            inner[s.var] = name
 
     def access(a):
         if not isinstance(a, Access):
@@ -108,8 +117,9 @@ def _expand(kernel, loop: Loop):
         return mapping
 
     v = loop.var
-    copy0 = _copy(loop.body, v, Affine.var(v, 2), {}, "")
-    copy1 = _copy(loop.body, v, Affine.var(v, 2, 1), renamed("mb1"), ".mb1")
+    used = {s.var for s in kernel.body.walk() if isinstance(s, Loop)}
+    copy0 = _copy(loop.body, v, Affine.var(v, 2), {}, "", used)
+    copy1 = _copy(loop.body, v, Affine.var(v, 2, 1), renamed("mb1"), ".mb1", used)
     stmts = [s for s in copy0.stmts + copy1.stmts if isinstance(s, Alloc)]
     stmts += [s for s in copy0.stmts + copy1.stmts if not isinstance(s, Alloc)]
     if loop.trip // 2 == 1:  # one pair: no loop left
@@ -117,7 +127,7 @@ def _expand(kernel, loop: Loop):
     else:
         out = [dataclasses.replace(loop, trip=loop.trip // 2, step=loop.step * 2, body=Block(tuple(stmts)))]
     if loop.trip % 2:
-        last = _copy(loop.body, v, Affine.of(loop.trip - 1), renamed("mb2"), ".mb2")
+        last = _copy(loop.body, v, Affine.of(loop.trip - 1), renamed("mb2"), ".mb2", used)
         out.extend(last.stmts)
     return out, new_decls
 

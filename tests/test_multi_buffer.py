@@ -117,3 +117,32 @@ def test_multi_buffer_keeps_scaled_seeds_exact(rng):
     c = nkicc.compile(seeds.mm2_static, *arrays, cache=False)
     base = nkicc.compile(seeds.mm2_static, *arrays, passes={"opt_level": 0}, cache=False)
     np.testing.assert_allclose(c.run(*arrays), base.run(*arrays), rtol=1e-5, atol=1e-3)
+
+
+@nkicc.jit
+def nested_odd(a: "float32[384,1536]"):
+    """Allocations at two loop levels of odd trip, a loop inside the inner one:
+    the copies' loop variables must not collide."""
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(3):
+        scale = nl.load(a[i * 128:(i + 1) * 128, 0:1])
+        for j in nl.affine_range(3):
+            t = nl.load(a[i * 128:(i + 1) * 128, j * 512:(j + 1) * 512])
+            u = nl.ndarray(t.shape, dtype=t.dtype, buffer=nl.sbuf)
+            for k in nl.affine_range(2):
+                nisa.tensor_scalar(dst=u[:, k * 256:(k + 1) * 256], data=t[:, k * 256:(k + 1) * 256],
+                                   op0=nl.multiply, operand0=scale)
+            nl.store(out[i * 128:(i + 1) * 128, j * 512:(j + 1) * 512], u)
+    return out
+
+
+def test_nested_odd_trips_keep_loop_variables_unique(rng, monkeypatch):
+    import nkicc.plugins.multi_buffer as mb
+    monkeypatch.setattr(mb, "GROWTH", 16)  # let both levels double, so that copies of copies arise
+    a = rng.standard_normal((384, 1536)).astype(np.float32)
+    c = nkicc.compile(nested_odd, a, cache=False)
+    assert c.report["notes"]["multi-buffer"]["multi_buffered"].count("test_multi_buffer.py") == 2
+    names = [s.var for s in c.ir.body.walk() if hasattr(s, "var")]
+    assert len(names) > 3 and len(names) == len(set(names)), names
+    assert any(".mb2" in t.name for t in c.ir.tensors)
+    np.testing.assert_array_equal(c.run(a), a * a[:, :1])
