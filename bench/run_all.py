@@ -730,14 +730,16 @@ def timing_summary(data: dict) -> str:
     best = max(rows, key=lambda r: r["pe_utilisation"])
     text = (f"What it shows (generated from the numbers above): the estimated latency "
             f"{'falls at each step' if falls else 'does not fall at every step'}, from {lat[0]:,.1f} us "
-            f"({rows[0]['step']}) to {lat[-1]:,.1f} us ({rows[-1]['step']}); the progression's best Tensor Engine "
-            f"utilisation is {best['pe_utilisation']:.1%} ({best['step']}), against a goal of 60%.")
+            f"({rows[0]['step']}) to {lat[-1]:,.1f} us ({rows[-1]['step']}), where the Tensor Engine is "
+            f"{best['pe_utilisation']:.1%} busy ({best['step']}; at this size loading the operands is a "
+            f"large part of the run).")
     large = data.get("large") or []
     if len(large) >= 2:
         a, b = large[0], large[-1]
         text += (f" On the large blocked matmul, {b['step']} takes the estimate from {a['latency_us']:,.1f} us "
                  f"({a['step']}) to {b['latency_us']:,.1f} us and the Tensor Engine from "
-                 f"{a['pe_utilisation']:.1%} to {b['pe_utilisation']:.1%} busy.")
+                 f"{a['pe_utilisation']:.1%} to {b['pe_utilisation']:.1%} busy (the goal for a large blocked "
+                 f"bf16 matmul: at least 60%).")
     return text
 
 

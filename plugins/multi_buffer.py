@@ -157,14 +157,18 @@ def multi_buffer(kernel, ctx):
         ctx.note("multi_buffered", "none: the kernel does not fit on chip as written")
         return kernel
     limit = GROWTH * count_instructions(kernel).rolled
+    loops = sum(1 for _ in _post_order(kernel.body))
     tried: set[str] = set()
     done = []
+    considered = 0
     while True:
         decls = kernel.tensor_map()
         loop = next((s for s in _post_order(kernel.body) if s.var not in tried), None)
         if loop is None:
             break
         tried.add(loop.var)
+        considered += 1
+        ctx.progress(min(considered, loops), loops)  # each try walks the kernel: the budget applies
         if not _candidate(loop, decls, _uses_outside(kernel, loop)):
             continue
         stmts, new_decls = _expand(kernel, loop)
