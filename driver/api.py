@@ -17,7 +17,7 @@ from .simulator.reference import check_defined
 from .simulator.machine import MachineSimulator
 from .pass_api import BudgetExceeded, Target
 from .cached import CachePlan
-from .passes import PassOptions, PipelineResult, registry, run_pipeline
+from .passes import PassOptions, PipelineResult, registry
 from .report import peak_rss_mb
 from .specs import TensorSpec, bind_call, constant_key
 from .trace import TraceResult, caller_loc, inspect_unwrap, trace_kernel

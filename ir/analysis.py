@@ -27,6 +27,11 @@ def reads(op: Op) -> tuple[Access, ...]:
     return ins + scalars
 
 
+def tensors_touched(op: Op) -> set[str]:
+    """Every tensor the op reads or writes, runtime-offset tiles included."""
+    return {a.tensor for a in reads(op) + writes(op)}
+
+
 def extent(a: Access, trips: Mapping[str, int], decl: TensorDecl) -> tuple[int, int]:
     """Smallest and largest element index the access can touch over the given
     loop ranges; a runtime scalar offset makes it the whole tensor."""

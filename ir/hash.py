@@ -11,7 +11,7 @@ import hashlib
 from typing import Iterable
 
 from .affine import Affine
-from .nodes import Access, Alloc, Block, Const, Kernel, Loc, Loop, Op, ScalarOffset, Stmt, TensorDecl
+from .nodes import Access, Alloc, Block, Kernel, Loc, Loop, Op, ScalarOffset, Stmt, TensorDecl
 from .printer import format_block
 
 

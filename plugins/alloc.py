@@ -20,7 +20,7 @@ import dataclasses
 import itertools
 
 from nkicc.ir import Access, Affine, Alloc, Block, Loop, NkiccError, Op, TensorDecl
-from nkicc.ir.analysis import extent
+from nkicc.ir.analysis import tensors_touched
 from nkicc.ir.dtypes import itemsize
 from nkicc.pass_api import Pass, hookimpl
 
@@ -63,7 +63,7 @@ class _Numbering:
             if isinstance(s, Alloc):
                 self.alloc_at.setdefault(s.tensor, (n, chain))
             elif isinstance(s, Op):
-                for name in _tensors_of(s):
+                for name in tensors_touched(s):
                     self.uses.setdefault(name, []).append((n, chain))
             else:
                 self.loop_start[s.var] = n
@@ -86,13 +86,6 @@ class _Numbering:
                 start = min(start, self.loop_start[chain[common].var])
                 end = max(end, n, self.loop_end[chain[common].var])
         return start, end
-
-
-def _tensors_of(op: Op):
-    for a in op.outs + tuple(x for x in op.ins if isinstance(x, Access)):
-        yield a.tensor
-        if a.scalar is not None and a.scalar.tensor:
-            yield a.scalar.tensor
 
 
 # --- address assignment -------------------------------------------------------------------
@@ -170,7 +163,7 @@ def _sbuf_spill(kernel, name: str):
                 out.append(dataclasses.replace(s, body=rewrite(s.body)))
             elif isinstance(s, Alloc):
                 out.append(s)  # the HBM home is (re)allocated where the tensor was
-            elif not any(t == name for t in _tensors_of(s)):
+            elif name not in tensors_touched(s):
                 out.append(s)
             elif s.opcode == "dma_copy":
                 out.append(s)  # DMA reaches the HBM home directly

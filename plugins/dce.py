@@ -3,7 +3,7 @@ tensors nothing uses. Tensor-granular, so it is exact on rolled loops: a
 tensor read anywhere keeps every write to it."""
 import dataclasses
 
-from nkicc.ir import Access, Alloc, Block, Loop, Op
+from nkicc.ir import Access, Block, Loop, Op
 from nkicc.ir.analysis import reads
 from nkicc.pass_api import Pass, hookimpl
 

@@ -23,6 +23,7 @@ import dataclasses
 import os
 
 from nkicc.ir import Access, Affine, Alloc, Block, Loop, Op, count_instructions
+from nkicc.ir.analysis import tensors_touched
 from nkicc.ir.rewrite import bind_block
 from nkicc.pass_api import Pass, hookimpl
 
@@ -55,11 +56,7 @@ def _uses_outside(kernel, loop: Loop) -> set[str]:
     names = set()
     for s in kernel.body.walk():
         if isinstance(s, Op) and id(s) not in inside:
-            for a in s.outs + s.ins:
-                if isinstance(a, Access):
-                    names.add(a.tensor)
-                    if a.scalar is not None and a.scalar.tensor:
-                        names.add(a.scalar.tensor)
+            names |= tensors_touched(s)
     return names
 
 

@@ -11,7 +11,7 @@ Engine adds it into X:
 
     nc_matmul P <- st, mv (accumulate=False) ; tensor_tensor X <- X + P
 """
-from nkicc.ir import Access, Alloc, Block, Op
+from nkicc.ir import Alloc, Block, Op
 from nkicc.ir.analysis import reads
 from nkicc.pass_api import Pass, hookimpl
 

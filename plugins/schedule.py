@@ -124,10 +124,14 @@ def schedule(kernel, ctx):
 
     kernel = dataclasses.replace(kernel, body=number(kernel.body, ()))
     lane = {}
+    rotating = 0
     for s in kernel.body.walk():
         if isinstance(s, Op):
-            # a rotating DMA shares no in-order stream with anything
-            lane[s.attr("id")] = ("dma", -1 - s.attr("id")) if s.attr("rotate") else (s.attr("engine"), s.attr("queue"))
+            if s.attr("rotate"):  # shares no in-order stream with anything: a lane of its own
+                lane[s.attr("id")] = ("dma", f"op{s.attr('id')}")
+                rotating += 1
+            else:
+                lane[s.attr("id")] = (s.attr("engine"), s.attr("queue"))
     waits: dict[int, set[int]] = {i: set() for i in lane}
     tracker = _Tracker()
     visited = [0]
@@ -168,7 +172,7 @@ def schedule(kernel, ctx):
 
     kernel = dataclasses.replace(kernel, body=attach(kernel.body))
     ctx.note("semaphores", sum(len(w) for w in waits.values()))
-    ctx.note("rotating_dmas", sum(1 for key in lane.values() if key[0] == "dma" and key[1] is not None and key[1] < 0))
+    ctx.note("rotating_dmas", rotating)
     ctx.note("instructions_per_engine", _per_engine(lane))
     return kernel
 

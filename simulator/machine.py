@@ -29,7 +29,7 @@ import numpy as np
 
 from ..ir import Access, Alloc, Kernel, Loop, NkiccError, Op, TensorDecl
 from ..ir import dtypes
-from ..ir.analysis import ENGINE, injective, reads, writes
+from ..ir.analysis import ENGINE, injective, reads, tensors_touched, writes
 from . import semantics
 from ._blas import single_threaded_blas
 from .reference import ReferenceMachine
@@ -272,11 +272,10 @@ class MachineSimulator:
         """The first statement that touches tensor `name` (an Op, or a Loop holding one)."""
         for s in stmts:
             if isinstance(s, Op):
-                if any(a.tensor == name for a in s.outs + s.ins if isinstance(a, Access)):
+                if name in tensors_touched(s):
                     return s
             elif isinstance(s, Loop):
-                if any(isinstance(x, Op) and any(a.tensor == name for a in x.outs + x.ins if isinstance(a, Access))
-                       for x in s.body.walk()):
+                if any(isinstance(x, Op) and name in tensors_touched(x) for x in s.body.walk()):
                     return s
         return None
 

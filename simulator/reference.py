@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from ..ir import Access, Alloc, Block, Kernel, Loop, NkiccError, Op, TensorDecl
+from ..ir import Access, Alloc, Block, Kernel, NkiccError, Op, TensorDecl
 from ..ir import dtypes
 from . import semantics
 from ._blas import single_threaded_blas
