@@ -27,7 +27,6 @@ import argparse
 import json
 import os
 import pathlib
-import platform
 import re
 import statistics
 import subprocess
@@ -36,6 +35,8 @@ import tempfile
 import time
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "bench"))
+from benchenv import commit, machine_line  # noqa: E402
 TESTS = REPO / "tests"
 WORKLOADS = REPO.parent / "shared" / "workloads"
 MM = ["At=float32[4096,32768]", "B=float32[4096,16384]", "D=float32[16384,4096]"]
@@ -224,31 +225,9 @@ def processes_table(rows: list[dict]) -> list[str]:
     return lines
 
 
-def machine() -> str:
-    import numpy
-    try:
-        load = os.getloadavg()
-        load_text = f"load average {load[0]:.1f} at the start"
-    except OSError:
-        load_text = ""
-    mem = ""
-    try:
-        with open("/proc/meminfo") as f:
-            mem = f"{int(f.readline().split()[1]) / 2**20:.0f} GiB memory, "
-    except OSError:
-        pass
-    return (f"{os.cpu_count()} CPUs, {mem}{platform.machine()}, {platform.system()} {platform.release()}, "
-            f"Python {platform.python_version()}, numpy {numpy.__version__}; {load_text}")
-
-
-def commit() -> str:
-    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                          cwd=REPO).stdout.strip() or "?"
-
-
 def collect(repeat: int = 3, processes: bool = True) -> dict:
     """Run the measurements; return them as plain values (JSON-ready)."""
-    data = {"machine": machine(), "commit": commit(), "repeat": repeat, "workloads": str(WORKLOADS)}
+    data = {"machine": machine_line(), "commit": commit(), "repeat": repeat, "workloads": str(WORKLOADS)}
     data["seeds"] = bench_seeds(repeat)
     data["edits"] = bench_edits(repeat)
     data["processes"] = bench_processes() if processes else None
@@ -289,7 +268,7 @@ def section(data: dict, repeat: int) -> str:
     return "\n".join([
         "## Cache",
         "",
-        f"Command (run on commit {data['commit']} plus the uncommitted work of that moment):",
+        f"Command (run on {data['commit']}):",
         "",
         f"    python bench/cache.py --repeat {repeat} --update-docs",
         "",

@@ -30,13 +30,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import subprocess
 import sys
 import tempfile
 import textwrap
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchenv import machine_line  # noqa: E402
 
 TRIPS = [1, 10, 100, 1000, 10000, 30000, 100000]  # beyond 10,000: where unrolling passes ~20 s
 BODIES = [1, 2, 4, 8, 16, 32]
@@ -309,18 +311,6 @@ def table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(out)
 
 
-def machine() -> str:
-    mem_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2 ** 30
-    try:
-        import numpy
-        np_v = numpy.__version__
-    except ImportError:  # pragma: no cover
-        np_v = "?"
-    return (f"{os.cpu_count()} CPUs (nproc {len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else '?'}), "
-            f"{mem_gb:.0f} GiB memory, {platform.machine()}, Linux {platform.release()}, "
-            f"Python {platform.python_version()}, numpy {np_v}")
-
-
 def collect(quick: bool = False, repeat: int = 7, unroll_budget: float | None = None,
             trips: list[int] | None = None, bodies: list[int] | None = None, log=_log) -> dict:
     """Run both sweeps; return the measurements as plain values (JSON-ready)."""
@@ -330,7 +320,7 @@ def collect(quick: bool = False, repeat: int = 7, unroll_budget: float | None = 
     if unroll_budget is None:
         unroll_budget = QUICK["unroll_budget"] if quick else UNROLL_BUDGET_S
     with tempfile.TemporaryDirectory(prefix="nkicc_bench_") as folder:
-        log(f"machine: {machine()}")
+        log(f"machine: {machine_line()}")
         base = measure(BASELINE, folder, "baseline", "rolled", repeat)
         log(baseline_text(base))
         log("\n(a) trip count of one static loop (2-instruction body)")
@@ -339,7 +329,7 @@ def collect(quick: bool = False, repeat: int = 7, unroll_budget: float | None = 
         log(f"\n(b) statements in the body of a {BODY_TRIP}-iteration static loop")
         log(" | ".join(BODY_HEADER))
         body_points = body_sweep(folder, bodies, repeat, unroll_budget, log=log)
-    data = {"machine": machine(), "quick": quick, "repeat": repeat, "unroll_budget_s": unroll_budget,
+    data = {"machine": machine_line(), "quick": quick, "repeat": repeat, "unroll_budget_s": unroll_budget,
             "unroll_stop_s": UNROLL_STOP_S, "unroll_max": unroll_max, "body_trip": BODY_TRIP,
             "baseline": base, "trips": trip_points, "bodies": body_points}
     data["body_fit"] = fit([(p["statements"], p["rolled"]["seconds"]) for p in body_points if p["rolled"]])

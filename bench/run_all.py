@@ -33,7 +33,6 @@ import datetime
 import json
 import os
 import pathlib
-import platform
 import re
 import shlex
 import subprocess
@@ -43,6 +42,8 @@ import time
 
 HERE = pathlib.Path(__file__).resolve().parent
 REPO = HERE.parent
+sys.path.insert(0, str(HERE))
+from benchenv import commit, machine_info, machine_line  # noqa: E402
 
 # name -> heading of the section it owns, in the order sections are added to a new file
 OWNED = {
@@ -139,46 +140,6 @@ def bench_module(name: str):
         sys.modules[key] = module
         spec.loader.exec_module(module)
     return sys.modules[key]
-
-
-# --- the machine ----------------------------------------------------------------------
-
-def machine_info() -> dict:
-    try:
-        import numpy
-        np_v = numpy.__version__
-    except ImportError:  # pragma: no cover
-        np_v = "not installed"
-    try:
-        mem = f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2 ** 30:.0f} GiB"
-    except (ValueError, OSError, AttributeError):  # pragma: no cover
-        mem = "?"
-    return {
-        "cpus": os.cpu_count(),
-        "usable_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
-        "memory": mem, "arch": platform.machine(), "system": f"{platform.system()} {platform.release()}",
-        "python": platform.python_version(), "numpy": np_v,
-        "load": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
-    }
-
-
-def machine_line(m: dict) -> str:
-    load = f"; load average {m['load']:.1f} at the start" if m.get("load") is not None else ""
-    return (f"{m['cpus']} CPUs ({m['usable_cpus']} usable), {m['memory']} memory, {m['arch']}, {m['system']}, "
-            f"Python {m['python']}, numpy {m['numpy']}{load}")
-
-
-def commit() -> str:
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              cwd=REPO, timeout=30).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                               text=True, cwd=REPO, timeout=30).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "an unknown commit"
-    if not head:
-        return "an unknown commit"
-    return f"commit {head}" + (" plus uncommitted changes" if dirty else "")
 
 
 # --- plots ----------------------------------------------------------------------------

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import re
 import shutil
 import subprocess
@@ -30,6 +29,8 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKLOADS = os.path.join(os.path.dirname(REPO), "shared", "workloads")
+sys.path.insert(0, os.path.join(REPO, "bench"))
+from benchenv import machine_line  # noqa: E402
 
 
 def worker(kernel: str, inputs: str, timing: bool, out: str) -> None:
@@ -95,14 +96,6 @@ def run_one(kernel: str, inputs: str, timing: bool) -> dict:
         return r
 
 
-def machine() -> str:
-    import numpy as np
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2 ** 30
-    return (f"{os.cpu_count()} CPUs, {mem:.0f} GiB, {platform.machine()}, Python {platform.python_version()}, "
-            f"numpy {np.__version__}; load average {load:.1f} at the start")
-
-
 def table(rows: list[dict]) -> str:
     head = ("| kernel | inputs | compile s | simulation s | numpy s (same process) | simulation / numpy | "
             "peak RSS (process) | max abs error / max abs E |")
@@ -132,7 +125,7 @@ def main() -> None:
     if not os.path.isdir(WORKLOADS):
         print(f"skipped: {WORKLOADS} is absent (the user's workloads are not part of nkicc)")
         return
-    where = machine()
+    where = machine_line()
     rows = []
     for kernel in args.kernels.split(","):
         for inputs in args.inputs.split(","):
