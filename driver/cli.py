@@ -6,6 +6,7 @@ Exit codes: 0 ok, 1 user error (one line: code, kernel file:line, fix),
 from __future__ import annotations
 
 import ast
+import contextlib
 import json
 import os
 import runpy
@@ -33,6 +34,17 @@ EXIT_USER, EXIT_USAGE, EXIT_BUDGET, EXIT_INTERNAL = 1, 2, 3, 4
 def _fail(err: NkiccError) -> None:
     typer.echo(err.one_line(), err=True)
     raise typer.Exit(EXIT_USER)
+
+
+@contextlib.contextmanager
+def _writing(path: str, flag: str, mode: str = "w"):
+    """A file the user asked for: one that cannot be written is a one-line E205, not a traceback."""
+    try:
+        with open(path, mode) as f:
+            yield f
+    except OSError as exc:
+        _fail(NkiccError("E205", f"cannot write {flag} {path}: {exc.strerror or exc}", None,
+                         "give a path in a folder that exists and is writable"))
 
 
 def _warn(compiled) -> None:
@@ -186,7 +198,7 @@ def compile_cmd(
         for line in _time_table(compiled.report):
             typer.echo(line)
     if report:
-        with open(report, "w") as f:
+        with _writing(report, "--report") as f:
             json.dump(compiled.report, f, indent=2)
     if emit:
         _emit(compiled, emit, output)
@@ -204,7 +216,7 @@ def _emit(compiled, what: str, output: Optional[str]) -> None:
     else:
         _fail(NkiccError("E201", f"--emit {what!r} is not ir, program or json", None, "use --emit ir|program|json"))
     if output:
-        with open(output, "w") as f:
+        with _writing(output, "--output") as f:
             f.write(text)
     else:
         typer.echo(text)
@@ -275,6 +287,9 @@ def simulate_cmd(
         if trace_file and (simulator != "machine" or timing == "off"):
             raise NkiccError("E201", "--trace needs --simulator machine and --timing on", None)
         compiled.simulator, compiled.timing, compiled.trace_path = simulator, timing == "on", trace_file
+        if trace_file:
+            with _writing(trace_file, "--trace"):
+                pass  # fail before a long simulation, not after it
         result = compiled.run(**arrays)
     except NkiccError as err:
         _fail(err)
@@ -289,10 +304,12 @@ def simulate_cmd(
     if compiled.sim is not None:
         typer.echo(compiled.sim.summary())
         if sim_json:
-            with open(sim_json, "w") as f:
+            with _writing(sim_json, "--sim-json") as f:
                 f.write(compiled.sim.to_json(indent=2))
     if output:
-        np.savez(output, **dict(zip(compiled.ir.outputs, outs)))
+        path = output if output.endswith(".npz") else output + ".npz"  # what np.savez(path) would write
+        with _writing(path, "--output", "wb") as f:
+            np.savez(f, **dict(zip(compiled.ir.outputs, outs)))
 
 
 @app.command("run", context_settings={"allow_extra_args": True, "ignore_unknown_options": True,
@@ -330,7 +347,7 @@ def run_cmd(
     finally:
         RUN_SETTINGS.reset(token)
         if report:
-            with open(report, "w") as f:
+            with _writing(report, "--report") as f:
                 json.dump(settings.records, f, indent=1, default=str)
 
 

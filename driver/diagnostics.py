@@ -91,6 +91,9 @@ CODES: dict[str, tuple[str, str]] = {
              "different version of the program format."),
     "E204": ("not an nkicc reproducer",
              "`nkicc reproduce` replays files nkicc wrote when a pass crashed (nkicc-repro-*.json)."),
+    "E205": ("cannot write an output file",
+             "A file nkicc was asked to write (--report, -o/--output, --sim-json, --trace) could not be "
+             "opened or written: the folder must exist and be writable."),
     "E301": ("unknown pass", "`nkicc passes` lists every pass the installed plugins provide."),
     "E302": ("bad pass options", "See `nkicc compile --help`."),
     "E303": ("plugin module cannot be imported", "Install the plugin package or fix the module name."),

@@ -4,6 +4,8 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
+
 import pytest
 
 from conftest import REPO
@@ -198,3 +200,25 @@ def test_help_texts():
         assert cmd in r.stdout
     r = nkicc("compile", "--help")
     assert "--arg" in r.stdout and "DTYPE" in r.stdout
+
+
+@pytest.mark.parametrize("args", [
+    ["compile", "{k}", "--report", "{bad}"],
+    ["compile", "{k}", "--emit", "ir", "-o", "{bad}"],
+    ["simulate", "{k}", "--sim-json", "{bad}"],
+    ["simulate", "{k}", "-o", "{bad}"],
+    ["simulate", "{k}", "--trace", "{bad}"],
+], ids=["compile-report", "compile-output", "simulate-sim-json", "simulate-output", "simulate-trace"])
+def test_unwritable_output_is_one_line(kernel_file, tmp_path, args):
+    bad = str(tmp_path / "no-such-folder" / "out")
+    r = nkicc(*[a.format(k=f"{kernel_file}::scale", bad=bad) for a in args])
+    assert r.returncode == 1
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error[E205]") and bad in lines[0], r.stderr
+
+
+def test_simulate_output_keeps_numpys_npz_name(kernel_file, tmp_path):
+    r = nkicc("simulate", f"{kernel_file}::scale", "-o", str(tmp_path / "out"))
+    assert r.returncode == 0, r.stderr
+    with np.load(tmp_path / "out.npz") as saved:
+        assert list(saved.keys())

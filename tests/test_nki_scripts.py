@@ -165,3 +165,8 @@ def test_run_timing_off_and_report(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "nkicc", "run", "--timing", "maybe", str(SCRIPTS / "tensor_add.py")],
                          capture_output=True, text=True, timeout=300)
     assert bad.returncode == 1 and bad.stderr.startswith("error[E201]"), bad.stderr
+    nowhere = subprocess.run([sys.executable, "-m", "nkicc", "run", "--report", str(tmp_path / "no" / "r.json"),
+                              str(SCRIPTS / "tensor_add.py"), "--rows", "256", "--cols", "1100", "--dtype", "float32"],
+                             capture_output=True, text=True, timeout=300)
+    assert nowhere.returncode == 1 and nowhere.stderr.strip().startswith("error[E205]"), nowhere.stderr
+    assert len(nowhere.stderr.strip().splitlines()) == 1, nowhere.stderr
