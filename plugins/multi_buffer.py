@@ -176,7 +176,8 @@ def multi_buffer(kernel, ctx):
         tried.update(s.var for s in Block(tuple(stmts)).walk() if isinstance(s, Loop))
         kernel = trial
         done.append(f"{os.path.basename(loop.loc.file)}:{loop.loc.line}" if loop.loc else loop.var)
-    ctx.note("multi_buffered", ", ".join(done) if done else "none", show=bool(done))
+    lines = list(dict.fromkeys(done))  # a loop the tracer split is one source line, doubled per piece
+    ctx.note("multi_buffered", ", ".join(lines) if lines else "none", show=bool(lines))
     return kernel
 
 
