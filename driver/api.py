@@ -16,6 +16,8 @@ from .ir import Kernel, NkiccError, count_instructions, dtypes, format_kernel
 from .simulator.reference import poison
 from .simulator import run_reference
 from .simulator.reference import check_defined
+from .ir.analysis import written_args
+from . import frameworks
 from .simulator.machine import MachineSimulator
 from .simulator.ranks import run_ranks as _simulate_ranks
 from .pass_api import BudgetExceeded, Target
@@ -80,6 +82,9 @@ class CompiledKernel:
         outputs = self.simulate(inputs)[0]
         if self.cores is None:  # (the multi-core run has no single-program reference to compare with)
             check_defined(self.ir, inputs, outputs)  # E173/E174: never-written memory reached an output
+        for name in written_args(self.ir):  # an input the kernel wrote is updated in place, as on the device
+            if name in outputs and isinstance(inputs[name], np.ndarray) and inputs[name].flags.writeable:
+                inputs[name][...] = outputs[name]
         values = [outputs[o] for o in self.ir.outputs]
         if not values:
             return None
@@ -291,6 +296,15 @@ class JitKernel:
         return self._compiled[key]
 
     def __call__(self, *args, **kwargs):
+        """Numpy arrays in, numpy arrays out; framework tensors (torch, JAX) in,
+        the same framework's tensors out."""
+        framework = frameworks.detect(args, kwargs)
+        if framework is not None:
+            args, kwargs = frameworks.to_numpy(args), frameworks.to_numpy(kwargs)
+            return frameworks.convert_result(self._call(*args, **kwargs), framework)
+        return self._call(*args, **kwargs)
+
+    def _call(self, *args, **kwargs):
         key, specs, constants, arrays = self.signature(args, kwargs)
         compiled = self._compiled.get(key)
         fresh = compiled is None

@@ -74,6 +74,10 @@ CODES: dict[str, tuple[str, str]] = {
     "E180": ("trace did not settle",
              "The tracer splits a loop where a condition on its index changes and retries; a kernel that "
              "branches on indices in very many places can exhaust the retry limit."),
+    "E191": ("ranks disagree at a collective",
+             "In a multi-rank simulation (nkicc.run_ranks, a kernel[2] launch whose programs meet) every rank "
+             "of a replica group must make the same collective calls in the same order. nkicc names the two "
+             "calls that differ, a rank that is in no group, or a rank that finished while others waited."),
     "E190": ("loop-carried dependence in an affine_range loop",
              "NKI may run the iterations of an affine_range loop in any order, or overlapped, so no iteration "
              "may read or overwrite what another iteration writes. nkicc looks for two different iterations "
@@ -129,6 +133,10 @@ CODES: dict[str, tuple[str, str]] = {
              "A slice reads beyond the end of an on-chip tile's free dimension. The hardware reads whatever "
              "lies next in the partition, so the values are undefined (the simulator reads them as NaN). It is "
              "harmless when those values never reach an output, as in the seed kernel's ragged last block."),
+    "W150": ("nl.dynamic_range is deprecated",
+             "NKI 0.6 replaces `for i in nl.dynamic_range(...)` with nl.fori_loop(lower, upper, body) and "
+             "nl.while_loop(init, body); dynamic_range still works and warns, as the vendor's compiler does. "
+             "docs/loops.md shows the migration."),
     "W201": ("matmul accumulates onto PSUM a copy or memset initialised",
              "On NeuronCore-v2/v3, accumulating nc_matmul results onto PSUM that a non-matmul instruction "
              "wrote is undefined; nkicc's simulator gives the sum. The psum-legalize pass (on by default) "

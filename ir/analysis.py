@@ -22,6 +22,14 @@ def runtime_guard(loop) -> Op | None:
     return None
 
 
+def written_args(kernel) -> tuple[str, ...]:
+    """The kernel's input tensors that an instruction writes (updated in place
+    for the caller, as on the device)."""
+    args = set(kernel.args)
+    found = {a.tensor for s in kernel.body.walk() if isinstance(s, Op) for a in s.outs if a.tensor in args}
+    return tuple(a for a in kernel.args if a in found)
+
+
 def writes(op: Op) -> tuple[Access, ...]:
     return op.outs
 

@@ -30,7 +30,7 @@ import numpy as np
 from ..ir import Access, Alloc, Const, Kernel, Loop, NkiccError, Op, TensorDecl
 from ..ir import dtypes
 from ..ir import ops
-from ..ir.analysis import engine_of, injective, reads, runtime_guard, tensors_touched, writes
+from ..ir.analysis import engine_of, injective, reads, runtime_guard, tensors_touched, writes, written_args
 from . import semantics
 from ._blas import single_threaded_blas
 from .reference import ReferenceMachine
@@ -45,14 +45,6 @@ _INF = float("inf")
 _CLEANUP_AT = 24          # records per group and kind before a cleanup (then twice what remained)
 _VIEW_CACHE = 512         # cached views per access (distinct start offsets)
 _MAX_RECORDS = 4096      # per buffer and kind; beyond this the oldest are forgotten (reported)
-
-
-def _poison_value(dt: np.dtype):
-    if dt == np.bool_:
-        return True
-    if np.issubdtype(dt, np.integer):
-        return np.iinfo(dt).min if np.issubdtype(dt, np.signedinteger) else np.iinfo(dt).max
-    return np.nan
 
 
 def _combos(pairs, scale=1) -> np.ndarray:
@@ -87,7 +79,7 @@ class _Tensor:
         self.is_psum = decl.buffer == "psum"
         self.footprint = None       # on-chip: (P, F) view of its bytes; HBM: the flat array
         self.mask_footprint = None  # PSUM: (P, F*item) bool view of the written-mask
-        self.fill = _poison_value(self.dtype)
+        self.fill = semantics.poison_value(self.dtype)
 
 
 class _Acc:
@@ -560,7 +552,8 @@ class MachineSimulator:
                                         self.tracer.max_events)
         with single_threaded_blas(), np.errstate(all="ignore"):  # semantics.compute's contract
             self._block(self._program)
-        outputs = {name: self.hbm[name].reshape(self.decls[name].shape).copy() for name in self.kernel.outputs}
+        names = self.kernel.outputs + written_args(self.kernel)  # and the inputs the kernel updated
+        outputs = {name: self.hbm[name].reshape(self.decls[name].shape).copy() for name in names}
         report = self._report(time.perf_counter() - t0)
         if self.tracing and self.trace_path:
             self.write_trace(self.trace_path)

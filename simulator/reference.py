@@ -19,7 +19,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from ..ir import Access, Alloc, Block, Const, Kernel, Loop, NkiccError, Op, TensorDecl
-from ..ir.analysis import runtime_guard
+from ..ir.analysis import runtime_guard, written_args
 from ..ir.ops.collectives import group_of
 from .comm import RankComm, single
 from ..ir import dtypes, ops
@@ -31,12 +31,7 @@ def poison(dt: np.dtype, n: int, fill=None) -> np.ndarray:
     """n elements of the value that marks never-written memory."""
     if fill is not None:
         return np.full(n, fill(dt) if callable(fill) else fill, dtype=dt)
-    if np.issubdtype(dt, np.integer):
-        fill = np.iinfo(dt).min if np.issubdtype(dt, np.signedinteger) else np.iinfo(dt).max
-        return np.full(n, fill, dtype=dt)
-    if dt == np.bool_:
-        return np.ones(n, dtype=dt)
-    return np.full(n, np.nan, dtype=dt)
+    return np.full(n, semantics.poison_value(dt), dtype=dt)
 
 
 def strided(flat: np.ndarray, start: int, pattern) -> np.ndarray:
@@ -83,7 +78,8 @@ class ReferenceMachine:
                 self._allocate(decl)
         with np.errstate(all="ignore"):  # semantics.compute's contract: poison and overflow flow on silently
             self.block(self.kernel.body)
-        return {name: self.memory[name].reshape(self.decls[name].shape) for name in self.kernel.outputs}
+        names = self.kernel.outputs + written_args(self.kernel)  # and the inputs the kernel updated
+        return {name: self.memory[name].reshape(self.decls[name].shape) for name in names}
 
     def block(self, block: Block) -> None:
         for s in block.stmts:

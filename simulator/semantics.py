@@ -17,6 +17,17 @@ _F32 = np.float32
 f32 = values.f32
 
 
+def poison_value(dt: np.dtype):
+    """What never-written memory holds, as in the vendor's simulator: NaN for
+    floats, 4 for integers (nki_simulator.rst, "Uninitialized Memory
+    Detection"), True for bool."""
+    if dt == np.bool_:
+        return True
+    if np.issubdtype(dt, np.integer):
+        return 4
+    return np.nan
+
+
 def store(dst: np.ndarray, values: np.ndarray) -> None:
     """Write values (any float/int array with dst's element count) into dst."""
     values = np.asarray(values).reshape(dst.shape)

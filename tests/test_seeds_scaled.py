@@ -79,7 +79,8 @@ def test_example_matches_numpy(rng, name, shapes, ref):
     compiled = nkicc.compile(kernel, *arrays)
     assert_close(compiled.run(*arrays), ref(*arrays))
     r = compiled.report
-    assert r["warnings"] == []
+    # the dynamic copy keeps the seed's nl.dynamic_range, deprecated since NKI 0.6 (W150)
+    assert [w for w in r["warnings"] if "[W150]" not in w] == []
     # the loops really stay rolled (einsum's list-indexing loops are traced per iteration, as NKI does)
     assert r["instructions_rolled"] * 5 < r["instructions_unrolled"], r
     assert r["loops"]["dynamic"] == (3 if name == "mm2_dynamic" else 0)
