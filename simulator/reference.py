@@ -20,7 +20,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from ..ir import Access, Alloc, Block, Kernel, NkiccError, Op, TensorDecl
 from ..ir import dtypes
-from . import semantics
+from . import numerics, semantics
 from ._blas import single_threaded_blas
 
 
@@ -50,8 +50,10 @@ def strided(flat: np.ndarray, start: int, pattern) -> np.ndarray:
 
 
 class ReferenceMachine:
-    def __init__(self, kernel: Kernel, fill=None, track_undefined: bool = False) -> None:
+    def __init__(self, kernel: Kernel, fill=None, track_undefined: bool = False, precise: bool | None = None) -> None:
         self.kernel = kernel
+        # NKI_PRECISE_FP, read here (not at import): off holds every float tensor as float32
+        self.precise = numerics.precise_from_env() if precise is None else bool(precise)
         self.decls = kernel.tensor_map()
         self.memory: dict[str, np.ndarray] = {}
         self.written: dict[str, np.ndarray] = {}
@@ -65,7 +67,7 @@ class ReferenceMachine:
     def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         for name in self.kernel.args:
             decl = self.decls[name]
-            arr = np.ascontiguousarray(inputs[name], dtype=dtypes.storage(decl.dtype))
+            arr = np.ascontiguousarray(inputs[name], dtype=dtypes.storage(decl.dtype, self.precise))
             self.memory[name] = arr.reshape(-1).copy()
         with np.errstate(all="ignore"):  # semantics.compute's contract: poison and overflow flow on silently
             self.block(self.kernel.body)
@@ -77,7 +79,7 @@ class ReferenceMachine:
                 self.op(s)
             elif isinstance(s, Alloc):
                 decl = self.decls[s.tensor]
-                self.memory[s.tensor] = poison(dtypes.storage(decl.dtype), decl.size, self.fill)
+                self.memory[s.tensor] = poison(dtypes.storage(decl.dtype, self.precise), decl.size, self.fill)
                 if self.defined is not None:
                     self.defined[s.tensor] = np.zeros(decl.size, dtype=bool)
                 if decl.buffer == "psum":
@@ -173,9 +175,11 @@ class ReferenceMachine:
         return np.where(wmask, current + values, values)
 
 
-def run_reference(kernel: Kernel, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def run_reference(kernel: Kernel, inputs: dict[str, np.ndarray], precise: bool | None = None
+                  ) -> dict[str, np.ndarray]:
+    """Outputs by name; precise=None reads NKI_PRECISE_FP."""
     with single_threaded_blas():
-        return ReferenceMachine(kernel).run(inputs)
+        return ReferenceMachine(kernel, precise=precise).run(inputs)
 
 
 def _poison_like(a: np.ndarray) -> np.ndarray:

@@ -12,6 +12,7 @@ import math
 import numpy as np
 
 from ..ir import Const, Op
+from . import numerics
 
 _F32 = np.float32
 
@@ -83,17 +84,11 @@ def as_tiles(a: np.ndarray) -> np.ndarray:
 
 
 def store(dst: np.ndarray, values: np.ndarray) -> None:
-    """Write values (any float/int array with dst's element count) into dst."""
+    """Write values (any float/int array with dst's element count) into dst,
+    converted as the hardware converts (numerics.py: one rule per dtype pair)."""
     values = np.asarray(values).reshape(dst.shape)
     if values.dtype != dst.dtype:
-        if np.issubdtype(dst.dtype, np.integer):
-            with np.errstate(invalid="ignore", over="ignore"):
-                values = np.nan_to_num(values.astype(np.float64), nan=0.0)
-                info = np.iinfo(dst.dtype)
-                values = np.clip(np.trunc(values), info.min, info.max).astype(dst.dtype)
-        else:
-            with np.errstate(over="ignore", invalid="ignore"):
-                values = values.astype(dst.dtype)
+        values = numerics.converter(dst.dtype)(values)
     dst[...] = values
 
 
