@@ -157,3 +157,22 @@ def unpack(packed: np.ndarray, name: str) -> np.ndarray:
     codes = np.stack(lanes, axis=-1).astype(np.uint8)
     return codes.reshape(packed.shape[:-1] + (packed.shape[-1] * d.lanes,) if packed.ndim else (d.lanes,)
                          ).view(storage(d.element))
+
+
+# --- random inputs -----------------------------------------------------------------------------
+
+def random_values(rng: np.random.Generator, name: str, shape, int_high: int = 16) -> np.ndarray:
+    """Random test data of NKI dtype `name` in its storage: integers in
+    [0, int_high), standard normal floats rounded into the dtype, powers of
+    two for e8m0 scales, packed normal values for the `*_x4` types."""
+    d = DTYPES[name]
+    shape = tuple(shape)
+    if d.kind in ("int", "uint"):
+        return rng.integers(0, int_high, size=shape).astype(storage(name))
+    if d.kind == "bool":
+        return rng.integers(0, 2, size=shape).astype(np.bool_)
+    if d.kind == "packed":
+        return pack(rng.standard_normal(shape[:-1] + (shape[-1] * d.lanes,), dtype=np.float32), name)
+    if name == "float8_e8m0fnu":
+        return convert(2.0 ** rng.integers(-4, 5, size=shape), name)
+    return convert(rng.standard_normal(shape, dtype=np.float32), name)

@@ -356,3 +356,13 @@ def test_precise_fp_is_read_when_the_simulator_is_made(monkeypatch):
 def test_precise_fp_is_classified_for_the_cache():
     from nkicc.cache.env import ENV, NEUTRAL
     assert ENV["NKI_PRECISE_FP"][0] == NEUTRAL   # simulation only: the cache holds compiled programs
+
+
+@pytest.mark.parametrize("name", list(DTYPES))
+def test_random_inputs_of_every_dtype(rng, name):
+    # what `nkicc simulate --inputs random` and --verify-each feed a kernel: finite, varied, in storage
+    x = numerics.random_values(rng, name, (64, 8))
+    assert x.dtype == nkicc.ir.dtypes.storage(name) and x.shape == (64, 8)
+    values = numerics.unpack(x, name) if name in PACKED_NAMES else x
+    values = values.astype(np.float64)
+    assert np.isfinite(values).all() and np.unique(values).size > 1
