@@ -308,7 +308,7 @@ def test_nl_bool_and_float8_e4m3_variants_are_distinct():
 def chain(dt):
     @nkicc.jit
     def k(a, b):
-        out = nl.ndarray(a.shape, dtype=dt, buffer=nl.shared_hbm)
+        out = nl.ndarray((a.shape[1], a.shape[1]), dtype=dt, buffer=nl.shared_hbm)
         ta = nl.ndarray(a.shape, dtype=dt, buffer=nl.sbuf)
         tb = nl.ndarray(b.shape, dtype=dt, buffer=nl.sbuf)
         nisa.dma_copy(dst=ta, src=a)
@@ -319,7 +319,11 @@ def chain(dt):
         nisa.activation(dst=e, data=p, op=nl.exp, scale=0.37)
         s = nl.ndarray(a.shape, dtype=dt, buffer=nl.sbuf)
         nisa.tensor_scalar(dst=s, data=e, op0=nl.add, operand0=1.0 / 3.0, op1=nl.multiply, operand1=2.9)
-        nisa.dma_copy(dst=out, src=s)
+        ps = nl.ndarray((a.shape[1], a.shape[1]), dtype=nl.float32, buffer=nl.psum)
+        nisa.nc_matmul(dst=ps, stationary=s, moving=ta)           # through PSUM: s.T @ a
+        m = nl.ndarray(ps.shape, dtype=dt, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=m, src=ps)
+        nisa.dma_copy(dst=out, src=m)
         return out
     return k
 
