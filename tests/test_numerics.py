@@ -370,3 +370,18 @@ def test_random_inputs_of_every_dtype(rng, name):
     values = numerics.unpack(x, name) if name in PACKED_NAMES else x
     values = values.astype(np.float64)
     assert np.isfinite(values).all() and np.unique(values).size > 1
+
+
+def test_precise_fp_off_keeps_the_machine_layout_and_timing(rng, monkeypatch):
+    # float32 storage is modelled in a memory `scale` times larger: the same addresses, overlaps, times
+    a = rng.uniform(-2, 2, (128, 48)).astype(ml_dtypes.float8_e5m2)
+    b = rng.uniform(-2, 2, (128, 48)).astype(ml_dtypes.float8_e5m2)
+    c = nkicc.compile(chain(nl.float8_e5m2), a, b)
+    reports = {}
+    for flag in ("1", "0"):
+        monkeypatch.setenv("NKI_PRECISE_FP", flag)
+        _, reports[flag] = c.simulate({"a": a, "b": b}, simulator="machine", timing=True)
+    assert reports["1"].total_ns == reports["0"].total_ns > 0
+    assert reports["1"].executed == reports["0"].executed
+    sim = nkicc.simulator.MachineSimulator(c.ir, c.target_spec or nkicc.plugins.targets.TRN2, precise=False)
+    assert sim.scale == 4 and sim.tensors[c.ir.outputs[0]].dtype == np.float32
