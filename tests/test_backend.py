@@ -116,7 +116,7 @@ def test_full_size_seeds_spill_and_compile_fast(tmp_path, kernel, target):
     data = json.loads(report.read_text())
     # fast because it stays rolled (wall time is bench/compile_scaling.py's to measure, not a test's)
     assert data["instructions_rolled"] * 1_000 < data["instructions_unrolled"]
-    assert data["instructions_compiled"] < 100 and peak_mb <= 400
+    assert data["instructions_compiled"] * 100 < data["instructions_unrolled"] and peak_mb <= 400
     assert data["pipeline"][-2:] == ["alloc", "schedule"]
     spills = data["notes"]["alloc"]["spills"]
     assert spills, "the seeds over-subscribe on-chip memory as written"
