@@ -53,7 +53,6 @@ _TABLE = (
 )
 DTYPES: dict[str, DType] = {d.name: d for d in _TABLE}
 NAMES = tuple(DTYPES)
-FLOAT_NAMES = tuple(d.name for d in _TABLE if d.kind == "float")
 ML_NAMES = tuple(d.name for d in _TABLE if d.ml)          # need ml_dtypes (lazily imported)
 PACKED_NAMES = tuple(d.name for d in _TABLE if d.kind == "packed")
 
@@ -81,10 +80,6 @@ def itemsize(name: str) -> int:
 
 def is_float(name: str) -> bool:
     return DTYPES[name].kind == "float"
-
-
-def is_packed(name: str) -> bool:
-    return DTYPES[name].kind == "packed"
 
 
 def name_of_numpy(dt: np.dtype) -> str | None:

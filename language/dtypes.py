@@ -5,9 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import NkiccError
-from ..ir.dtypes import (  # noqa: F401
-    DTYPES, ML_NAMES, NAMES, PACKED_NAMES, is_float, is_packed, itemsize, ml_dtype, name_of_numpy, storage,
-)
+from ..ir.dtypes import ML_NAMES, NAMES, is_float, itemsize, ml_dtype, name_of_numpy, storage  # noqa: F401
 
 
 class _NamedDtype:

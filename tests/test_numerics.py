@@ -19,8 +19,6 @@ from nkicc.specs import TensorSpec
 
 SIMULATORS = ("machine", "reference")
 SCALAR_NAMES = [n for n in DTYPES if n not in PACKED_NAMES]
-FLOAT_NAMES = [n for n in SCALAR_NAMES if DTYPES[n].kind == "float"]
-INT_NAMES = [n for n in SCALAR_NAMES if DTYPES[n].kind in ("int", "uint")]
 
 # per float format: (bits, signed, what overflow gives, how a tie rounds)
 FORMATS = {
