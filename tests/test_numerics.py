@@ -12,6 +12,7 @@ import pytest
 import nkicc
 import nkicc.isa as nisa
 import nkicc.language as nl
+import nkicc.language.collectives as cc
 from nkicc.ir import NkiccError
 from nkicc.ir.dtypes import DTYPES, PACKED_NAMES
 from nkicc.simulator import numerics
@@ -383,3 +384,54 @@ def test_precise_fp_off_keeps_the_machine_layout_and_timing(rng, monkeypatch):
     assert reports["1"].executed == reports["0"].executed
     sim = nkicc.simulator.MachineSimulator(c.ir, c.target_spec or nkicc.plugins.targets.TRN2, precise=False)
     assert sim.scale == 4 and sim.tensors[c.ir.outputs[0]].dtype == np.float32
+
+
+# --- NKI_PRECISE_FP across ranks and cores: every simulator and shared array holds the same ---
+
+@nkicc.jit
+def _exp_swap(x):
+    """Two cores: each exponentiates its half, swaps it with the other, writes to its half."""
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    pid = nl.program_id(0)
+    other = 1 - pid
+    mine = nl.load(x[pid * 64:(pid + 1) * 64, :])
+    e = nl.ndarray((64, 32), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.activation(dst=e, data=mine, op=nl.exp, scale=0.37)
+    theirs = nl.ndarray((64, 32), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.sendrecv(src=e, dst=theirs, send_to_rank=other, recv_from_rank=other, pipe_id=0)
+    nl.store(out[pid * 64:(pid + 1) * 64, :], value=theirs)
+    nisa.core_barrier(data=out, cores=(0, 1))
+    return out
+
+
+@nkicc.jit
+def _all_reduce_exp(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    e = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    nisa.activation(dst=e, data=t, op=nl.exp, scale=0.61)
+    r = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    cc.all_reduce(srcs=[e], dsts=[r], replica_group=None, op=nl.add)
+    nl.store(out, value=r)
+    return out
+
+
+@pytest.mark.parametrize("simulator", SIMULATORS)
+def test_precise_fp_off_on_cores_and_ranks_equals_fp32(rng, monkeypatch, simulator):
+    x = rng.uniform(-2, 2, (128, 32)).astype(ml_dtypes.bfloat16)
+    xs = [rng.uniform(-2, 2, (32, 16)).astype(ml_dtypes.bfloat16) for _ in range(4)]
+    monkeypatch.delenv("NKI_PRECISE_FP", raising=False)
+    core32 = _exp_swap[2].compile(x.astype(np.float32)).simulate({"x": x.astype(np.float32)}, simulator=simulator)[0]
+    ranks32 = nkicc.run_ranks(_all_reduce_exp, 4, [a.astype(np.float32) for a in xs], simulator=simulator)
+    precise = nkicc.run_ranks(_all_reduce_exp, 4, xs, simulator=simulator)
+    monkeypatch.setenv("NKI_PRECISE_FP", "0")
+    ck = _exp_swap[2].compile(x)
+    cores = ck.simulate({"x": x}, simulator=simulator)[0]
+    loose = nkicc.run_ranks(_all_reduce_exp, 4, xs, simulator=simulator)
+    got = cores[ck.ir.outputs[0]]
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, list(core32.values())[0])
+    for lo, want, p in zip(loose, ranks32, precise):
+        assert lo.dtype == np.float32 and p.dtype == ml_dtypes.bfloat16
+        np.testing.assert_array_equal(lo, want)
+        assert (p.astype(np.float32) != want).any()
