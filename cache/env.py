@@ -26,6 +26,8 @@ ENV: dict[str, tuple[str, str]] = {
     "NKICC_CACHE_SIZE": (NEUTRAL, "size limit of the compile cache, e.g. 500MB (default 2GiB)"),
     "XDG_CACHE_HOME": (NEUTRAL, "the default cache directory's parent on Linux"),
     "LOCALAPPDATA": (NEUTRAL, "the default cache directory's parent on Windows"),
+    "NKI_PRECISE_FP": (NEUTRAL, "simulation only (0 holds float tensors as float32): the cache holds compiled "
+                                "programs, never simulation results; read when a simulator is created"),
     "NKICC_TEST_SEED": (NEUTRAL, "tests only: seed of random test inputs"),
     "NKICC_TIME_SLACK": (NEUTRAL, "tests only: slack on timing assertions"),
     "NKICC_E190_LOG": (NEUTRAL, "debugging: a file that E190 errors are appended to"),

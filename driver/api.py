@@ -19,6 +19,7 @@ from .simulator.reference import check_defined
 from .ir.analysis import written_args
 from . import frameworks
 from .simulator.machine import MachineSimulator
+from .simulator.numerics import precise_from_env
 from .simulator.ranks import run_ranks as _simulate_ranks
 from .pass_api import BudgetExceeded, Target
 from .cached import CachePlan
@@ -112,15 +113,16 @@ class CompiledKernel:
     def _simulate_cores(self, inputs: dict, simulator: str, timing: bool | None, trace: str | None):
         """The cores of a multi-core launch at once, sharing the kernel's HBM:
         the inputs, and outputs each core writes its part of."""
-        args = {name: np.array(inputs[name], dtype=dtypes.storage(self.ir.tensor(name).dtype), copy=True)
+        precise = precise_from_env()  # the shared arrays hold what every core's simulator holds
+        args = {name: np.array(inputs[name], dtype=dtypes.storage(self.ir.tensor(name).dtype, precise), copy=True)
                 for name in self.ir.args}
-        outs = [np.full(d.shape, poison(dtypes.storage(d.dtype), 1)[0], dtype=dtypes.storage(d.dtype))
-                for d in (self.ir.tensor(o) for o in self.ir.outputs)]
+        out_dtypes = [(d.shape, dtypes.storage(d.dtype, precise)) for d in map(self.ir.tensor, self.ir.outputs)]
+        outs = [np.full(shape, poison(dt, 1)[0], dtype=dt) for shape, dt in out_dtypes]
         shared = [{**args, **dict(zip(core.ir.outputs, outs))} for core in self.cores]
         target = self.target_spec or resolve_target(self.target, registry())
         timing = self.timing if timing is None else timing
         results = _simulate_ranks([core.ir for core in self.cores], [inputs] * len(self.cores), target, simulator,
-                                  timing, trace or False, shared)
+                                  timing, trace or False, shared, precise=precise)
         reports = [r[1] for r in results]
         self.report["ranks"] = [r.to_dict() if r is not None else None for r in reports]
         self.sim = max((r for r in reports if r is not None), key=lambda r: r.total_ns, default=None)

@@ -224,6 +224,7 @@ def _emit(compiled, what: str, output: Optional[str]) -> None:
 
 def _inputs(compiled, how: str, seed: int) -> dict[str, np.ndarray]:
     from .ir import dtypes
+    from .simulator.numerics import random_values
 
     rng = np.random.default_rng(seed)
     if how not in ("random", "ones"):
@@ -246,13 +247,10 @@ def _inputs(compiled, how: str, seed: int) -> dict[str, np.ndarray]:
         return arrays
     out = {}
     for name, spec in compiled.specs.items():
-        dt = dtypes.storage(spec.dtype)
         if how == "ones":
-            out[name] = np.ones(spec.shape, dtype=dt)
-        elif np.issubdtype(dt, np.integer):
-            out[name] = rng.integers(0, 16, size=spec.shape).astype(dt)
+            out[name] = np.ones(spec.shape, dtype=dtypes.storage(spec.dtype))
         else:
-            out[name] = rng.standard_normal(spec.shape, dtype=np.float32).astype(dt)
+            out[name] = random_values(rng, spec.dtype, spec.shape)
     return out
 
 

@@ -339,19 +339,15 @@ class _ResultCheck:
     named."""
 
     def __init__(self, kernel: Kernel) -> None:
-        from .ir import dtypes
         from .simulator import run_reference
+        from .simulator.numerics import random_values
 
         self.run = run_reference
         rng = np.random.default_rng(0)
         self.inputs = {}
         for name in kernel.args:
             d = kernel.tensor(name)
-            dt = dtypes.storage(d.dtype)
-            if np.issubdtype(dt, np.integer):
-                self.inputs[name] = rng.integers(0, 8, size=d.shape).astype(dt)
-            else:
-                self.inputs[name] = rng.standard_normal(d.shape, dtype=np.float32).astype(dt)
+            self.inputs[name] = random_values(rng, d.dtype, d.shape, int_high=8)
         self.expected = self.run(kernel, self.inputs)
 
     def after(self, pass_name: str, kernel: Kernel, provider: str) -> None:

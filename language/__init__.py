@@ -3,7 +3,10 @@ from .creation import (
     empty_like, full, hbm, ndarray, ones, ones_like, par_dim, private_hbm, psum, sbuf, shared_hbm, tile_size,
     zeros, zeros_like,
 )
-from .dtypes import bool_, float16, float32, int8, int16, int32, tfloat32, uint8, uint16, uint32
+from .dtypes import (
+    bool_, float4_e2m1fn_x4, float8_e4m3fn_x4, float8_e5m2_x4, float16, float32, int8, int16, int32, tfloat32,
+    uint8, uint16, uint32,
+)
 from .ops import (  # noqa: F401 - the op functions are generated in ops
     abs, add, bitwise_and, bitwise_or, bitwise_xor, broadcast_to, bypass, ceil, copy, cos, divide, equal, exp,
     expand_dims, floor, gelu, gelu_apprx_tanh, greater, greater_equal, identity, less, less_equal, load,
@@ -19,9 +22,11 @@ from .tensor import DynSlice, Tensor, ds, unsupported_name
 
 
 def __getattr__(name: str):
-    # bf16/fp8 dtypes import ml_dtypes, which is slow: only when a kernel asks
+    # bf16/fp8/fp4/e8m0 dtypes import ml_dtypes, which is slow: only when a kernel asks
     if name in dtypes.LAZY:
         return dtypes.ml_dtype(name)
+    if name == "bool":
+        return bool_
     if name.startswith("_"):
         raise AttributeError(f"module 'nkicc.language' has no attribute {name!r}")
     raise unsupported_name("nl", name)

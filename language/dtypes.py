@@ -5,11 +5,12 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import NkiccError
-from ..ir.dtypes import NAMES, is_float, itemsize, ml_dtype, name_of_numpy, storage  # noqa: F401
+from ..ir.dtypes import ML_NAMES, NAMES, is_float, itemsize, ml_dtype, name_of_numpy, storage  # noqa: F401
 
 
 class _NamedDtype:
-    """A dtype numpy has no type for (tfloat32): a name with float32 storage."""
+    """A dtype numpy has no type for (tfloat32, the packed MX types `*_x4`):
+    a name; nkicc.ir.dtypes says how it is stored."""
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -23,20 +24,27 @@ int8, int16, int32 = np.int8, np.int16, np.int32
 uint8, uint16, uint32 = np.uint8, np.uint16, np.uint32
 float16, float32 = np.float16, np.float32
 tfloat32 = _NamedDtype("tfloat32")
-LAZY = ("bfloat16", "float8_e4m3", "float8_e5m2")
+float8_e4m3fn_x4 = _NamedDtype("float8_e4m3fn_x4")
+float8_e5m2_x4 = _NamedDtype("float8_e5m2_x4")
+float4_e2m1fn_x4 = _NamedDtype("float4_e2m1fn_x4")
+LAZY = ML_NAMES  # bf16, fp8, fp4, e8m0: ml_dtypes types, imported on first use
 
 
 def __getattr__(name: str):
     if name in LAZY:
         return ml_dtype(name)
+    if name == "bool":  # nl.bool as well as nl.bool_ (a module attribute named bool would shadow the builtin)
+        return bool_
     raise AttributeError(name)
 
 
 _ALIASES = {"bool_": "bool", "fp32": "float32", "bf16": "bfloat16", "fp16": "float16",
-            "float8_e4m3fn": "float8_e4m3", "fp8_e4m3": "float8_e4m3", "fp8_e5m2": "float8_e5m2",
-            "float": "float32", "int": "int32"}
+            "fp8_e4m3": "float8_e4m3", "fp8_e5m2": "float8_e5m2", "fp8_e4m3fn": "float8_e4m3fn",
+            "float8e4": "float8_e4m3", "float8e5": "float8_e5m2", "float": "float32", "int": "int32"}
 _NUMPY_PUBLIC = {"bool": bool_, "int8": int8, "int16": int16, "int32": int32, "uint8": uint8, "uint16": uint16,
-                 "uint32": uint32, "float16": float16, "float32": float32, "tfloat32": tfloat32}
+                 "uint32": uint32, "float16": float16, "float32": float32, "tfloat32": tfloat32,
+                 "float8_e4m3fn_x4": float8_e4m3fn_x4, "float8_e5m2_x4": float8_e5m2_x4,
+                 "float4_e2m1fn_x4": float4_e2m1fn_x4}
 
 
 def dtype_name(dtype) -> str:

@@ -31,7 +31,7 @@ from ..ir import Access, Alloc, Const, Kernel, Loop, NkiccError, Op, TensorDecl
 from ..ir import dtypes
 from ..ir import ops
 from ..ir.analysis import engine_of, injective, reads, runtime_guard, tensors_touched, writes, written_args
-from . import semantics
+from . import numerics, semantics
 from ._blas import single_threaded_blas
 from .reference import ReferenceMachine
 from .report import DMA_DIRECTIONS, EngineStats, SimReport
@@ -65,16 +65,18 @@ class _Tensor:
     __slots__ = ("decl", "name", "onchip", "dtype", "item", "P", "F", "size", "address", "key", "is_psum",
                  "footprint", "mask_footprint", "fill")
 
-    def __init__(self, decl: TensorDecl) -> None:
+    def __init__(self, decl: TensorDecl, precise: bool = True, scale: int = 1) -> None:
         self.decl = decl
         self.name = decl.name
         self.onchip = decl.on_chip
-        self.dtype = dtypes.storage(decl.dtype)
-        self.item = dtypes.itemsize(decl.dtype)
+        self.dtype = dtypes.storage(decl.dtype, precise)
+        # on chip: bytes of one element in the simulator's memory, `scale` per device byte
+        # (see MachineSimulator's NKI_PRECISE_FP note); HBM tensors are arrays of their own
+        self.item = dtypes.itemsize(decl.dtype) * scale if self.onchip else self.dtype.itemsize
         self.size = decl.size
         self.P = decl.shape[0] if decl.shape else 1
         self.F = max(1, decl.size // self.P) if self.P else 1
-        self.address = decl.address
+        self.address = decl.address * scale if (self.onchip and decl.address is not None) else decl.address
         self.key = decl.buffer if self.onchip else "hbm:" + decl.name
         self.is_psum = decl.buffer == "psum"
         self.footprint = None       # on-chip: (P, F) view of its bytes; HBM: the flat array
@@ -167,11 +169,15 @@ class MachineSimulator:
     them. hazards: "all" (read-after-write, write-after-read and
     write-after-write), "raw" (reads only) or "off"; programs without op ids
     (not scheduled) are never hazard-checked. costs: a CostTable overriding
-    the target's (timing.py)."""
+    the target's (timing.py). precise: NKI_PRECISE_FP (None reads the
+    environment now); off holds every float tensor as float32, so on-chip
+    memory is modelled `scale` times larger (every device byte is `scale`
+    bytes, enough for a float32 in each bf16/fp8 element): addresses, overlaps
+    and hazards keep their device layout."""
 
     def __init__(self, kernel: Kernel, target, timing: bool = True, trace=False, hazards: str = "all",
                  costs: CostTable | None = None, max_trace_events: int = DEFAULT_MAX_EVENTS,
-                 comm: RankComm | None = None) -> None:
+                 comm: RankComm | None = None, precise: bool | None = None) -> None:
         if isinstance(target, str):
             raise TypeError("MachineSimulator needs a Target object (nkicc.plugins.targets.TRN2, or the "
                             "driver's resolve_target(name)), not a name")
@@ -185,7 +191,11 @@ class MachineSimulator:
         self.tracing = bool(trace) and self.timing
         self.costs = costs or cost_table(target)
         self.decls = kernel.tensor_map()
-        self.tensors = {name: _Tensor(d) for name, d in self.decls.items()}
+        self.precise = numerics.precise_from_env() if precise is None else bool(precise)
+        self.scale = 1 if self.precise else max(
+            [-(-dtypes.storage(d.dtype, False).itemsize // dtypes.itemsize(d.dtype))
+             for d in self.decls.values() if d.on_chip] + [1])
+        self.tensors = {name: _Tensor(d, self.precise, self.scale) for name, d in self.decls.items()}
         self.env: dict[str, int] = {}
         self.executed = 0
         self.plans: list[_Plan] = []
@@ -219,7 +229,7 @@ class MachineSimulator:
                 raise NkiccError("E172", f"on-chip tensor {d.name} has no address: the kernel is not lowered",
                                  d.loc, "compile it with the alloc pass (nkicc.compile does) before the machine "
                                         "simulator, or use the reference simulator")
-            end = d.address + t.F * t.item
+            end = d.address + t.F * dtypes.itemsize(d.dtype)  # device bytes
             if d.address < 0 or end > limits[d.buffer] or t.P > tg.partitions:
                 raise NkiccError("E172", f"{d.buffer} tensor {d.name} [{t.P} partitions, bytes {d.address}.."
                                          f"{end}) does not fit the {d.buffer} of {tg.name} ({tg.partitions} x "
@@ -307,7 +317,7 @@ class MachineSimulator:
         return acc
 
     def _pb(self, t: _Tensor) -> int:
-        return self.target.psum_partition_bytes if t.is_psum else self.target.sbuf_partition_bytes
+        return (self.target.psum_partition_bytes if t.is_psum else self.target.sbuf_partition_bytes) * self.scale
 
     def _compile_op(self, op: Op, loop_vars) -> _Plan:
         p = _Plan(op)
@@ -376,9 +386,10 @@ class MachineSimulator:
 
     def _init_memory(self, inputs: dict[str, np.ndarray]) -> None:
         tg = self.target
-        self.sbuf = np.zeros(tg.partitions * tg.sbuf_partition_bytes, dtype=np.uint8)
-        self.psum = np.zeros(tg.partitions * tg.psum_partition_bytes, dtype=np.uint8)
-        self.psum_mask = np.zeros(tg.partitions * tg.psum_partition_bytes, dtype=np.bool_)
+        k = self.scale
+        self.sbuf = np.zeros(tg.partitions * tg.sbuf_partition_bytes * k, dtype=np.uint8)
+        self.psum = np.zeros(tg.partitions * tg.psum_partition_bytes * k, dtype=np.uint8)
+        self.psum_mask = np.zeros(tg.partitions * tg.psum_partition_bytes * k, dtype=np.bool_)
         self._mv = {"sbuf": memoryview(self.sbuf), "psum": memoryview(self.psum)}
         self._mask_mv = memoryview(self.psum_mask)
         self.hbm: dict[str, np.ndarray] = {}

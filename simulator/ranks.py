@@ -9,17 +9,21 @@ import threading
 from ..ir import Kernel, NkiccError
 from .comm import Communicator
 from .machine import MachineSimulator
+from .numerics import precise_from_env
 from .reference import ReferenceMachine
 
 
 def run_ranks(kernel: Kernel | list[Kernel], inputs_by_rank: list[dict], target=None, simulator: str = "machine",
-              timing: bool = True, trace=False, shared_by_rank: list[dict] | None = None) -> list[tuple[dict, object]]:
+              timing: bool = True, trace=False, shared_by_rank: list[dict] | None = None,
+              precise: bool | None = None) -> list[tuple[dict, object]]:
     """[(outputs by name, SimReport or None)] per rank. `kernel`: one program
     for every rank, or one per rank (the cores of a multi-core launch).
     shared_by_rank: per rank, HBM tensors by name backed by arrays the ranks
     share (a multi-core launch's common HBM). trace: a path pattern with
-    `{rank}` for one Perfetto file per rank."""
+    `{rank}` for one Perfetto file per rank. precise: NKI_PRECISE_FP (None
+    reads it now), one value for every rank."""
     n = len(inputs_by_rank)
+    precise = precise_from_env() if precise is None else bool(precise)
     kernels = kernel if isinstance(kernel, list) else [kernel] * n
     shared_by_rank = shared_by_rank or [None] * n
     comm = Communicator(n)
@@ -30,10 +34,11 @@ def run_ranks(kernel: Kernel | list[Kernel], inputs_by_rank: list[dict], target=
         try:
             if simulator == "machine":
                 path = trace.format(rank=rank) if isinstance(trace, str) else trace
-                sim = MachineSimulator(kernels[rank], target, timing=timing, trace=path, comm=comm.for_rank(rank))
+                sim = MachineSimulator(kernels[rank], target, timing=timing, trace=path, comm=comm.for_rank(rank),
+                                       precise=precise)
                 results[rank] = sim.run(inputs_by_rank[rank], shared_by_rank[rank])
             else:
-                machine = ReferenceMachine(kernels[rank], comm=comm.for_rank(rank))
+                machine = ReferenceMachine(kernels[rank], comm=comm.for_rank(rank), precise=precise)
                 results[rank] = (machine.run(inputs_by_rank[rank], shared_by_rank[rank]), None)
         except NkiccError as e:
             errors[rank] = e

@@ -23,7 +23,7 @@ from ..ir.analysis import runtime_guard, written_args
 from ..ir.ops.collectives import group_of
 from .comm import RankComm, single
 from ..ir import dtypes, ops
-from . import semantics
+from . import numerics, semantics
 from ._blas import single_threaded_blas
 
 
@@ -48,10 +48,13 @@ def strided(flat: np.ndarray, start: int, pattern) -> np.ndarray:
 
 
 class ReferenceMachine:
-    def __init__(self, kernel: Kernel, fill=None, track_undefined: bool = False, comm: RankComm | None = None) -> None:
+    def __init__(self, kernel: Kernel, fill=None, track_undefined: bool = False, comm: RankComm | None = None,
+                 precise: bool | None = None) -> None:
         self.kernel = kernel
         self.comm = comm or single()
         self._shared: dict[str, np.ndarray] = {}
+        # NKI_PRECISE_FP, read here (not at import): off holds every float tensor as float32
+        self.precise = numerics.precise_from_env() if precise is None else bool(precise)
         self.decls = kernel.tensor_map()
         self.memory: dict[str, np.ndarray] = {}
         self.written: dict[str, np.ndarray] = {}
@@ -71,7 +74,7 @@ class ReferenceMachine:
             if name in self._shared:
                 self.memory[name] = self._shared[name].reshape(-1)
                 continue
-            arr = np.ascontiguousarray(inputs[name], dtype=dtypes.storage(decl.dtype))
+            arr = np.ascontiguousarray(inputs[name], dtype=dtypes.storage(decl.dtype, self.precise))
             self.memory[name] = arr.reshape(-1).copy()
         for decl in self.decls.values():
             if decl.role == "state":  # engine registers: there from the start, never allocated
@@ -135,7 +138,7 @@ class ReferenceMachine:
         if decl.name in self._shared:
             self.memory[decl.name] = self._shared[decl.name].reshape(-1)
             return
-        self.memory[decl.name] = poison(dtypes.storage(decl.dtype), decl.size, self.fill)
+        self.memory[decl.name] = poison(dtypes.storage(decl.dtype, self.precise), decl.size, self.fill)
         if self.defined is not None:
             self.defined[decl.name] = np.zeros(decl.size, dtype=bool)
         if decl.buffer == "psum":
@@ -231,9 +234,11 @@ class ReferenceMachine:
         return np.where(wmask, current + values, values)
 
 
-def run_reference(kernel: Kernel, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def run_reference(kernel: Kernel, inputs: dict[str, np.ndarray], precise: bool | None = None
+                  ) -> dict[str, np.ndarray]:
+    """Outputs by name; precise=None reads NKI_PRECISE_FP."""
     with single_threaded_blas():
-        return ReferenceMachine(kernel).run(inputs)
+        return ReferenceMachine(kernel, precise=precise).run(inputs)
 
 
 def _poison_like(a: np.ndarray) -> np.ndarray:

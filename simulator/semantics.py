@@ -12,6 +12,7 @@ import numpy as np
 
 from ..ir import Op, ops
 from ..ir.ops import values
+from . import numerics
 
 _F32 = np.float32
 f32 = values.f32
@@ -29,17 +30,11 @@ def poison_value(dt: np.dtype):
 
 
 def store(dst: np.ndarray, values: np.ndarray) -> None:
-    """Write values (any float/int array with dst's element count) into dst."""
+    """Write values (any float/int array with dst's element count) into dst,
+    converted as the hardware converts (numerics.py: one rule per dtype pair)."""
     values = np.asarray(values).reshape(dst.shape)
     if values.dtype != dst.dtype:
-        if np.issubdtype(dst.dtype, np.integer):
-            with np.errstate(invalid="ignore", over="ignore"):
-                values = np.nan_to_num(values.astype(np.float64), nan=0.0)
-                info = np.iinfo(dst.dtype)
-                values = np.clip(np.trunc(values), info.min, info.max).astype(dst.dtype)
-        else:
-            with np.errstate(over="ignore", invalid="ignore"):
-                values = values.astype(dst.dtype)
+        values = numerics.converter(dst.dtype)(values)
     dst[...] = values
 
 

@@ -270,7 +270,7 @@ def test_creation_helpers(rng):
 def test_dtype_names():
     assert dtypes.dtype_name("fp32") == "float32" and dtypes.dtype_name("bf16") == "bfloat16"
     assert dtypes.dtype_name(np.float64) == "float32" and dtypes.dtype_name(np.int64) == "int32"
-    assert dtypes.dtype_name(nl.tfloat32) == "tfloat32" and dtypes.dtype_name("float8_e4m3fn") == "float8_e4m3"
+    assert dtypes.dtype_name(nl.tfloat32) == "tfloat32" and dtypes.dtype_name("float8_e4m3fn") == "float8_e4m3fn"
     assert dtypes.float8_e4m3 is nl.float8_e4m3
     with pytest.raises(AttributeError):
         dtypes.nosuch  # noqa: B018

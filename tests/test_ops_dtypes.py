@@ -2,7 +2,8 @@
 rules: dma_copy between different dtypes converts through fp32; tensor_copy
 casts straight to the destination dtype; engine arithmetic is fp32 with the
 result cast to dst. Casts to integers saturate; fractions are not pinned here
-(the data is integral where a float meets an int)."""
+(the data is integral where a float meets an int): tests/test_numerics.py pins
+every conversion's rounding."""
 import ml_dtypes
 import numpy as np
 import pytest

@@ -175,7 +175,7 @@ def test_tensor_copy_cast(rng, src_dt, dst_dt):
 
 
 def test_tensor_copy_float_to_int_integral_values(rng):
-    # integral float values convert exactly (the rounding mode of fractions is not pinned here)
+    # integral float values convert exactly (the rounding of fractions: tests/test_numerics.py)
     @nkicc.jit
     def k(a):
         out = nl.ndarray(a.shape, dtype=nl.int32, buffer=nl.shared_hbm)
