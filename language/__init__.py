@@ -14,7 +14,7 @@ from .ops import (  # noqa: F401 - the op functions are generated in ops
 from . import dtypes
 from .ranges import affine_range, dynamic_range, sequential_range, static_range
 from .spmd import num_programs, program_id, program_ndim
-from .tensor import DynSlice, Tensor, ds, unsupported_name
+from .tensor import DynSlice, NkiTensor, Tensor, ds, unsupported_name
 
 
 def __getattr__(name: str):
