@@ -273,11 +273,11 @@ def check(entries: list[dict], tested: set[str], modules: dict | None = None) ->
                 target = obj.__init__
                 diff = compare_signature([{"name": "self", "kind": "POSITIONAL_OR_KEYWORD",
                                            "default": NO_DEFAULT}] + e["params"], target, module)
+            elif e["kind"] == "method":
+                diff = compare_signature([{"name": "self", "kind": "POSITIONAL_OR_KEYWORD",
+                                           "default": NO_DEFAULT}] + e["params"], target, module)
             else:
                 diff = compare_signature(e["params"], target, module)
-                if e["kind"] == "method" and diff.startswith("position 0 is self"):
-                    diff = compare_signature([{"name": "self", "kind": "POSITIONAL_OR_KEYWORD",
-                                               "default": NO_DEFAULT}] + e["params"], target, module)
             sig = diff or "yes"
         elif present and e["kind"] == "enum value" and "value" in e:
             value = getattr(obj, "value", obj)

@@ -8,11 +8,13 @@ BINARY = (
     "add", "subtract", "multiply", "divide", "maximum", "minimum", "power",
     "equal", "not_equal", "less", "less_equal", "greater", "greater_equal",
     "logical_and", "logical_or", "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor",
+    "abs_max", "abs_min", "left_shift", "right_shift", "fmod", "mod",
 )
 UNARY = (
     "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "gelu", "gelu_apprx_tanh", "silu", "square",
     "abs", "negative", "reciprocal", "sin", "cos", "floor", "ceil", "sign", "copy",
-    "identity",
+    "identity", "gelu_apprx_sigmoid", "gelu_dx", "gelu_apprx_sigmoid_dx", "silu_dx", "softplus", "mish",
+    "erf", "erf_dx", "tan", "arctan", "trunc", "logical_not", "invert",
 )
 REDUCE = ("add", "maximum", "minimum", "multiply")
 

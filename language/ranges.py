@@ -5,6 +5,7 @@ they behave exactly like `range`."""
 from __future__ import annotations
 
 import builtins
+import contextlib
 import operator
 import sys
 
@@ -93,3 +94,19 @@ class dynamic_range(LoopRange):
             raise NkiccError("E103", "dynamic_range step must be a positive int", user_loc(2))
         f = sys._getframe(1)
         return b.dynamic_loop(self.start, self.step, len(self._range), Loc(f.f_code.co_filename, f.f_lineno))
+
+
+@contextlib.contextmanager
+def no_reorder():
+    """`with nl.no_reorder():` asks that the block's instructions run in program
+    order. nkicc's scheduler keeps every data dependence, so results are the same
+    either way; it does not pin the order of independent instructions (timing may
+    differ from hardware). Dynamic loops are refused inside, as the vendor does."""
+    b = current_builder()
+    if b is None:
+        raise NkiccError("E160", "nl.no_reorder can only be used inside a kernel that nkicc traces", user_loc(3))
+    before = b.loop_stats["dynamic"]
+    yield
+    if b.loop_stats["dynamic"] != before:
+        raise NkiccError("E103", "a dynamic loop inside nl.no_reorder", user_loc(3),
+                         "use a static loop (nl.affine_range / sequential_range) inside no_reorder")

@@ -41,8 +41,8 @@ class NkiTensor:
     tensor with another `Access`; the shape algebra is in views.py."""
     __slots__ = ("builder", "decl", "access", "overflow")
 
-    def __init__(self, shape, dtype, storage=None, buffer="sbuf", name="") -> None:
-        if isinstance(shape, Builder):  # nkicc's own form: NkiTensor(builder, decl, access=None, overflow=None)
+    def __init__(self, shape, dtype, storage, buffer="sbuf", name="") -> None:
+        if isinstance(shape, Builder):  # nkicc's own form: NkiTensor(builder, decl, access|None, overflow=None)
             self._bind(shape, dtype, storage, None if buffer == "sbuf" else buffer)
             return
         # the reference's form: a new tensor, or `storage` (an NkiTensor) seen with this shape
@@ -481,7 +481,7 @@ Tensor = NkiTensor  # nkicc's older name
 
 
 def wrap(builder: Builder, decl: TensorDecl) -> NkiTensor:
-    return NkiTensor(builder, decl)
+    return NkiTensor(builder, decl, None)
 
 
 class UnsupportedName(NkiccError, AttributeError):
