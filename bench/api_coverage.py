@@ -296,7 +296,8 @@ def _expand(name: str) -> str:
 
 
 def tested_names(tests_dir: pathlib.Path = REPO / "tests") -> set[str]:
-    """Names given to `pytest.mark.api(...)` anywhere in tests/*.py."""
+    """The string literals given to `pytest.mark.api(...)` (or `api(...)` after
+    `api = pytest.mark.api`) in tests/*.py."""
     names = set()
     for path in sorted(tests_dir.glob("*.py")):
         try:
@@ -304,7 +305,7 @@ def tested_names(tests_dir: pathlib.Path = REPO / "tests") -> set[str]:
         except SyntaxError:
             continue
         for node in ast.walk(tree):
-            if (isinstance(node, ast.Call) and ast.unparse(node.func).endswith("mark.api")):
+            if isinstance(node, ast.Call) and ast.unparse(node.func) in ("pytest.mark.api", "mark.api", "api"):
                 for arg in node.args:
                     if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
                         names.add(_expand(arg.value))

@@ -11,6 +11,7 @@ ENGINE = {
     "dma_copy": "dma", "nc_matmul": "pe", "nc_transpose": "pe", "activation": "act",
     "tensor_copy": "dve", "memset": "dve", "tensor_tensor": "dve", "tensor_scalar": "dve",
     "tensor_reduce": "dve", "select": "dve", "iota": "pool", "tensor_tensor_scan": "dve",
+    "device_print": "pool",
 }
 
 

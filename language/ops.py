@@ -253,6 +253,22 @@ def rms_norm(x, w, axis, n, epsilon=1e-06, dtype=None, compute_dtype=None, name=
     return out
 
 
+# --- debugging -------------------------------------------------------------------
+
+def device_print(print_prefix, tensor) -> None:
+    """Print `print_prefix` and the tensor's value when the simulation reaches this
+    line (every iteration, in a loop): to stdout, and into the SimReport's prints."""
+    loc = user_loc(2)
+    if not isinstance(print_prefix, str):
+        raise NkiccError("E103", f"nl.device_print prefix must be a string, got {type(print_prefix).__name__}",
+                         loc, "the prefix is fixed at trace time: nl.device_print(\"x =\", t)")
+    tensor = _tile(tensor, "nl.device_print tensor", loc)
+    if tensor.buffer == "psum":
+        raise NkiccError("E120", "nl.device_print prints SBUF or HBM tensors, not PSUM", loc,
+                         "copy the PSUM tile to SBUF with nisa.tensor_copy first")
+    require_builder("nl.device_print").emit("device_print", [], [tensor.access], {"prefix": print_prefix}, loc)
+
+
 # --- constants -------------------------------------------------------------------
 
 def shared_identity_matrix(n, dtype=np.uint8, dst=None, **_hints) -> Tensor:

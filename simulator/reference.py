@@ -50,7 +50,7 @@ def strided(flat: np.ndarray, start: int, pattern) -> np.ndarray:
 
 
 class ReferenceMachine:
-    def __init__(self, kernel: Kernel, fill=None, track_undefined: bool = False) -> None:
+    def __init__(self, kernel: Kernel, fill=None, track_undefined: bool = False, echo: bool = True) -> None:
         self.kernel = kernel
         self.decls = kernel.tensor_map()
         self.memory: dict[str, np.ndarray] = {}
@@ -61,6 +61,8 @@ class ReferenceMachine:
         # with track_undefined: a written-mask per allocated tensor, and the reads of never-written elements
         self.defined: dict[str, np.ndarray] | None = {} if track_undefined else None
         self.undefined_reads: list[tuple[Op, str, bool]] = []  # (op, tensor, past the end of a tile)
+        self.echo = echo  # print nl.device_print output (not in check_defined's extra runs)
+        self.prints: list[str] = []
 
     def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         for name in self.kernel.args:
@@ -146,6 +148,10 @@ class ReferenceMachine:
             start = self.start(a, op)
             self._check_defined(a, op, start, start + sum(s * (n - 1) for s, n in a.pattern) + 1)
         results = semantics.compute(op, lambda a: self.view(a, op))
+        if op.opcode == "device_print":
+            self.prints.append(semantics.print_text(op, lambda a: self.view(a, op)))
+            if self.echo:
+                print(self.prints[-1])
         for index, values in results:
             dst_access = op.outs[index]
             dst = strided(self.memory[dst_access.tensor], self.start(dst_access, op), dst_access.pattern)
@@ -200,8 +206,8 @@ def check_defined(kernel: Kernel, inputs: dict[str, np.ndarray], outputs: dict[s
     if not any(_poison_like(np.asarray(outputs[o])).any() for o in kernel.outputs):
         return
     # outputs may come from another simulator: compare two reference runs with each other
-    outputs = ReferenceMachine(kernel).run(inputs)
-    machine = ReferenceMachine(kernel, fill=_other_fill, track_undefined=True)
+    outputs = ReferenceMachine(kernel, echo=False).run(inputs)
+    machine = ReferenceMachine(kernel, fill=_other_fill, track_undefined=True, echo=False)
     again = machine.run(inputs)
     decls = kernel.tensor_map()
     for name in kernel.outputs:

@@ -158,6 +158,8 @@ def compute(op: Op, read) -> list[tuple[int, np.ndarray]]:
         if op.attr("cast") == "float32":  # a DMA between dtypes converts through fp32
             src = f32(src)
         return [(0, src)]
+    if code == "device_print":
+        return []  # no outputs: the simulators record print_text()
     if code == "memset":
         return [(0, _F32(op.attr("value")))]
     if code == "nc_matmul":
@@ -202,6 +204,11 @@ def compute(op: Op, read) -> list[tuple[int, np.ndarray]]:
         vals = [operand(x, read) if isinstance(x, Const) else as_tiles(f32(read(x))) for x in ins]
         return [(0, np.where(vals[0] != 0, vals[1], vals[2]))]
     raise NotImplementedError(f"no semantics for opcode {code}")
+
+
+def print_text(op: Op, read) -> str:
+    """What nl.device_print shows: its prefix and the tensor's value at that point."""
+    return f"{op.attr('prefix')} {np.array2string(np.asarray(read(op.ins[0])))}"
 
 
 def _apply(name: str, x, operand, reverse: bool):
