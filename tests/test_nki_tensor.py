@@ -278,14 +278,16 @@ def test_runtime_select_mistakes(rng):
 
 # --- buffers and tile sizes -----------------------------------------------------------
 
-@api("nl.MemoryRegion", "nl.MemoryRegion.sbuf", "nl.MemoryRegion.psum", "nl.MemoryRegion.private_hbm",
+@api("nl.private_hbm", "nl.NkiTensor.name", "nl.NkiTensor.dtype", "nl.NkiTensor.buffer", "nl.MemoryRegion",
+     "nl.MemoryRegion.sbuf", "nl.MemoryRegion.psum", "nl.MemoryRegion.private_hbm",
      "nl.MemoryRegion.shared_hbm", "nl.is_sbuf", "nl.is_psum", "nl.is_hbm", "nl.is_on_chip")
 def test_memory_regions_and_buffer_queries(rng):
     facts = {}
 
     @nkicc.jit
     def k(a):
-        s = nl.ndarray((4, 8), dtype=a.dtype, buffer=nl.MemoryRegion.sbuf)
+        s = nl.ndarray((4, 8), dtype=a.dtype, buffer=nl.MemoryRegion.sbuf, name="s_tile")
+        facts["named"] = (s.name, s.dtype, s.buffer, a.name, a.buffer)
         p = nl.ndarray((4, 8), dtype=nl.float32, buffer=nl.MemoryRegion.psum)
         h = nl.ndarray((4, 8), dtype=a.dtype, buffer=nl.MemoryRegion.private_hbm)
         out = nl.ndarray((4, 8), dtype=a.dtype, buffer=nl.MemoryRegion.shared_hbm)
@@ -299,6 +301,7 @@ def test_memory_regions_and_buffer_queries(rng):
 
     a = rand(rng, (4, 8))
     np.testing.assert_array_equal(k(a), a)
+    assert facts.pop("named") == ("s_tile", np.float32, "sbuf", "a", "hbm")
     assert facts == {"s": (True, False, False, True, True, False), "p": (False, True, False, True, False, False),
                      "h": (False, False, True, False, False, True), "out": (False, False, True, False, False, True),
                      "a": (False, False, True, False, False, True)}
@@ -310,7 +313,7 @@ def test_memory_regions_and_buffer_queries(rng):
         assert (nl.is_sbuf(buf), nl.is_psum(buf), nl.is_hbm(buf), nl.is_on_chip(buf)) == want
 
 
-@api("nl.tile_size.pmax", "nl.tile_size.psum_fmax", "nl.tile_size.psum_bank_fmax",
+@api("nl.tile_size", "nl.tile_size.pmax", "nl.tile_size.psum_fmax", "nl.tile_size.psum_bank_fmax",
      "nl.tile_size.psum_bank_fmax_bytes", "nl.tile_size.gemm_stationary_fmax", "nl.tile_size.gemm_moving_fmax",
      "nl.tile_size.bn_stats_fmax", "nl.tile_size.psum_min_align", "nl.tile_size.sbuf_min_align",
      "nl.tile_size.psum_num_banks", "nl.tile_size.sbuf_size_bytes", "nl.tile_size.sbuf_fmax",
