@@ -10,7 +10,8 @@ from ..ir import Access, NkiccError
 from .. import isa
 from . import dtypes
 from .creation import new_tensor
-from .opnames import BINARY, UNARY
+from ..ir.ops.alu import BINARY, UNARY
+from ..ir.ops.checks import normalize_axes
 from .tensor import Tensor, require_builder
 from .tracing import user_loc
 
@@ -45,6 +46,14 @@ def broadcast_view(t: Tensor, shape: tuple[int, ...], loc) -> Tensor:
             raise NkiccError("E140", f"cannot broadcast {list(t.shape)} to {list(shape)}", loc)
     a = t.access
     return Tensor(t.builder, t.decl, Access(a.tensor, a.offset, tuple(out), a.scalar, a.scalar_scale))
+
+
+def _axes(axis, ndim: int, loc) -> tuple[int, ...]:
+    try:
+        return normalize_axes(axis, ndim)
+    except NkiccError as e:
+        e.loc = e.loc or loc
+        raise
 
 
 def _broadcast_shape(a: Tensor, b: Tensor, loc) -> tuple[int, ...]:
@@ -176,7 +185,7 @@ def _reduce(op: str, name: str):
     def fn(x, axis, dtype=None, keepdims=False, mask=None, name="", **_hints) -> Tensor:
         loc = user_loc(2)
         x = _tile(x, f"nl.{name} operand", loc)
-        axes = isa.normalize_axes(axis, len(x.shape), loc)
+        axes = _axes(axis, len(x.shape), loc)
         out = new_tensor(_reduce_shape(x, axes, keepdims), _out_dtype(dtype, x), "sbuf", name, loc)
         isa.tensor_reduce(out, op, x, axes)
         return out
@@ -194,7 +203,7 @@ def all(x, axis, dtype=None, mask=None, name="", **_hints) -> Tensor:  # noqa: A
     """1 where every element along `axis` is nonzero, else 0."""
     loc = user_loc(2)
     x = _tile(x, "nl.all operand", loc)
-    axes = isa.normalize_axes(axis, len(x.shape), loc)
+    axes = _axes(axis, len(x.shape), loc)
     nonzero = new_tensor(x.shape, "float32", "sbuf", "", loc)
     isa.tensor_scalar(nonzero, x, "not_equal", 0.0)
     out = new_tensor(_reduce_shape(x, axes, False), _out_dtype(dtype, x), "sbuf", name, loc)
@@ -205,7 +214,7 @@ def all(x, axis, dtype=None, mask=None, name="", **_hints) -> Tensor:  # noqa: A
 def mean(x, axis, dtype=None, keepdims=False, mask=None, name="", **_hints) -> Tensor:
     loc = user_loc(2)
     x = _tile(x, "nl.mean operand", loc)
-    axes = isa.normalize_axes(axis, len(x.shape), loc)
+    axes = _axes(axis, len(x.shape), loc)
     count = functools.reduce(lambda a, b: a * b, (x.shape[a] for a in axes), 1)
     out = new_tensor(_reduce_shape(x, axes, keepdims), _out_dtype(dtype, x), "sbuf", name, loc)
     isa.tensor_reduce(out, "add", x, axes)
@@ -236,7 +245,7 @@ def rms_norm(x, w, axis, n, epsilon=1e-06, dtype=None, compute_dtype=None, name=
     loc = user_loc(2)
     x, w = _tile(x, "nl.rms_norm x", loc), _tile(w, "nl.rms_norm w", loc)
     work = dtypes.dtype_name(compute_dtype) if compute_dtype is not None else "float32"
-    axes = isa.normalize_axes(axis, len(x.shape), loc)
+    axes = _axes(axis, len(x.shape), loc)
     if not isinstance(n, (int, float)) or isinstance(n, bool) or n <= 0:
         raise NkiccError("E103", f"nl.rms_norm n must be a positive number, got {n!r}", loc)
     sq = new_tensor(x.shape, work, "sbuf", "", loc)
@@ -256,17 +265,10 @@ def rms_norm(x, w, axis, n, epsilon=1e-06, dtype=None, compute_dtype=None, name=
 # --- debugging -------------------------------------------------------------------
 
 def device_print(print_prefix, tensor) -> None:
-    """Print `print_prefix` and the tensor's value when the simulation reaches this
-    line (every iteration, in a loop): to stdout, and into the SimReport's prints."""
-    loc = user_loc(2)
-    if not isinstance(print_prefix, str):
-        raise NkiccError("E103", f"nl.device_print prefix must be a string, got {type(print_prefix).__name__}",
-                         loc, "the prefix is fixed at trace time: nl.device_print(\"x =\", t)")
-    tensor = _tile(tensor, "nl.device_print tensor", loc)
-    if tensor.buffer == "psum":
-        raise NkiccError("E120", "nl.device_print prints SBUF or HBM tensors, not PSUM", loc,
-                         "copy the PSUM tile to SBUF with nisa.tensor_copy first")
-    require_builder("nl.device_print").emit("device_print", [], [tensor.access], {"prefix": print_prefix}, loc)
+    """Print `print_prefix` and the tensor's value (SBUF or HBM) when the simulation
+    reaches this line (every iteration, in a loop): to stdout, and into the
+    machine simulator's SimReport.prints. The op is nisa.device_print (ir/ops/debug.py)."""
+    isa.device_print(print_prefix, tensor)
 
 
 # --- constants -------------------------------------------------------------------
