@@ -15,9 +15,9 @@ import pytest
 REPO = pathlib.Path(__file__).resolve().parent.parent
 
 # counts nkicc has reached (of 284 names and members): raise, never lower
-PRESENT_FLOOR = 110
-SIGNATURE_FLOOR = 96
-TESTED_FLOOR = 0
+PRESENT_FLOOR = 179
+SIGNATURE_FLOOR = 169
+TESTED_FLOOR = 172
 
 
 def _load():

@@ -344,3 +344,55 @@ def test_tile_sizes_agree_with_the_target_and_the_checks():
     with pytest.raises(nkicc.NkiccError) as e:
         too_big(np.zeros((1, 1), np.float32))
     assert e.value.code == "E133"
+
+
+# --- the shape algebra against numpy's own no-copy reshape ------------------------------
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+from nkicc.language import views  # noqa: E402
+
+
+@st.composite
+def _strided_views(draw):
+    """A numpy view of arange(n): reshaped, permuted, sliced with steps."""
+    shape = tuple(draw(st.lists(st.integers(1, 4), min_size=1, max_size=4)))
+    base = np.arange(int(np.prod(shape)))
+    v = base.reshape(shape).transpose(draw(st.permutations(range(len(shape)))))
+    keys = []
+    for n in v.shape:
+        start = draw(st.integers(0, n - 1))
+        keys.append(slice(start, n, draw(st.integers(1, 2))))
+    v = v[tuple(keys)]
+    sizes, total = [], v.size
+    while total > 1 and len(sizes) < 4:  # a random factorisation of the element count
+        f = draw(st.sampled_from([d for d in range(1, total + 1) if total % d == 0]))
+        sizes.append(f)
+        total //= f
+    sizes.append(total)
+    if draw(st.booleans()):
+        sizes.insert(draw(st.integers(0, len(sizes))), 1)
+    return base, v, tuple(draw(st.permutations(sizes)))
+
+
+@settings(max_examples=120, deadline=None)
+@given(_strided_views())
+def test_reshape_algebra_agrees_with_numpy(case):
+    base, v, new_shape = case
+    item = base.itemsize
+    pattern = tuple((s // item, n) for s, n in zip(v.strides, v.shape))
+    offset = (v.__array_interface__["data"][0] - base.__array_interface__["data"][0]) // item
+    got = views.reshape(pattern, new_shape)
+    w = v.view()
+    try:
+        w.shape = new_shape  # numpy refuses exactly when the reshape would need a copy
+        numpy_no_copy = True
+    except AttributeError:
+        numpy_no_copy = False
+    if got is None:
+        assert not numpy_no_copy, (pattern, new_shape)
+        return
+    assert tuple(n for _, n in got) == new_shape
+    seen = np.lib.stride_tricks.as_strided(base[offset:], shape=new_shape,
+                                           strides=[s * item for s, _ in got])
+    np.testing.assert_array_equal(seen, v.reshape(new_shape))
