@@ -193,7 +193,7 @@ def _default_value(text: str, module) -> object:
 
 def _same_default(ref: str, ours, module) -> bool:
     if ref == NO_DEFAULT:
-        return ours is inspect.Parameter.empty
+        return True  # required in the reference: a default in nkicc still accepts every reference call
     if ours is inspect.Parameter.empty:
         return False
     want = _default_value(ref, module)
@@ -212,8 +212,9 @@ def _same_default(ref: str, ours, module) -> bool:
 
 def compare_signature(ref_params: list[dict], fn, module) -> str:
     """"" when `fn` accepts the reference's call shapes: every reference
-    parameter by name, kind, position and default; nkicc's extra parameters
-    are optional. Otherwise what differs, in a few words."""
+    parameter by name, kind, position and default (nkicc may give a default to
+    one the reference requires); nkicc's extra parameters are optional.
+    Otherwise what differs, in a few words."""
     try:
         sig = inspect.signature(fn)
     except (TypeError, ValueError):
@@ -344,7 +345,8 @@ def render(rows: list[Row], command: str) -> str:
         "",
         "- **present**: nkicc has the name (`nkicc.language` is `nki.language`, `nkicc.isa` is `nki.isa`).",
         "- **signature**: every reference parameter is accepted under the same name, kind, position and",
-        "  default; nkicc's own extra parameters are optional. `n/a` for constants, attributes, properties.",
+        "  default (a parameter the reference requires may have a default in nkicc); nkicc's own extra",
+        "  parameters are optional. `n/a` for constants, attributes, properties.",
         "- **semantics test**: a test marked `@pytest.mark.api(name)` checks its behaviour against numpy.",
         "",
         "What counts as a name: public module-level functions, classes and constants; public members of",

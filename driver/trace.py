@@ -176,7 +176,7 @@ def trace_kernel(fn, tensor_args: dict[str, TensorSpec], constants: dict, name: 
         with builder:
             kwargs = dict(constants)
             for pname, spec in tensor_args.items():
-                kwargs[pname] = Tensor(builder, builder.new_tensor(spec.shape, spec.dtype, "hbm", pname, "arg"), None)
+                kwargs[pname] = Tensor(builder, builder.new_tensor(spec.shape, spec.dtype, "hbm", pname, "arg"))
             try:
                 result = builder.launch(grid, lambda: traced(**kwargs)) if grid else traced(**kwargs)
             except TraceRetry as retry:

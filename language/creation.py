@@ -109,7 +109,7 @@ def new_tensor(shape, dtype, buffer="sbuf", name="", loc=None) -> Tensor:
                                      f"a bank holds {PSUM_BANK_BYTES}", loc,
                              "at most 512 fp32 values per partition in one PSUM tile")
     label = str(name) if name else ""
-    return Tensor(b, b.new_tensor(shape, dt, buf, label, "local", loc), None)
+    return Tensor(b, b.new_tensor(shape, dt, buf, label, "local", loc))
 
 
 def ndarray(shape, dtype, buffer=sbuf, name="", address=None, **_hints) -> Tensor:

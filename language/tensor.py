@@ -42,7 +42,7 @@ class NkiTensor(TensorOperand):
     tensor with another `Access`; the shape algebra is in views.py."""
     __slots__ = ("builder", "decl", "access", "overflow")
 
-    def __init__(self, shape, dtype, storage, buffer="sbuf", name="") -> None:
+    def __init__(self, shape, dtype, storage=None, buffer="sbuf", name="") -> None:
         if isinstance(shape, Builder):  # nkicc's own form: NkiTensor(builder, decl, access|None, overflow=None)
             self._bind(shape, dtype, storage, None if buffer == "sbuf" else buffer)
             return
@@ -430,8 +430,8 @@ def _scalar_offset(t: "NkiTensor", what: str, loc) -> ScalarOffset:
     """A (1, 1) integer SBUF tensor whose value moves a view at run time."""
     if t.access.count != 1:
         raise NkiccError("E103", f"{what} must be a (1, 1) tensor, got shape {list(t.shape)}", loc)
-    if not t.decl.on_chip:
-        raise NkiccError("E120", f"{what} must live on SBUF", loc)
+    if not (t.decl.on_chip or t.decl.buffer == "reg"):
+        raise NkiccError("E120", f"{what} must live on SBUF or be a register", loc)
     if not t.decl.dtype.startswith(("int", "uint")):
         raise NkiccError("E103", f"{what} must be an integer tile (int32), {t.name} is {t.decl.dtype}", loc,
                          "keep runtime offsets in an nl.int32 tile")
@@ -482,7 +482,7 @@ Tensor = NkiTensor  # nkicc's older name
 
 
 def wrap(builder: Builder, decl: TensorDecl) -> NkiTensor:
-    return NkiTensor(builder, decl, None)
+    return NkiTensor(builder, decl)
 
 
 class UnsupportedName(NkiccError, AttributeError):

@@ -27,11 +27,11 @@ import time
 
 import numpy as np
 
-from ..ir import Access, Alloc, Kernel, Loop, NkiccError, Op, TensorDecl
+from ..ir import Access, Alloc, Const, Kernel, Loop, NkiccError, Op, TensorDecl
 from ..ir import dtypes
 from ..ir import ops
 from ..ir.ops import debug
-from ..ir.analysis import engine_of, injective, reads, tensors_touched, writes
+from ..ir.analysis import engine_of, injective, reads, runtime_guard, tensors_touched, writes
 from . import semantics
 from ._blas import single_threaded_blas
 from .reference import ReferenceMachine
@@ -265,8 +265,13 @@ class MachineSimulator:
                 if not (isinstance(first, Op) and self._overwrites(first, s.tensor)):
                     items.append((1, self.tensors[s.tensor]))
             elif isinstance(s, Loop):
-                body = self._compile_block(s.body.stmts, loop_vars + (s.var,))
-                items.append((2, (s.var, s.trip, body, len(loop_vars))))
+                guard = runtime_guard(s)
+                stmts_in = s.body.stmts[1:] if guard is not None else s.body.stmts
+                body = self._compile_block(stmts_in, loop_vars + (s.var,))
+                if guard is not None:
+                    items.append((3, (s.var, self._compile_op(guard, loop_vars + (s.var,)), body, len(loop_vars))))
+                else:
+                    items.append((2, (s.var, s.trip, body, len(loop_vars))))
         return items
 
     @staticmethod
@@ -559,8 +564,51 @@ class MachineSimulator:
                 self._op(x)
             elif kind == 1:
                 self._alloc(x)
-            else:
+            elif kind == 2:
                 self._loop(x)
+            else:
+                self._runtime_loop(x)
+
+    def _guard_input(self, p: _Plan, i: int) -> int:
+        x = p.op.ins[i]
+        if isinstance(x, Const):
+            return int(x.value)
+        acc = p.by_id[id(x)]
+        return int(self._read_view(acc).reshape(-1)[0])
+
+    def _runtime_loop(self, spec) -> None:
+        """A loop whose trip count the registers decide (ir.ops.control): fori
+        reads its bounds at entry, while its condition before each iteration;
+        the guard writes the value the body reads."""
+        var, guard, body, depth = spec
+        env = self.env
+        mode, step = guard.op.attr("mode"), guard.op.attr("step")
+        env[var] = 0
+        for acc in guard.dyn_accs:
+            acc.cur = self._start(acc, guard.op, False)
+        if mode == "fori":
+            value, upper = self._guard_input(guard, 0), self._guard_input(guard, 1)
+        t = 0
+        while True:
+            env[var] = t
+            for acc in guard.dyn_accs:
+                acc.cur = self._start(acc, guard.op, False)
+            if self.timing:
+                self._time(guard)
+            if mode == "while":
+                value = self._guard_input(guard, 0)
+                if value == 0:
+                    break
+            elif value >= upper:
+                break
+            self.executed += 1
+            guard.count += 1
+            self._write(guard.outs[0], np.array([[value]]), False, None)
+            self._block(body)
+            if mode == "fori":
+                value += step
+            t += 1
+        env.pop(var, None)
 
     def _loop(self, spec) -> None:
         var, trip, body, depth = spec

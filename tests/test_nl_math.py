@@ -311,7 +311,17 @@ def test_no_reorder_refuses_dynamic_loops(rng):
 
     with pytest.raises(nkicc.NkiccError) as e:
         k(rand(rng, (4, 4)))
-    assert e.value.code == "E103"
+    check_error(e, "E103", "# MARK no_reorder", "test_nl_math.py")
+
+    @nkicc.jit
+    def fori(x):
+        with nl.no_reorder():  # MARK fori
+            nl.fori_loop(0, 2, lambda i: nl.load(x))
+        return None
+
+    with pytest.raises(nkicc.NkiccError) as e:
+        fori(rand(rng, (4, 4)))
+    check_error(e, "E103", "# MARK fori", "test_nl_math.py")
 
 
 @api("nl.broadcast_to", "nl.zeros_like", "nl.empty_like")

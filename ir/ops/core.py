@@ -27,7 +27,7 @@ from ..nodes import Access, Op, TensorDecl
 ENTRY_POINT_GROUP = "nkicc.instructions"
 # nkicc's own families, imported when the installed metadata does not list them
 # (a source tree on sys.path that was never pip-installed)
-BUILTIN_FAMILIES = ("dma", "matmul", "elementwise", "reduce", "activation", "select", "debug")
+BUILTIN_FAMILIES = ("dma", "matmul", "elementwise", "reduce", "activation", "select", "control", "debug")
 
 
 class TensorOperand(abc.ABC):
@@ -148,6 +148,10 @@ class OpDef:
     traffic: Callable[[Op, Mapping[str, TensorDecl]], int] | None = None
     # the free-size limit of compute engines applies (DMAs have none)
     free_limited: bool = True
+    # exported as nisa.<name>; False for what the tracer emits itself (loop control)
+    public: bool = True
+    # steers execution (a runtime loop's head): never removed, moved or reordered
+    control: bool = False
 
     @property
     def doc(self) -> str:
@@ -159,11 +163,12 @@ class OpDef:
 
 def instruction(*, family: str, compute: Callable, engine="dve", cost: Callable | None = None,
                 accumulates: Callable | None = None, verify: Callable | None = None,
-                traffic: Callable | None = None, free_limited: bool = True) -> Callable[[Callable], OpDef]:
+                traffic: Callable | None = None, free_limited: bool = True,
+                public: bool = True, control: bool = False) -> Callable[[Callable], OpDef]:
     """Decorator: the decorated function is the trace rule, its name the opcode."""
     def make(trace: Callable) -> OpDef:
         return OpDef(trace.__name__, family, trace, compute, engine, cost or _elementwise_cost,
-                     accumulates or _never, verify, traffic, free_limited)
+                     accumulates or _never, verify, traffic, free_limited, public, control)
     return make
 
 
