@@ -36,6 +36,8 @@ from . import semantics
 from ._blas import single_threaded_blas
 from .reference import ReferenceMachine
 from .report import DMA_DIRECTIONS, EngineStats, SimReport
+from ..ir.ops.collectives import group_of
+from .comm import RankComm, single
 from .timing import COMPUTE_ENGINES, CostTable, cost_ns, cost_table, traffic_bytes
 from .trace import DEFAULT_MAX_EVENTS, TraceRecorder
 
@@ -156,7 +158,7 @@ class _Plan:
     """One op, compiled."""
     __slots__ = ("op", "id", "opcode", "engine", "queue", "ekey", "tid", "waits", "cost", "accs", "by_id",
                  "outs", "scalars", "hz_reads", "hz_writes", "count", "loc_str", "loop_vars", "dma_dir",
-                 "dma_bytes", "spill", "mode", "dyn_accs", "is_matmul", "rotate", "is_print")
+                 "dma_bytes", "spill", "mode", "dyn_accs", "is_matmul", "rotate", "collective", "is_print")
 
     def __init__(self, op: Op) -> None:
         self.op = op
@@ -177,7 +179,8 @@ class MachineSimulator:
     the target's (timing.py)."""
 
     def __init__(self, kernel: Kernel, target, timing: bool = True, trace=False, hazards: str = "all",
-                 costs: CostTable | None = None, max_trace_events: int = DEFAULT_MAX_EVENTS) -> None:
+                 costs: CostTable | None = None, max_trace_events: int = DEFAULT_MAX_EVENTS,
+                 comm: RankComm | None = None) -> None:
         if isinstance(target, str):
             raise TypeError("MachineSimulator needs a Target object (nkicc.plugins.targets.TRN2, or the "
                             "driver's resolve_target(name)), not a name")
@@ -185,6 +188,7 @@ class MachineSimulator:
             raise ValueError("hazards must be 'all', 'raw' or 'off'")
         self.kernel = kernel
         self.target = target
+        self.comm = comm or single()  # this rank's view of the other ranks (collectives)
         self.timing = bool(timing)
         self.trace_path = trace if isinstance(trace, str) else None
         self.tracing = bool(trace) and self.timing
@@ -354,7 +358,8 @@ class MachineSimulator:
         # hazard regions: what the op reads (inputs, accumulating dst, scalar offsets) and writes
         p.hz_reads = [self._hz_acc(p, a) for a in reads(op)]
         p.hz_writes = [by_id[id(a)] for a in writes(op)]
-        p.cost = cost_ns(op, p.engine, self.decls, self.target, self.costs) if self.timing else 0.0
+        p.cost = cost_ns(op, p.engine, self.decls, self.target, self.costs, self.comm.size) if self.timing else 0.0
+        p.collective = ops.of(op).collective
         p.dma_dir, p.dma_bytes, p.spill = None, 0, False
         if p.engine == "dma":
             src, dst = self.decls[op.ins[0].tensor], self.decls[op.outs[0].tensor]
@@ -640,11 +645,14 @@ class MachineSimulator:
         op = p.op
         for acc in p.dyn_accs:
             acc.cur = self._start(acc, op, False)
-        if self.timing:
-            self._time(p)
         by_id = p.by_id
         view = self._read_view
-        results = semantics.compute(op, lambda a: view(by_id[id(a)]))
+        if p.collective is not None:
+            results = self._collective(p)
+        else:
+            if self.timing:
+                self._time(p)
+            results = semantics.compute(op, lambda a: view(by_id[id(a)]))
         if p.is_print:  # nl.device_print: to stdout now, as the vendor's simulator, and into the report
             text = debug.print_text(op, lambda a: view(by_id[id(a)]))
             self.prints.append(text)
@@ -655,9 +663,27 @@ class MachineSimulator:
                 self._start(acc, op, True)  # raises E170
             self._write(acc, values, p.is_matmul, p.mode)
 
+    def _collective(self, p: _Plan) -> list:
+        """Meet the other ranks of the op's group: they start together, when the
+        last is ready; the outputs come from everyone's inputs."""
+        op, comm = p.op, self.comm
+        group = group_of(op, comm.rank, comm.size)
+        payload = [np.array(self._read_view(p.by_id[id(a)]), dtype=np.float32) for a in op.ins if isinstance(a, Access)]
+        got = {}
+
+        def meet(ready: float) -> float:
+            got["inputs"], start = comm.exchange(group, op, payload, ready)
+            return start
+
+        if self.timing:
+            self._time(p, meet)
+        else:
+            meet(0.0)
+        return p.collective(op, got["inputs"], comm.rank, group)
+
     # --- timing and hazards --------------------------------------------------------------
 
-    def _time(self, p: _Plan) -> None:
+    def _time(self, p: _Plan, meet=None) -> None:
         if p.rotate:
             k = p.ekey = self._rot_keys[self._rot_next % len(self._rot_keys)]
             self._rot_next += 1
@@ -672,6 +698,8 @@ class MachineSimulator:
             f = fin.get(w)
             if f is not None and f > start:
                 start = f
+        if meet is not None:  # a collective: it starts when the last rank of its group is ready
+            start = meet(start)
         finish = start + p.cost
         self.efree[k] = finish
         if p.rotate:  # executions on different queues can finish out of order: a wait covers all so far

@@ -20,6 +20,8 @@ from numpy.lib.stride_tricks import as_strided
 
 from ..ir import Access, Alloc, Block, Const, Kernel, Loop, NkiccError, Op, TensorDecl
 from ..ir.analysis import runtime_guard
+from ..ir.ops.collectives import group_of
+from .comm import RankComm, single
 from ..ir import dtypes, ops
 from ..ir.ops import debug
 from . import semantics
@@ -52,8 +54,10 @@ def strided(flat: np.ndarray, start: int, pattern) -> np.ndarray:
 
 
 class ReferenceMachine:
-    def __init__(self, kernel: Kernel, fill=None, track_undefined: bool = False, echo: bool = True) -> None:
+    def __init__(self, kernel: Kernel, fill=None, track_undefined: bool = False, comm: RankComm | None = None,
+                 echo: bool = True) -> None:
         self.kernel = kernel
+        self.comm = comm or single()
         self.decls = kernel.tensor_map()
         self.memory: dict[str, np.ndarray] = {}
         self.written: dict[str, np.ndarray] = {}
@@ -191,7 +195,13 @@ class ReferenceMachine:
             a = op.outs[0]
             start = self.start(a, op)
             self._check_defined(a, op, start, start + sum(s * (n - 1) for s, n in a.pattern) + 1)
-        results = semantics.compute(op, lambda a: self.view(a, op))
+        collective = ops.of(op).collective
+        if collective is not None:
+            group = group_of(op, self.comm.rank, self.comm.size)
+            payload = [np.array(self.view(a, op), dtype=np.float32) for a in op.ins if isinstance(a, Access)]
+            results = collective(op, self.comm.exchange(group, op, payload, 0.0)[0], self.comm.rank, group)
+        else:
+            results = semantics.compute(op, lambda a: self.view(a, op))
         if op.opcode == "device_print":
             self.prints.append(debug.print_text(op, lambda a: self.view(a, op)))
             if self.echo:

@@ -15,8 +15,8 @@ import pytest
 REPO = pathlib.Path(__file__).resolve().parent.parent
 
 # counts nkicc has reached (of 284 names and members): raise, never lower
-PRESENT_FLOOR = 233
-SIGNATURE_FLOOR = 224
+PRESENT_FLOOR = 247
+SIGNATURE_FLOOR = 236
 TESTED_FLOOR = 172
 
 

@@ -89,12 +89,12 @@ def _emit_internal(opcode: str, *args, loc=None) -> None:
 
 
 for _d in ops.table().values():
-    if _d.public:
+    if _d.public and _d.module == "isa":
         globals()[_d.name] = _function(_d)
 
 from ..language.control import VirtualRegister, register_alloc  # noqa: E402 - needs register_move above
 
-__all__ = sorted(d.name for d in ops.table().values() if d.public) + ["VirtualRegister", "register_alloc", "tensor_engine", "vector_engine", "scalar_engine", "gpsimd_engine",
+__all__ = sorted(d.name for d in ops.table().values() if d.public and d.module == "isa") + ["VirtualRegister", "register_alloc", "tensor_engine", "vector_engine", "scalar_engine", "gpsimd_engine",
                                  "unknown_engine", "dge_mode", "dma_engine", "engine", "matmul_perf_mode",
                                  "nc_version", "oob_mode", "reduce_cmd"]
 
