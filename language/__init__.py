@@ -1,24 +1,26 @@
 """nkicc.language (`nl`): tensors, buffers, dtypes, loop iterators, operations."""
 from .creation import (
-    empty_like, full, hbm, ndarray, ones, ones_like, par_dim, private_hbm, psum, sbuf, shared_hbm, tile_size,
-    zeros, zeros_like,
+    MemoryRegion, empty_like, full, hbm, is_hbm, is_on_chip, is_psum, is_sbuf, ndarray, ones, ones_like, par_dim,
+    private_hbm, psum, sbuf, shared_hbm, tile_size, zeros, zeros_like,
 )
 from .dtypes import (
     bool_, float4_e2m1fn_x4, float8_e4m3fn_x4, float8_e5m2_x4, float16, float32, int8, int16, int32, tfloat32,
     uint8, uint16, uint32,
 )
 from .ops import (  # noqa: F401 - the op functions are generated in ops
-    abs, add, bitwise_and, bitwise_or, bitwise_xor, broadcast_to, bypass, ceil, copy, cos, divide, equal, exp,
-    expand_dims, floor, gelu, gelu_apprx_tanh, greater, greater_equal, identity, less, less_equal, load,
-    load_transpose2d, log, logical_and, logical_or, logical_xor, matmul, max, maximum, mean, min, minimum, multiply,
-    negative, not_equal, power, prod, reciprocal, relu, rsqrt, sigmoid, sign, silu, sin, softmax, sqrt,
-    square, store, subtract, sum, tanh, transpose, var, where,
+    abs, abs_max, abs_min, add, all, arctan, bitwise_and, bitwise_or, bitwise_xor, broadcast_to, bypass, ceil, copy,
+    cos, device_print, divide, equal, erf, erf_dx, exp, expand_dims, floor, fmod, gelu, gelu_apprx_sigmoid,
+    gelu_apprx_sigmoid_dx, gelu_apprx_tanh, gelu_dx, greater, greater_equal, identity, invert, left_shift, less,
+    less_equal, load, load_transpose2d, log, logical_and, logical_not, logical_or, logical_xor, matmul, max, maximum,
+    mean, min, minimum, mish, mod, multiply, negative, not_equal, power, prod, reciprocal, relu, right_shift,
+    rms_norm, rsqrt, shared_identity_matrix, sigmoid, sign, silu, silu_dx, sin, softmax, softplus, sqrt, square,
+    store, subtract, sum, tan, tanh, transpose, trunc, var, where,
 )
 from . import dtypes
 from .control import fori_loop, while_loop
-from .ranges import affine_range, dynamic_range, sequential_range, static_range
+from .ranges import affine_range, dynamic_range, no_reorder, sequential_range, static_range
 from .spmd import num_programs, program_id, program_ndim
-from .tensor import DynSlice, Tensor, ds, unsupported_name
+from .tensor import DynSlice, NkiTensor, Tensor, ds, unsupported_name
 
 
 def __getattr__(name: str):

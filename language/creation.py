@@ -1,6 +1,7 @@
 """Tensor creation: nl.ndarray, zeros, ones, full and friends."""
 from __future__ import annotations
 
+import enum
 import operator
 
 from ..ir import NkiccError
@@ -8,6 +9,21 @@ from . import dtypes
 from .tensor import Tensor, require_builder
 from .tracing import SymInt, user_loc
 
+
+
+class MemoryRegion(str, enum.Enum):
+    """The reference's buffer constants; a str, so `MemoryRegion.sbuf == "sbuf"`."""
+    sbuf = "sbuf"
+    psum = "psum"
+    private_hbm = "private_hbm"
+    shared_hbm = "shared_hbm"
+
+    __str__ = str.__str__
+    __format__ = str.__format__
+
+
+# nkicc's buffer names are plain strings (tensors report t.buffer as one); every
+# function that takes a buffer accepts these, a MemoryRegion, or its name
 sbuf = "sbuf"
 psum = "psum"
 hbm = "hbm"
@@ -21,9 +37,33 @@ PSUM_BANK_BYTES = 2048
 
 def buffer_name(buffer, loc) -> str:
     name = getattr(buffer, "name", buffer)
-    if name not in _BUFFERS:
+    if not isinstance(name, str) or name not in _BUFFERS:
         raise NkiccError("E160", f"unknown buffer {buffer!r}", loc, "use nl.sbuf, nl.psum, nl.hbm or nl.shared_hbm")
     return _BUFFERS[name]
+
+
+def _buffer_of(buffer) -> str | None:
+    """The canonical buffer of a buffer constant or a tensor; None if it is neither."""
+    if hasattr(buffer, "decl"):
+        return buffer.decl.buffer
+    name = getattr(buffer, "name", buffer)
+    return _BUFFERS.get(name) if isinstance(name, str) else None
+
+
+def is_hbm(buffer) -> bool:
+    return _buffer_of(buffer) in ("hbm", "shared_hbm")
+
+
+def is_on_chip(buffer) -> bool:
+    return _buffer_of(buffer) in ("sbuf", "psum")
+
+
+def is_psum(buffer) -> bool:
+    return _buffer_of(buffer) == "psum"
+
+
+def is_sbuf(buffer) -> bool:
+    return _buffer_of(buffer) == "sbuf"
 
 
 def concrete_shape(shape, loc) -> tuple[int, ...]:
@@ -103,16 +143,16 @@ def full(shape, fill_value, dtype, buffer=sbuf, name="", **_hints) -> Tensor:
     return _filled(shape, dtype, buffer, name, value, loc)
 
 
-def zeros_like(a: Tensor, dtype=None, buffer=None, name="", **_hints) -> Tensor:
-    return _filled(a.shape, dtype or a.dtype, buffer or a.buffer, name, 0.0, user_loc(2))
+def zeros_like(x: Tensor, dtype=None, buffer=None, name="", **_hints) -> Tensor:
+    return _filled(x.shape, dtype or x.dtype, buffer or x.buffer, name, 0.0, user_loc(2))
 
 
-def ones_like(a: Tensor, dtype=None, buffer=None, name="", **_hints) -> Tensor:
-    return _filled(a.shape, dtype or a.dtype, buffer or a.buffer, name, 1.0, user_loc(2))
+def ones_like(x: Tensor, dtype=None, buffer=None, name="", **_hints) -> Tensor:
+    return _filled(x.shape, dtype or x.dtype, buffer or x.buffer, name, 1.0, user_loc(2))
 
 
-def empty_like(a: Tensor, dtype=None, buffer=None, name="", **_hints) -> Tensor:
-    return new_tensor(a.shape, dtype or a.dtype, buffer or a.buffer, name, user_loc(2))
+def empty_like(x: Tensor, dtype=None, buffer=None, name="", **_hints) -> Tensor:
+    return new_tensor(x.shape, dtype or x.dtype, buffer or x.buffer, name, user_loc(2))
 
 
 def par_dim(size):
@@ -121,9 +161,43 @@ def par_dim(size):
     return size
 
 
-class tile_size:
-    pmax = 128
-    psum_fmax = 512
+class _TileSize:
+    """Hardware tile limits (`nl.tile_size.pmax`, ...). Traces do not depend on
+    the target, so the SBUF sizes are those of trn2, nkicc's default target
+    (plugins/targets.py; tests/test_nki_tensor.py keeps them equal)."""
+    pmax = PMAX
+    psum_fmax = PSUM_BANK_BYTES // 4  # deprecated name of psum_bank_fmax
+    psum_bank_fmax = PSUM_BANK_BYTES // 4
+    psum_bank_fmax_bytes = PSUM_BANK_BYTES
     gemm_stationary_fmax = 128
     gemm_moving_fmax = 512
-    psum_num_banks = 8
+    bn_stats_fmax = 512
+    psum_min_align = 64  # nkicc's allocator aligns every tile to 64 bytes (plugins/alloc.py)
+    sbuf_min_align = 64
+    _SBUF_PARTITION_BYTES = 224 * 1024
+
+    @property
+    def psum_num_banks(self) -> int:
+        return 8
+
+    @property
+    def sbuf_size_bytes(self) -> int:
+        return self._SBUF_PARTITION_BYTES * PMAX
+
+    @property
+    def sbuf_fmax_bytes(self) -> int:
+        return self._SBUF_PARTITION_BYTES
+
+    @property
+    def sbuf_fmax(self) -> int:
+        return self._SBUF_PARTITION_BYTES // 4
+
+    @property
+    def total_available_sbuf_size(self) -> int:
+        return self._SBUF_PARTITION_BYTES  # deprecated: per partition, as sbuf_fmax_bytes
+
+    def __repr__(self) -> str:
+        return "nl.tile_size"
+
+
+tile_size = _TileSize()

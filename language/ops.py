@@ -140,6 +140,24 @@ for _op in UNARY:
     if _op not in ("copy",):
         globals()[_op] = _unary(_op)
 
+_invert = _unary("invert")
+
+
+def invert(x, dtype=None, mask=None, name="", **_hints) -> Tensor:
+    """~x, bitwise, on a signed integer tile (computed as -x - 1)."""
+    loc = user_loc(2)
+    x = _tile(x, "nl.invert operand", loc)
+    if dtypes.is_float(x.decl.dtype) or x.decl.dtype == "bool":
+        raise NkiccError("E103", f"nl.invert needs an integer tile, {x.name} is {x.decl.dtype}", loc,
+                         "use nl.logical_not for a 0/1 mask")
+    if x.decl.dtype.startswith("uint"):
+        raise NkiccError("E160", f"nl.invert of an unsigned tile ({x.decl.dtype}) is not supported yet", loc,
+                         "use a signed integer tile")
+    return _invert(x, dtype=dtype, name=name)
+
+
+invert._nki_op = "invert"
+
 
 def where(condition, x, y, dtype=None, name="", **_hints) -> Tensor:
     loc = user_loc(2)
@@ -181,6 +199,18 @@ min = _reduce("minimum", "min")  # noqa: A001
 prod = _reduce("multiply", "prod")
 
 
+def all(x, axis, dtype=None, mask=None, name="", **_hints) -> Tensor:  # noqa: A001
+    """1 where every element along `axis` is nonzero, else 0."""
+    loc = user_loc(2)
+    x = _tile(x, "nl.all operand", loc)
+    axes = _axes(axis, len(x.shape), loc)
+    nonzero = new_tensor(x.shape, "float32", "sbuf", "", loc)
+    isa.tensor_scalar(nonzero, x, "not_equal", 0.0)
+    out = new_tensor(_reduce_shape(x, axes, False), _out_dtype(dtype, x), "sbuf", name, loc)
+    isa.tensor_reduce(out, "minimum", nonzero, axes)
+    return out
+
+
 def mean(x, axis, dtype=None, keepdims=False, mask=None, name="", **_hints) -> Tensor:
     loc = user_loc(2)
     x = _tile(x, "nl.mean operand", loc)
@@ -208,6 +238,57 @@ def softmax(x, axis=-1, dtype=None, name="", **_hints) -> Tensor:
     e = exp(subtract(x, m, dtype="float32"))
     s = sum(e, axis, keepdims=True)
     return divide(e, s, dtype=dtype or x.dtype, name=name)
+
+
+def rms_norm(x, w, axis, n, epsilon=1e-06, dtype=None, compute_dtype=None, name="", **_hints) -> Tensor:
+    """x / sqrt(sum(x**2 along axis) / n + epsilon) * w."""
+    loc = user_loc(2)
+    x, w = _tile(x, "nl.rms_norm x", loc), _tile(w, "nl.rms_norm w", loc)
+    work = dtypes.dtype_name(compute_dtype) if compute_dtype is not None else "float32"
+    axes = _axes(axis, len(x.shape), loc)
+    if not isinstance(n, (int, float)) or isinstance(n, bool) or n <= 0:
+        raise NkiccError("E103", f"nl.rms_norm n must be a positive number, got {n!r}", loc)
+    sq = new_tensor(x.shape, work, "sbuf", "", loc)
+    isa.tensor_tensor(sq, x, x, "multiply")
+    ms = new_tensor(_reduce_shape(x, axes, True), work, "sbuf", "", loc)
+    isa.tensor_reduce(ms, "add", sq, axes)
+    isa.tensor_scalar(ms, ms, "multiply", 1.0 / n, op1="add", operand1=float(epsilon))
+    isa.activation(ms, "rsqrt", ms)
+    shape = x.shape
+    scaled = new_tensor(shape, work, "sbuf", "", loc)
+    isa.tensor_tensor(scaled, x, broadcast_view(ms, shape, loc), "multiply")
+    out = new_tensor(shape, dtype or x.dtype, "sbuf", name, loc)
+    isa.tensor_tensor(out, scaled, broadcast_view(w, shape, loc), "multiply")
+    return out
+
+
+# --- debugging -------------------------------------------------------------------
+
+def device_print(print_prefix, tensor) -> None:
+    """Print `print_prefix` and the tensor's value (SBUF or HBM) when the simulation
+    reaches this line (every iteration, in a loop): to stdout, and into the
+    machine simulator's SimReport.prints. The op is nisa.device_print (ir/ops/debug.py)."""
+    isa.device_print(print_prefix, tensor)
+
+
+# --- constants -------------------------------------------------------------------
+
+def shared_identity_matrix(n, dtype=np.uint8, dst=None, **_hints) -> Tensor:
+    """An n x n identity matrix in SBUF (or written into `dst`), built on chip:
+    iota gives j - p, and (j - p) == 0 is the identity."""
+    loc = user_loc(2)
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 128:
+        raise NkiccError("E103", f"nl.shared_identity_matrix n must be an int in 1..128, got {n!r}", loc,
+                         "the rows are partitions: at most 128")
+    if dst is not None:
+        dst = _tile(dst, "nl.shared_identity_matrix dst", loc)
+        if tuple(dst.shape) != (n, n):
+            raise NkiccError("E140", f"nl.shared_identity_matrix dst must be [{n}, {n}], got {list(dst.shape)}", loc)
+    out = dst if dst is not None else new_tensor((n, n), dtype, "sbuf", "identity", loc)
+    diff = new_tensor((n, n), "int32", "sbuf", "", loc)
+    isa.iota(diff, [[1, n]], offset=0, channel_multiplier=-1)
+    isa.tensor_scalar(out, diff, "equal", 0)
+    return out
 
 
 # --- matmul and layout ------------------------------------------------------------
@@ -245,11 +326,17 @@ def transpose(x, dtype=None, name="", **_hints) -> Tensor:
     return out
 
 
-def broadcast_to(x, shape, **_hints) -> Tensor:
+def broadcast_to(x, shape, dtype=None, **_hints) -> Tensor:
+    """A zero-copy view with size-1 dimensions repeated; a new tile when `dtype` differs."""
     loc = user_loc(2)
     x = _tile(x, "nl.broadcast_to operand", loc)
     from .creation import concrete_shape
-    return broadcast_view(x, concrete_shape(shape, loc), loc)
+    view = broadcast_view(x, concrete_shape(shape, loc), loc)
+    if dtype is None or dtypes.dtype_name(dtype) == x.decl.dtype:
+        return view
+    out = new_tensor(view.shape, dtype, "sbuf", "", loc)
+    isa.tensor_copy(out, view)
+    return out
 
 
 def expand_dims(x, axis, **_hints) -> Tensor:

@@ -5,6 +5,7 @@ they behave exactly like `range`."""
 from __future__ import annotations
 
 import builtins
+import contextlib
 import operator
 import sys
 
@@ -122,3 +123,19 @@ class dynamic_range(LoopRange):
         for _ in b.runtime_loop(loc, lambda: isa._emit_internal("loop_guard", index, bounds, "fori", self._step,
                                                                  loc=loc)):
             yield index
+
+
+@contextlib.contextmanager
+def no_reorder():
+    """`with nl.no_reorder():` asks that the block's instructions run in program
+    order. nkicc's scheduler keeps every data dependence, so results are the same
+    either way; it does not pin the order of independent instructions (timing may
+    differ from hardware). Dynamic loops are refused inside, as the vendor does."""
+    b = current_builder()
+    if b is None:
+        raise NkiccError("E160", "nl.no_reorder can only be used inside a kernel that nkicc traces", user_loc(3))
+    before = b.loop_stats["dynamic"]
+    yield
+    if b.loop_stats["dynamic"] != before:
+        raise NkiccError("E103", "a dynamic loop inside nl.no_reorder", user_loc(3),
+                         "use a static loop (nl.affine_range / sequential_range) inside no_reorder")

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from ..ir import Access, Affine, NkiccError, ScalarOffset, TensorDecl
 from ..ir.analysis import extent
 from ..ir.ops import TensorOperand
-from . import dtypes
+from . import dtypes, views
 from .tracing import Builder, SymInt, as_affine, current_builder, user_loc
 
 
@@ -36,12 +36,37 @@ def ds(start, size) -> DynSlice:
     return DynSlice(start, size.const)
 
 
-class Tensor(TensorOperand):
-    """A kernel-visible tensor or view of one."""
+class NkiTensor(TensorOperand):
+    """A kernel-visible tensor or a zero-copy view of one (`nl.NkiTensor`).
+    Every view (slice, permute, reshape, select, `.ap`, ...) is the same base
+    tensor with another `Access`; the shape algebra is in views.py."""
     __slots__ = ("builder", "decl", "access", "overflow")
 
-    def __init__(self, builder: Builder, decl: TensorDecl, access: Access | None = None,
-                 overflow: str | None = None) -> None:
+    def __init__(self, shape, dtype, storage=None, buffer="sbuf", name="") -> None:
+        if isinstance(shape, Builder):  # nkicc's own form: NkiTensor(builder, decl, access|None, overflow=None)
+            self._bind(shape, dtype, storage, None if buffer == "sbuf" else buffer)
+            return
+        # the reference's form: a new tensor, or `storage` (an NkiTensor) seen with this shape
+        from .creation import concrete_shape, new_tensor
+        loc = user_loc(2)
+        if storage is None:
+            t = new_tensor(shape, dtype, buffer, name, loc)
+            self._bind(t.builder, t.decl, t.access, None)
+            return
+        if not isinstance(storage, NkiTensor):
+            raise NkiccError("E103", f"NkiTensor storage must be None or an NkiTensor, got {type(storage).__name__}",
+                             loc, "allocate tensors with nl.ndarray")
+        if dtypes.dtype_name(dtype) != storage.decl.dtype:
+            raise NkiccError("E160", f"re-binding {storage.decl.dtype} storage as {dtypes.dtype_name(dtype)} is not "
+                                     "supported yet", loc, "keep the storage's dtype")
+        shape = concrete_shape(shape, loc)
+        count = views.product(shape)
+        if count > storage.decl.size:
+            raise NkiccError("E101", f"shape {list(shape)} needs {count} elements; the storage of {storage.name} "
+                                     f"holds {storage.decl.size}", loc)
+        self._bind(storage.builder, storage.decl, Access(storage.decl.name, Affine(), row_major(shape)), None)
+
+    def _bind(self, builder: Builder, decl: TensorDecl, access: Access | None, overflow: str | None) -> None:
         self.builder = builder
         self.decl = decl
         self.access = access if access is not None else Access(decl.name, Affine(), row_major(decl.shape))
@@ -75,11 +100,26 @@ class Tensor(TensorOperand):
     def itemsize(self) -> int:
         return dtypes.itemsize(self.decl.dtype)
 
+    @property
+    def strides(self) -> tuple[int, ...]:
+        """Elements of the base tensor between neighbours along each dimension (0: broadcast)."""
+        return tuple(step for step, _ in self.access.pattern)
+
+    @property
+    def offset(self):
+        """Element offset of the view's first element in its base tensor (a loop index
+        expression when it moves with a loop)."""
+        return SymInt.wrap(self.access.offset, self.builder)
+
+    @property
+    def size(self) -> int:
+        return self.access.count
+
     def __len__(self) -> int:
         return self.shape[0]
 
     def __repr__(self) -> str:
-        return f"Tensor({self.access}, {self.decl.dtype}, {self.decl.buffer})"
+        return f"NkiTensor({self.access}, {self.decl.dtype}, {self.decl.buffer})"
 
     def __iter__(self):
         raise NkiccError("E103", "a tensor cannot be iterated in Python", user_loc(2),
@@ -90,17 +130,21 @@ class Tensor(TensorOperand):
                          "compare values on the device with nl.where or nl.greater")
 
     # views
-    def _view(self, access: Access, overflow: str | None = None) -> "Tensor":
-        return Tensor(self.builder, self.decl, access, overflow or self.overflow)
+    def _view(self, access: Access, overflow: str | None = None) -> "NkiTensor":
+        return NkiTensor(self.builder, self.decl, access, overflow or self.overflow)
 
-    def __getitem__(self, key) -> "Tensor":
+    def _pattern(self, pattern, loc=None) -> "NkiTensor":
+        a = self.access
+        return self._view(Access(a.tensor, a.offset, tuple(pattern), a.scalar, a.scalar_scale))
+
+    def __getitem__(self, key) -> "NkiTensor":
         loc = user_loc(2)
         if not isinstance(key, tuple):
             key = (key,)
         pattern = self.access.pattern
         if sum(1 for k in key if k is Ellipsis) > 1:
             raise NkiccError("E103", "an index can hold at most one `...`", loc)
-        if Ellipsis in [k for k in key if not isinstance(k, (SymInt, Tensor))]:
+        if Ellipsis in [k for k in key if not isinstance(k, (SymInt, NkiTensor))]:
             i = next(n for n, k in enumerate(key) if k is Ellipsis)
             fill = len(pattern) - (len(key) - 1)
             key = key[:i] + (slice(None),) * max(fill, 0) + key[i + 1:]
@@ -123,7 +167,7 @@ class Tensor(TensorOperand):
                     overflow = err.message
                 offset = offset + start.scale(step)
                 new_pattern.append((step * stride, size))
-            elif isinstance(k, Tensor):
+            elif isinstance(k, NkiTensor):
                 raise NkiccError("E160", "indexing with a tensor (indirect access) is not supported yet", loc,
                                  "use .ap(..., scalar_offset=tile) for a runtime offset")
             else:
@@ -137,7 +181,11 @@ class Tensor(TensorOperand):
         access = Access(self.access.tensor, offset, tuple(new_pattern), self.access.scalar, self.access.scalar_scale)
         return self._view(access, overflow)
 
-    def ap(self, pattern, offset=0, scalar_offset=None, vector_offset=None, indirect_dim=0, dtype=None) -> "Tensor":
+    def ap(self, pattern, offset=None, scalar_offset=None, vector_offset=None, indirect_dim=0,
+           dtype=None) -> "NkiTensor":
+        """An explicit [[step, num], ...] pattern over this view's storage, starting at
+        the view's own offset plus `offset` elements; a runtime `scalar_offset` moves
+        it by that many steps of dimension `indirect_dim` of this view."""
         loc = user_loc(2)
         if vector_offset is not None:
             raise NkiccError("E160", "vector_offset (indirect DMA) is not supported yet", loc)
@@ -149,57 +197,248 @@ class Tensor(TensorOperand):
             raise NkiccError("E103", "an access pattern is a list of [step, num] pairs", loc) from None
         if not pairs or any(n <= 0 for _, n in pairs):
             raise NkiccError("E103", f"access pattern {list(map(list, pairs))} must have pairs with num >= 1", loc)
-        start = as_affine(offset, "ap offset")
-        shape = self.decl.shape
-        if not 0 <= indirect_dim < len(shape):
-            raise NkiccError("E103", f"indirect_dim={indirect_dim} for a tensor of {len(shape)} dimensions", loc)
-        scale = 1
-        for d in shape[indirect_dim + 1:]:
-            scale *= d
-        scalar = None
+        start = self.access.offset + as_affine(0 if offset is None else offset, "ap offset")
+        if not 0 <= indirect_dim < self.ndim:
+            raise NkiccError("E103", f"indirect_dim={indirect_dim} for a tensor of {self.ndim} dimensions", loc)
+        scale = self.strides[indirect_dim]
+        scalar, scalar_scale = self.access.scalar, self.access.scalar_scale
+        if scalar_offset is not None and scalar is not None:
+            raise NkiccError("E160", f"{self.name}: this view already has a runtime offset; a second one is "
+                                     "not supported", loc, "check t.is_indirect() before adding one")
         if isinstance(scalar_offset, SymInt):
             start = start + scalar_offset.expr.scale(scale)
         elif isinstance(scalar_offset, int):
             start = start + scalar_offset * scale
-        elif isinstance(scalar_offset, Tensor):
-            if scalar_offset.access.count != 1:
-                raise NkiccError("E103", f"scalar_offset must be a (1, 1) tensor, got shape {list(scalar_offset.shape)}", loc)
-            if not (scalar_offset.decl.on_chip or scalar_offset.decl.buffer == "reg"):
-                raise NkiccError("E120", "scalar_offset must live on SBUF or be a register", loc)
-            if not scalar_offset.decl.dtype.startswith(("int", "uint")):
-                raise NkiccError("E103", f"scalar_offset must be an integer tile (int32), "
-                                         f"{scalar_offset.name} is {scalar_offset.decl.dtype}", loc,
-                                 "keep runtime offsets in an nl.int32 tile")
-            so = scalar_offset.access
-            scalar = ScalarOffset(tensor=so.tensor, offset=so.offset)
+        elif isinstance(scalar_offset, NkiTensor):
+            scalar, scalar_scale = _scalar_offset(scalar_offset, "scalar_offset", loc), scale
         elif scalar_offset is not None:
             raise NkiccError("E103", f"scalar_offset must be a (1, 1) tensor or a loop index, "
                                      f"got {type(scalar_offset).__name__}", loc)
-        access = Access(self.decl.name, start, pairs, scalar, scale if scalar else 0)
+        access = Access(self.decl.name, start, pairs, scalar, scalar_scale if scalar else 0)
         if scalar is None:
             check_access_bounds(access, self.decl, self.builder.trips(), loc)
         return self._view(access)
 
-    def broadcast_to(self, shape) -> "Tensor":
+    def broadcast_to(self, shape) -> "NkiTensor":
         """A zero-copy view with size-1 dimensions repeated (step 0): `t.broadcast_to((128, n))`."""
         from .ops import broadcast_view
         return broadcast_view(self, tuple(int(d) for d in shape), user_loc(2))
 
-    def reshape(self, shape) -> "Tensor":
+    # --- the reference's view methods -------------------------------------------------------
+    # All are zero-copy: they return this tensor with another pattern. On-chip
+    # tensors keep dimension 0, the partition dimension, in front and unsplit.
+
+    def _dim(self, dim, loc, what: str, allow_end: bool = False) -> int:
+        try:
+            d = int(dim)
+        except (TypeError, ValueError):
+            raise NkiccError("E103", f"{what}: dim must be an int, got {dim!r}", loc) from None
+        n = self.ndim + (1 if allow_end else 0)
+        if d < 0:
+            d += n
+        if not 0 <= d < n:
+            raise NkiccError("E103", f"{what}: dim {dim} is out of range for shape {list(self.shape)}", loc)
+        return d
+
+    def _not_partition(self, dim: int, loc, what: str) -> None:
+        if dim == 0 and self.decl.on_chip:
+            raise NkiccError("E140", f"{what} cannot change dimension 0 of {self.name}, the partition dimension "
+                                     f"of an on-chip tensor", loc, "change a free dimension (1 and up)")
+
+    def _shape_error(self, err: Exception, what: str, loc) -> NkiccError:
+        return NkiccError("E140", f"{what} of {self.name} (shape {list(self.shape)}): {err}", loc)
+
+    def is_contiguous(self) -> bool:
+        """Row-major and dense; on-chip tensors are judged per partition (free dimensions only)."""
+        return views.is_contiguous(self.access.pattern, self.decl.on_chip)
+
+    def get_pattern(self) -> list[list[int]]:
+        """The view as [[step, num], ...], one pair per dimension."""
+        return [[step, num] for step, num in self.access.pattern]
+
+    def is_indirect(self) -> bool:
+        """True when the view has a runtime (tensor-valued) offset."""
+        return self.access.scalar is not None
+
+    def permute(self, dims) -> "NkiTensor":
         loc = user_loc(2)
-        shape = tuple(int(d) for d in shape)
-        n = 1
-        for d in shape:
-            n *= d
-        contiguous = self.access.pattern == row_major(self.shape)
-        if n != self.access.count or not contiguous:
-            raise NkiccError("E140", f"cannot reshape a view of shape {list(self.shape)} to {list(shape)}", loc,
-                             "reshape only contiguous views with the same element count")
-        return self._view(Access(self.access.tensor, self.access.offset, row_major(shape),
-                                 self.access.scalar, self.access.scalar_scale))
+        try:
+            pattern = views.permute(self.access.pattern, dims)
+        except (views.ViewError, TypeError, ValueError) as err:
+            raise self._shape_error(err, "permute", loc) from None
+        if self.decl.on_chip and int(tuple(dims)[0]) != 0:
+            self._not_partition(0, loc, "permute")
+        return self._pattern(pattern)
+
+    def broadcast(self, dim, size) -> "NkiTensor":
+        loc = user_loc(2)
+        d = self._dim(dim, loc, "broadcast")
+        self._not_partition(d, loc, "broadcast")
+        if self.shape[d] != 1:
+            raise NkiccError("E140", f"broadcast: dimension {d} of {self.name} has size {self.shape[d]}, not 1", loc)
+        if int(size) <= 0:
+            raise NkiccError("E103", f"broadcast: size must be positive, got {size}", loc)
+        pattern = list(self.access.pattern)
+        pattern[d] = (0, int(size))
+        return self._pattern(pattern)
+
+    def expand_dim(self, dim) -> "NkiTensor":
+        loc = user_loc(2)
+        d = self._dim(dim, loc, "expand_dim", allow_end=True)
+        self._not_partition(d, loc, "expand_dim")
+        pattern = list(self.access.pattern)
+        pattern.insert(d, (0, 1))
+        return self._pattern(pattern)
+
+    def squeeze_dim(self, dim) -> "NkiTensor":
+        loc = user_loc(2)
+        d = self._dim(dim, loc, "squeeze_dim")
+        self._not_partition(d, loc, "squeeze_dim")
+        if self.shape[d] != 1:
+            raise NkiccError("E140", f"squeeze_dim: dimension {d} of {self.name} has size {self.shape[d]}, not 1", loc)
+        pattern = list(self.access.pattern)
+        del pattern[d]
+        return self._pattern(pattern)
+
+    def reshape_dim(self, dim, shape) -> "NkiTensor":
+        loc = user_loc(2)
+        d = self._dim(dim, loc, "reshape_dim")
+        pattern = list(self.access.pattern)
+        try:
+            sizes = views.infer_sizes(tuple(shape), pattern[d][1])
+        except (views.ViewError, TypeError) as err:
+            raise self._shape_error(err, "reshape_dim", loc) from None
+        if len(sizes) != 1:
+            self._not_partition(d, loc, "reshape_dim")
+        pattern[d:d + 1] = views.split(pattern[d], sizes)
+        return self._pattern(pattern)
+
+    def flatten_dims(self, start_dim, end_dim) -> "NkiTensor":
+        loc = user_loc(2)
+        a, b = self._dim(start_dim, loc, "flatten_dims"), self._dim(end_dim, loc, "flatten_dims")
+        if a > b:
+            raise NkiccError("E103", f"flatten_dims: start_dim {a} is after end_dim {b}", loc)
+        if a != b:
+            self._not_partition(a, loc, "flatten_dims")
+        pattern = list(self.access.pattern)
+        merged = views.merge(tuple(pattern[a:b + 1]))
+        if merged is None:
+            raise NkiccError("E140", f"flatten_dims: dimensions {a}..{b} of {self.name} (pattern "
+                                     f"{self.get_pattern()[a:b + 1]}) are not contiguous in memory", loc,
+                             "merge only dimensions laid out one after the other; copy the view first")
+        pattern[a:b + 1] = [merged]
+        return self._pattern(pattern)
+
+    def reshape(self, shape) -> "NkiTensor":
+        """The same elements in the same order with another shape, without a copy:
+        fails when the view's layout needs one (after a permute or a strided slice)."""
+        loc = user_loc(2)
+        try:
+            shape = views.infer_sizes(tuple(shape), self.size)
+        except (views.ViewError, TypeError) as err:
+            raise self._shape_error(err, "reshape", loc) from None
+        if self.decl.on_chip and shape[0] != self.shape[0]:
+            raise NkiccError("E140", f"cannot reshape {self.name} from {list(self.shape)} to {list(shape)}: an "
+                                     f"on-chip tensor keeps its {self.shape[0]} partitions", loc,
+                             "reshape the free dimensions only")
+        if self.decl.on_chip:
+            rest = views.reshape(self.access.pattern[1:], shape[1:])
+            pattern = None if rest is None else (self.access.pattern[0],) + rest
+        else:
+            pattern = views.reshape(self.access.pattern, shape)
+        if pattern is None:
+            raise NkiccError("E140", f"cannot reshape a view of shape {list(self.shape)} (pattern "
+                                     f"{self.get_pattern()}) to {list(shape)} without a copy", loc,
+                             "reshape a contiguous view, or copy it into a new tile first")
+        return self._pattern(pattern)
+
+    def rearrange(self, src_pattern, dst_pattern, fixed_sizes=None) -> "NkiTensor":
+        """einops-style: `t.rearrange(('p', ('h', 'w')), ('p', 'w', 'h'), {'h': 4})`."""
+        loc = user_loc(2)
+        try:
+            pattern = views.rearrange(self.access.pattern, src_pattern, dst_pattern, fixed_sizes)
+        except (views.ViewError, TypeError) as err:
+            raise self._shape_error(err, "rearrange", loc) from None
+        if self.decl.on_chip and pattern[:1] != self.access.pattern[:1]:
+            self._not_partition(0, loc, "rearrange")
+        return self._pattern(pattern)
+
+    def slice(self, dim, start, end, step=1) -> "NkiTensor":
+        """t.slice(1, a, b, s) is t[:, a:b:s]."""
+        loc = user_loc(2)
+        d = self._dim(dim, loc, "slice")
+        for v, what in ((start, "start"), (end, "end"), (step, "step")):
+            if isinstance(v, bool) or not isinstance(v, (int, SymInt)):
+                raise NkiccError("E103", f"slice {what} must be an int or a loop index, got {v!r}", loc)
+        if isinstance(step, SymInt) or step < 1:
+            raise NkiccError("E103", f"slice step must be an int >= 1, got {step}", loc)
+        if isinstance(start, int) and isinstance(end, int) and not 0 <= start < end <= self.shape[d]:
+            raise NkiccError("E101", f"slice [{start}:{end}] of dimension {d} of {self.name} (size "
+                                     f"{self.shape[d]}): needs 0 <= start < end <= size", loc)
+        return self[(slice(None),) * d + (slice(start, end, step),)]
+
+    def select(self, dim, index) -> "NkiTensor":
+        """One position of dimension `dim`: an int or loop index, or a (1, 1) int32
+        SBUF tensor read at run time. The dimension is removed, except dimension 0
+        of an on-chip tensor, which stays with size 1 (as t[i] does)."""
+        loc = user_loc(2)
+        d = self._dim(dim, loc, "select")
+        if not isinstance(index, NkiTensor):
+            return self[(slice(None),) * d + (index,)]
+        if self.is_indirect():
+            raise NkiccError("E160", f"select: {self.name} already has a runtime offset; only one dynamic select "
+                                     "per view", loc, "check t.is_indirect() first")
+        if d == 0 and self.decl.on_chip:
+            raise NkiccError("E140", "select with a runtime index cannot select a partition of an on-chip tensor",
+                             loc, "select a free dimension, or an HBM tensor's dimension 0")
+        a = self.access
+        step = a.pattern[d][0]
+        pattern = a.pattern[:d] + a.pattern[d + 1:]
+        scalar = _scalar_offset(index, "select index", loc)
+        return self._view(Access(a.tensor, a.offset, pattern, scalar, step))
+
+    def vector_select(self, dim, vector_offset) -> "NkiTensor":
+        loc = user_loc(2)
+        d = self._dim(dim, loc, "vector_select")
+        if d != 0:
+            raise NkiccError("E103", f"vector_select works on dimension 0, got {dim}", loc)
+        if self.decl.on_chip:
+            raise NkiccError("E120", "vector_select works on HBM tensors only", loc)
+        raise NkiccError("E160", "vector_select (a per-partition indirect offset) is not supported yet", loc,
+                         "gather rows with one select(0, index) per partition group, or nl.gather_flattened")
+
+    def indirect(self, index, num_elem=None) -> "NkiTensor":
+        raise NkiccError("E160", "tensor indirection (NkiTensor.indirect, NeuronCore-v4) is not supported yet",
+                         user_loc(2))
+
+    def view(self, dtype) -> "NkiTensor":
+        """The same bytes as another dtype. Only the tensor's own dtype is supported
+        so far (the IR has no typed views yet)."""
+        loc = user_loc(2)
+        name = dtypes.dtype_name(dtype)
+        if self.is_indirect():
+            raise NkiccError("E160", "view(dtype) after a dynamic select is not supported", loc)
+        if name != self.decl.dtype:
+            raise NkiccError("E160", f"reinterpreting {self.decl.dtype} as {name} (NkiTensor.view) is not "
+                                     "supported yet", loc, "convert with nisa.tensor_copy(dtype) instead")
+        return self._pattern(self.access.pattern)
+
+    reinterpret_cast = view
 
 
-def _slice_bounds(k, num: int, dim: int, loc, t: Tensor) -> tuple[Affine, int, int]:
+def _scalar_offset(t: "NkiTensor", what: str, loc) -> ScalarOffset:
+    """A (1, 1) integer SBUF tensor whose value moves a view at run time."""
+    if t.access.count != 1:
+        raise NkiccError("E103", f"{what} must be a (1, 1) tensor, got shape {list(t.shape)}", loc)
+    if not (t.decl.on_chip or t.decl.buffer == "reg"):
+        raise NkiccError("E120", f"{what} must live on SBUF or be a register", loc)
+    if not t.decl.dtype.startswith(("int", "uint")):
+        raise NkiccError("E103", f"{what} must be an integer tile (int32), {t.name} is {t.decl.dtype}", loc,
+                         "keep runtime offsets in an nl.int32 tile")
+    return ScalarOffset(tensor=t.access.tensor, offset=t.access.offset)
+
+
+def _slice_bounds(k, num: int, dim: int, loc, t: NkiTensor) -> tuple[Affine, int, int]:
     if isinstance(k, DynSlice):
         return as_affine(k.start, "nl.ds start"), k.size, 1
     stride = 1 if k.step is None else k.step
@@ -222,7 +461,7 @@ def _slice_bounds(k, num: int, dim: int, loc, t: Tensor) -> tuple[Affine, int, i
     return start, size, stride
 
 
-def _check_range(start: Affine, size: int, stride: int, num: int, trips, dim: int, loc, t: Tensor) -> None:
+def _check_range(start: Affine, size: int, stride: int, num: int, trips, dim: int, loc, t: NkiTensor) -> None:
     lo, hi = start.bounds(trips)
     last = hi + (size - 1) * stride
     if lo < 0 or last >= num:
@@ -239,8 +478,11 @@ def check_access_bounds(access: Access, decl: TensorDecl, trips, loc) -> None:
                          "check the pattern's steps and counts and the offset")
 
 
-def wrap(builder: Builder, decl: TensorDecl) -> Tensor:
-    return Tensor(builder, decl)
+Tensor = NkiTensor  # nkicc's older name
+
+
+def wrap(builder: Builder, decl: TensorDecl) -> NkiTensor:
+    return NkiTensor(builder, decl)
 
 
 class UnsupportedName(NkiccError, AttributeError):

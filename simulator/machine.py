@@ -30,6 +30,7 @@ import numpy as np
 from ..ir import Access, Alloc, Const, Kernel, Loop, NkiccError, Op, TensorDecl
 from ..ir import dtypes
 from ..ir import ops
+from ..ir.ops import debug
 from ..ir.analysis import engine_of, injective, reads, runtime_guard, tensors_touched, writes, written_args
 from . import numerics, semantics
 from ._blas import single_threaded_blas
@@ -151,7 +152,7 @@ class _Plan:
     """One op, compiled."""
     __slots__ = ("op", "id", "opcode", "engine", "queue", "ekey", "tid", "waits", "cost", "accs", "by_id",
                  "outs", "scalars", "hz_reads", "hz_writes", "count", "loc_str", "loop_vars", "dma_dir",
-                 "dma_bytes", "spill", "mode", "dyn_accs", "is_matmul", "rotate", "collective")
+                 "dma_bytes", "spill", "mode", "dyn_accs", "is_matmul", "rotate", "collective", "is_print")
 
     def __init__(self, op: Op) -> None:
         self.op = op
@@ -354,6 +355,7 @@ class MachineSimulator:
         p.accs = accs
         p.dyn_accs = [acc for acc in accs if not acc.static]  # starts that depend on loop indices / registers
         p.is_matmul = ops.of(op).accumulates(op)
+        p.is_print = op.opcode == "device_print"
         p.scalars = [acc.scalar for acc in accs if acc.scalar is not None]
         # hazard regions: what the op reads (inputs, accumulating dst, scalar offsets) and writes
         p.hz_reads = [self._hz_acc(p, a) for a in reads(op)]
@@ -537,6 +539,7 @@ class MachineSimulator:
         self._shared = shared or {}
         self._init_memory(inputs)
         self.executed = 0
+        self.prints: list[str] = []
         for p in self.plans:
             p.count = 0
         nengines = len(self.engines)
@@ -661,6 +664,10 @@ class MachineSimulator:
             if self.timing:
                 self._time(p)
             results = semantics.compute(op, lambda a: view(by_id[id(a)]))
+        if p.is_print:  # nl.device_print: to stdout now, as the vendor's simulator, and into the report
+            text = debug.print_text(op, lambda a: view(by_id[id(a)]))
+            self.prints.append(text)
+            print(text)
         for index, values in results:
             acc = p.outs[index]
             if not acc.static and (acc.t.size <= acc.cur + acc.hi_span or acc.cur + acc.lo_span < 0):
@@ -866,7 +873,7 @@ class MachineSimulator:
 
     def _report(self, wall: float) -> SimReport:
         r = SimReport(kernel=self.kernel.name, target=getattr(self.target, "name", "?"), timing=self.timing,
-                      executed=self.executed, wall_s=wall)
+                      executed=self.executed, wall_s=wall, prints=list(self.prints))
         total = self.end_ns if self.timing else None
         r.total_ns = total
         engines = {e: EngineStats() for e in COMPUTE_ENGINES + ("dma",)}

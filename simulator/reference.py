@@ -23,6 +23,7 @@ from ..ir.analysis import runtime_guard, written_args
 from ..ir.ops.collectives import group_of
 from .comm import RankComm, single
 from ..ir import dtypes, ops
+from ..ir.ops import debug
 from . import numerics, semantics
 from ._blas import single_threaded_blas
 
@@ -49,7 +50,7 @@ def strided(flat: np.ndarray, start: int, pattern) -> np.ndarray:
 
 class ReferenceMachine:
     def __init__(self, kernel: Kernel, fill=None, track_undefined: bool = False, comm: RankComm | None = None,
-                 precise: bool | None = None) -> None:
+                 precise: bool | None = None, echo: bool = True) -> None:
         self.kernel = kernel
         self.comm = comm or single()
         self._shared: dict[str, np.ndarray] = {}
@@ -64,6 +65,8 @@ class ReferenceMachine:
         # with track_undefined: a written-mask per allocated tensor, and the reads of never-written elements
         self.defined: dict[str, np.ndarray] | None = {} if track_undefined else None
         self.undefined_reads: list[tuple[Op, str, bool]] = []  # (op, tensor, past the end of a tile)
+        self.echo = echo  # print nl.device_print output (not in check_defined's extra runs)
+        self.prints: list[str] = []
 
     def run(self, inputs: dict[str, np.ndarray], shared: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
         """`shared`: HBM tensors by name that live in the given arrays (the other
@@ -207,6 +210,10 @@ class ReferenceMachine:
             results = collective(op, self.comm.exchange(group, op, payload, 0.0)[0], self.comm.rank, group)
         else:
             results = semantics.compute(op, lambda a: self.view(a, op))
+        if op.opcode == "device_print":
+            self.prints.append(debug.print_text(op, lambda a: self.view(a, op)))
+            if self.echo:
+                print(self.prints[-1])
         for index, values in results:
             dst_access = op.outs[index]
             dst = strided(self.memory[dst_access.tensor], self.start(dst_access, op), dst_access.pattern)
@@ -263,8 +270,8 @@ def check_defined(kernel: Kernel, inputs: dict[str, np.ndarray], outputs: dict[s
     if not any(_poison_like(np.asarray(outputs[o])).any() for o in kernel.outputs):
         return
     # outputs may come from another simulator: compare two reference runs with each other
-    outputs = ReferenceMachine(kernel).run(inputs)
-    machine = ReferenceMachine(kernel, fill=_other_fill, track_undefined=True)
+    outputs = ReferenceMachine(kernel, echo=False).run(inputs)
+    machine = ReferenceMachine(kernel, fill=_other_fill, track_undefined=True, echo=False)
     again = machine.run(inputs)
     decls = kernel.tensor_map()
     for name in kernel.outputs:

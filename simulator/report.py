@@ -33,6 +33,7 @@ class SimReport:
     trace_file: str | None = None
     trace_events: int = 0
     trace_capped: bool = False
+    prints: list = field(default_factory=list)  # nl.device_print output, in execution order
     note: str = TIMING_NOTE
 
     @property

@@ -13,6 +13,12 @@ import nkicc.isa as nisa
 import nkicc.language as nl
 from ops_helpers import check_error, f32
 
+
+# the reference names whose behaviour this module checks against numpy (bench/api_coverage.py)
+pytestmark = pytest.mark.api(
+    "nl.float32", "nl.bfloat16", "nl.float16", "nl.float8_e4m3", "nl.float8_e5m2", "nl.int8", "nl.int16",
+    "nl.int32", "nl.uint8", "nl.uint16", "nl.uint32", "nl.tfloat32", "nl.bool_")
+
 DTYPES = [np.dtype(d) for d in (np.float32, ml_dtypes.bfloat16, np.float16, ml_dtypes.float8_e4m3,
                                 ml_dtypes.float8_e5m2, np.int8, np.int16, np.int32, np.uint8, np.uint16,
                                 np.uint32)]

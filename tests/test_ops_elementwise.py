@@ -9,6 +9,16 @@ import nkicc.isa as nisa
 import nkicc.language as nl
 from ops_helpers import bf16, check_error, close, f32, rand, rounded
 
+
+# the reference names whose behaviour this module checks against numpy (bench/api_coverage.py)
+pytestmark = pytest.mark.api(
+    "nl.add", "nl.subtract", "nl.multiply", "nl.divide", "nl.maximum", "nl.minimum", "nl.power", "nl.equal",
+    "nl.not_equal", "nl.less", "nl.less_equal", "nl.greater", "nl.greater_equal", "nl.bitwise_and",
+    "nl.bitwise_or", "nl.bitwise_xor", "nl.logical_and", "nl.logical_or", "nl.logical_xor", "nl.exp", "nl.log",
+    "nl.sqrt", "nl.rsqrt", "nl.tanh", "nl.sigmoid", "nl.relu", "nl.gelu", "nl.silu", "nl.square", "nl.abs",
+    "nl.negative", "nl.reciprocal", "nl.sin", "nl.cos", "nl.floor", "nl.ceil", "nl.sign", "nl.gelu_apprx_tanh",
+    "nisa.tensor_tensor", "nisa.tensor_scalar", "nisa.activation")
+
 _erf = np.vectorize(math.erf, otypes=[np.float64])
 
 BINARY_REF = {

@@ -8,6 +8,11 @@ import nkicc.language as nl
 from ops_helpers import bf16, check_error, close, f32, fp8, rand, rounded, run_rolled_and_unrolled
 
 
+# the reference names whose behaviour this module checks against numpy (bench/api_coverage.py)
+pytestmark = pytest.mark.api(
+    "nisa.nc_matmul", "nl.matmul", "nisa.nc_transpose", "nl.transpose")
+
+
 def mm(st, mv):
     return f32(st).astype(np.float64).T @ f32(mv).astype(np.float64)
 

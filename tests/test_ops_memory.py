@@ -8,6 +8,13 @@ import nkicc.isa as nisa
 import nkicc.language as nl
 from ops_helpers import bf16, check_error, close, f32, fp8, rand, rounded, run_rolled_and_unrolled
 
+
+# the reference names whose behaviour this module checks against numpy (bench/api_coverage.py)
+pytestmark = pytest.mark.api(
+    "nl.load", "nl.store", "nl.load_transpose2d", "nl.copy", "nisa.dma_copy", "nisa.tensor_copy", "nisa.memset",
+    "nl.zeros", "nl.ones", "nl.full", "nl.ndarray", "nl.zeros_like", "nl.ds", "nl.NkiTensor.ap", "nl.sbuf",
+    "nl.psum", "nl.hbm", "nl.shared_hbm")
+
 DTYPES = [np.float32, bf16, np.float16, np.int32]
 fp8_e5m2 = np.dtype(ml_dtypes.float8_e5m2)
 

@@ -8,6 +8,11 @@ import nkicc.language as nl
 from ops_helpers import bf16, check_error, close, f32, rand, rounded
 
 
+# the reference names whose behaviour this module checks against numpy (bench/api_coverage.py)
+pytestmark = pytest.mark.api(
+    "nisa.iota", "nl.where", "nl.broadcast_to", "nl.expand_dims", "nl.softmax")
+
+
 def iota_ref(P, pattern, offset, cm):
     free = np.zeros((), np.int64)
     for step, num in pattern:

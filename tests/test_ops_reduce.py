@@ -7,6 +7,11 @@ import nkicc.isa as nisa
 import nkicc.language as nl
 from ops_helpers import bf16, check_error, close, f32, rand, rounded
 
+
+# the reference names whose behaviour this module checks against numpy (bench/api_coverage.py)
+pytestmark = pytest.mark.api(
+    "nl.sum", "nl.max", "nl.min", "nl.mean", "nl.prod", "nl.var", "nisa.tensor_reduce")
+
 REF = {"sum": np.sum, "max": np.max, "min": np.min, "mean": np.mean, "prod": np.prod, "var": np.var}
 
 

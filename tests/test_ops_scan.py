@@ -11,6 +11,11 @@ import nkicc.isa as nisa
 import nkicc.language as nl
 from ops_helpers import bf16, check_error, close, f32, rand, rounded, run_rolled_and_unrolled
 
+
+# the reference names whose behaviour this module checks against numpy (bench/api_coverage.py)
+pytestmark = pytest.mark.api(
+    "nisa.tensor_tensor_scan")
+
 BIN = {"add": np.add, "subtract": np.subtract, "multiply": np.multiply, "maximum": np.maximum,
        "minimum": np.minimum}
 

@@ -22,6 +22,9 @@ import nkicc.isa as nisa
 import nkicc.language as nl
 from nkicc.ir import NkiccError
 
+# the reference names whose behaviour this module checks against numpy (bench/api_coverage.py)
+pytestmark = pytest.mark.api("nl.affine_range", "nl.sequential_range", "nl.static_range", "nl.dynamic_range")
+
 
 # --- helpers -----------------------------------------------------------------------
 

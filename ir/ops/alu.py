@@ -36,6 +36,37 @@ def _gelu_tanh(x):
     return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
 
 
+def _gelu_dx(x):
+    # d/dx x*Phi(x) = Phi(x) + x*phi(x)
+    return 0.5 * _erfc(-x / math.sqrt(2.0)) + x * np.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
+
+
+_GELU_SIGMOID = 1.702  # gelu(x) ~ x * sigmoid(1.702 x)
+
+
+def _gelu_sigmoid_dx(x):
+    s = _sigmoid(_GELU_SIGMOID * x)
+    return s + _GELU_SIGMOID * x * s * (1.0 - s)
+
+
+def _silu_dx(x):
+    s = _sigmoid(x)
+    return s + x * s * (1.0 - s)
+
+
+def _softplus(x):
+    return np.logaddexp(0.0, x)  # log(1 + e^x) without overflow
+
+
+def _abs_pick(bigger: bool):
+    # the operand with the larger (smaller) magnitude, sign kept; y on ties
+    def f(a, b):
+        a, b = np.broadcast_arrays(a, b)
+        pick = np.abs(a) > np.abs(b) if bigger else np.abs(a) < np.abs(b)
+        return np.where(pick, a, b)
+    return f
+
+
 def _as_int(f):
     def g(a, b):
         return f(np.asarray(a).astype(np.int64), np.asarray(b).astype(np.int64)).astype(_F32)
@@ -56,6 +87,9 @@ BINARY = {
     "logical_xor": _flag(np.logical_xor),
     "bitwise_and": _as_int(np.bitwise_and), "bitwise_or": _as_int(np.bitwise_or),
     "bitwise_xor": _as_int(np.bitwise_xor),
+    "abs_max": _abs_pick(True), "abs_min": _abs_pick(False),
+    "left_shift": _as_int(np.left_shift), "right_shift": _as_int(np.right_shift),
+    "fmod": np.fmod, "mod": np.mod,
     "bypass": lambda a, b: a,  # the stage does nothing (activate2's op1, tensor_scalar)
 }
 
@@ -66,6 +100,12 @@ UNARY = {
     "square": np.square, "abs": np.abs, "negative": np.negative, "reciprocal": lambda x: 1.0 / x,
     "sin": np.sin, "cos": np.cos, "floor": np.floor, "ceil": np.ceil, "sign": np.sign,
     "copy": lambda x: x, "identity": lambda x: x,
+    "gelu_apprx_sigmoid": lambda x: x * _sigmoid(_GELU_SIGMOID * x), "gelu_dx": _gelu_dx,
+    "gelu_apprx_sigmoid_dx": _gelu_sigmoid_dx, "silu_dx": _silu_dx, "softplus": _softplus,
+    "mish": lambda x: x * np.tanh(_softplus(x)), "erf": lambda x: 1.0 - _erfc(x),
+    "erf_dx": lambda x: (2.0 / math.sqrt(math.pi)) * np.exp(-x * x), "tan": np.tan, "arctan": np.arctan,
+    "trunc": np.trunc, "logical_not": lambda x: (x == 0).astype(_F32),
+    "invert": lambda x: (-np.asarray(x).astype(np.int64) - 1).astype(_F32),  # ~x on two's complement integers
 }
 
 REDUCE = {"add": np.sum, "maximum": np.max, "minimum": np.min, "multiply": np.prod}

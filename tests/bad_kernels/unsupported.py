@@ -18,7 +18,7 @@ def unknown_nl_operation(a: "float32[128,64]"):
 def unknown_isa_instruction(a: "float32[128,64]"):
     out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
     t = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
-    nisa.dma_transpose(dst=t, src=a)  # EXPECT: E160
+    nisa.tensor_fft(dst=t, src=a)  # EXPECT: E160
     nl.store(out, value=t)
     return out
 
@@ -53,7 +53,7 @@ def dma_read_modify_write(a: "float32[128,64]"):
 def activation_with_a_numpy_function(a: "float32[128,64]"):
     out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
     t = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
-    nisa.activation(dst=t, op=np.arctan, data=nl.load(a))  # EXPECT: E160
+    nisa.activation(dst=t, op=np.arcsinh, data=nl.load(a))  # EXPECT: E160
     nl.store(out, value=t)
     return out
 

@@ -14,13 +14,13 @@ _VENDOR_OPTIONS = ("mode", "show_compiler_tool_output", "additional_compile_opt"
                    "experimental_flags", "save_neff_name", "save_trace_name", "artifacts_dir")
 
 
-def jit(func=None, **options):
+def jit(fn=None, **options):
     """`@nki.jit` / `@nki.jit(mode="simulation", platform_target="trn2", ...)`."""
     for name in _VENDOR_OPTIONS:
         options.pop(name, None)
     if "platform_target" in options:
         options["target"] = options.pop("platform_target")
-    return nkicc.jit(func, **options)
+    return nkicc.jit(fn, **options)
 
 
 simulate = nkicc.simulate
