@@ -27,7 +27,7 @@ from ..nodes import Access, Op, TensorDecl
 ENTRY_POINT_GROUP = "nkicc.instructions"
 # nkicc's own families, imported when the installed metadata does not list them
 # (a source tree on sys.path that was never pip-installed)
-BUILTIN_FAMILIES = ("dma", "matmul", "elementwise", "reduce")
+BUILTIN_FAMILIES = ("dma", "matmul", "elementwise", "reduce", "stats", "sort", "gather")
 
 
 class TensorOperand(abc.ABC):
