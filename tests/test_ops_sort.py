@@ -352,3 +352,100 @@ def test_sequence_bounds_documented_example():
     ids = np.array([[0, 1, 1, 2, 2, 2, 0, 3, 3]], np.int32)
     got = run_both_simulators(bounds_kernel(), ids)
     np.testing.assert_array_equal(got, [[[9, 1, 1, 3, 3, 3, 9, 7, 7], [-1, 3, 3, 6, 6, 6, -1, 9, 9]]])
+
+
+# --- documented constraints: one line at the kernel's call -----------------------------
+
+
+def _sort_error_kernel(case):
+    @nkicc.jit
+    def k(a):
+        out = nl.ndarray((16, 8), dtype=nl.float32, buffer=nl.shared_hbm)
+        d = nl.ndarray((16, 16400), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.memset(d, 1.0)
+        f8 = nl.ndarray((16, 8), dtype=nl.float32, buffer=nl.sbuf)
+        u8 = nl.ndarray((16, 8), dtype=nl.uint32, buffer=nl.sbuf)
+        b16 = nl.ndarray((16, 64), dtype=nl.bfloat16, buffer=nl.sbuf)
+        vb = nl.ndarray((16, 8), dtype=nl.bfloat16, buffer=nl.sbuf)
+        i32 = nl.ndarray((16, 65), dtype=nl.int32, buffer=nl.sbuf)
+        if case == "max8_small":
+            nisa.max8(dst=f8, src=d[:, 0:7])  # MARK max8_small
+        elif case == "max8_large":
+            nisa.max8(dst=f8, src=d[:, 0:16385])  # MARK max8_large
+        elif case == "max8_dst":
+            nisa.max8(dst=d[:, 0:9], src=d[:, 0:100])  # MARK max8_dst
+        elif case == "max8_4d":
+            nisa.max8(dst=f8, src=d.reshape((16, 2, 2, 4100)))  # MARK max8_4d
+        elif case == "max8_parts":
+            nisa.max8(dst=f8[0:8, :], src=d[:, 0:100])  # MARK max8_parts
+        elif case == "find_dtype":
+            nisa.nc_find_index8(dst=f8, data=d[:, 0:100], vals=f8)  # MARK find_dtype
+        elif case == "find_vals":
+            nisa.nc_find_index8(dst=u8, data=d[:, 0:100], vals=d[:, 0:9])  # MARK find_vals
+        elif case == "find_small":
+            nisa.nc_find_index8(dst=u8, data=d[:, 0:4], vals=f8)  # MARK find_small
+        elif case == "replace_layout":
+            nisa.nc_match_replace8(dst=d[:, 0:10], data=d[:, 0:11], vals=f8, imm=0.0)  # MARK replace_layout
+        elif case == "replace_imm":
+            nisa.nc_match_replace8(dst=d[:, 0:10], data=d[:, 10:20], vals=f8, imm="x")  # MARK replace_imm
+        elif case == "replace_idx":
+            nisa.nc_match_replace8(d[:, 0:10], d[:, 10:20], f8, 0.0, dst_idx=u8[:, 0:7])  # MARK replace_idx
+        elif case == "topk_src_dtype":
+            nisa.topk(val_dst=vb, idx_dst=u8, src=d[:, 0:4], n=64)  # MARK topk_src_dtype
+        elif case == "topk_val_dtype":
+            nisa.topk(val_dst=f8, idx_dst=u8, src=b16, n=64)  # MARK topk_val_dtype
+        elif case == "topk_idx_dtype":
+            nisa.topk(val_dst=vb, idx_dst=f8, src=b16, n=64)  # MARK topk_idx_dtype
+        elif case == "topk_n_small":
+            nisa.topk(val_dst=vb, idx_dst=u8, src=b16, n=7)  # MARK topk_n_small
+        elif case == "topk_n_large":
+            nisa.topk(val_dst=vb, idx_dst=u8, src=b16, n=65536)  # MARK topk_n_large
+        elif case == "topk_k_gt_n":
+            u9 = nl.ndarray((16, 9), dtype=nl.uint32, buffer=nl.sbuf)
+            nisa.topk(val_dst=b16[:, 0:9], idx_dst=u9, src=b16, n=8)  # MARK topk_k_gt_n
+        elif case == "topk_cols":
+            nisa.topk(val_dst=vb, idx_dst=u8, src=b16, n=64 * 16 + 1)  # MARK topk_cols
+        elif case == "topk_parts":
+            nisa.topk(val_dst=vb[0:8, :], idx_dst=u8[0:8, :], src=b16[0:8, :], n=64)  # MARK topk_parts
+        elif case == "topk_psum":
+            p = nl.ndarray((16, 64), dtype=nl.bfloat16, buffer=nl.psum)
+            nisa.topk(val_dst=vb, idx_dst=u8, src=p, n=64)  # MARK topk_psum
+        elif case == "topk_shapes":
+            nisa.topk(val_dst=vb, idx_dst=u8[:, 0:4], src=b16, n=64)  # MARK topk_shapes
+        elif case == "nz_dst_dtype":
+            nisa.nonzero_with_count(dst=d[:, 0:65], src=d[:, 100:164])  # MARK nz_dst_dtype
+        elif case == "nz_src_dtype":
+            nisa.nonzero_with_count(dst=i32, src=b16)  # MARK nz_src_dtype
+        elif case == "nz_extra":
+            nisa.nonzero_with_count(dst=i32[:, 0:64], src=d[:, 0:64])  # MARK nz_extra
+        elif case == "nz_offset":
+            nisa.nonzero_with_count(dst=i32, src=d[:, 0:64], index_offset=1 << 31)  # MARK nz_offset
+        elif case == "nz_pad":
+            nisa.nonzero_with_count(dst=i32, src=d[:, 0:64], padding_val=0.5)  # MARK nz_pad
+        elif case == "bounds_parts":
+            nisa.sequence_bounds(dst=d[0:2, 0:20], segment_ids=d[0:2, 100:110])  # MARK bounds_parts
+        elif case == "bounds_shape":
+            nisa.sequence_bounds(dst=d[0:1, 0:21], segment_ids=d[0:1, 100:110])  # MARK bounds_shape
+        elif case == "bounds_dtype":
+            nisa.sequence_bounds(dst=b16[0:1, 0:20], segment_ids=b16[0:1, 30:40])  # MARK bounds_dtype
+        elif case == "arg_count":
+            nisa.max8(f8, d[:, 0:100], "name", "extra")  # MARK arg_count
+        nl.store(out, value=f8)
+        return out
+    return k
+
+
+@pytest.mark.parametrize("case,code", [
+    ("max8_small", "E130"), ("max8_large", "E130"), ("max8_dst", "E140"), ("max8_4d", "E130"),
+    ("max8_parts", "E140"), ("find_dtype", "E132"), ("find_vals", "E140"), ("find_small", "E130"),
+    ("replace_layout", "E140"), ("replace_imm", "E103"), ("replace_idx", "E140"), ("topk_src_dtype", "E132"),
+    ("topk_val_dtype", "E132"), ("topk_idx_dtype", "E132"), ("topk_n_small", "E103"), ("topk_n_large", "E103"),
+    ("topk_k_gt_n", "E130"), ("topk_cols", "E140"), ("topk_parts", "E110"), ("topk_psum", "E120"),
+    ("topk_shapes", "E140"), ("nz_dst_dtype", "E132"), ("nz_src_dtype", "E132"), ("nz_extra", "E140"),
+    ("nz_offset", "E103"), ("nz_pad", "E103"), ("bounds_parts", "E110"), ("bounds_shape", "E140"),
+    ("bounds_dtype", "E132"), ("arg_count", "E103"),
+])
+def test_sort_errors_one_line_at_the_kernel(rng, case, code):
+    with pytest.raises(nkicc.NkiccError) as ei:
+        nkicc.compile(_sort_error_kernel(case), rand(rng, (16, 8)))
+    check_error(ei, code, f"MARK {case}", "test_ops_sort.py")
