@@ -286,3 +286,45 @@ def test_gather_errors_one_line_at_the_kernel(rng, case, code):
     with pytest.raises(nkicc.NkiccError) as ei:
         nkicc.compile(_gather_error_kernel(case), rand(rng, (32, 8)))
     check_error(ei, code, f"MARK {case}", "test_ops_gather.py")
+
+
+def test_stream_shuffle_mask_from_a_loop_index(rng):
+    # mask entries may be affine in a loop index: each iteration broadcasts another partition
+    @nkicc.jit
+    def k(a):
+        out = nl.ndarray((32, 4 * a.shape[1]), dtype=a.dtype, buffer=nl.shared_hbm)
+        t = nl.load(a)
+        for i in nl.affine_range(4):
+            u = nl.ndarray((32, a.shape[1]), dtype=a.dtype, buffer=nl.sbuf)
+            nisa.nc_stream_shuffle(dst=u, src=t, shuffle_mask=[i * 2 + 1] * 32)
+            nl.store(out[:, nl.ds(i * a.shape[1], a.shape[1])], value=u)
+        return out
+
+    a = rand(rng, (32, 5))
+    want = np.concatenate([np.broadcast_to(a[2 * i + 1], (32, 5)) for i in range(4)], axis=1)
+    np.testing.assert_array_equal(run_rolled_and_unrolled(k, a), want)
+
+
+@pytest.mark.parametrize("opcode", ["local_gather", "nc_n_gather", "topk", "nonzero_with_count",
+                                    "sequence_bounds"])
+def test_gpsimd_operands_stay_in_sbuf_after_the_passes(rng, opcode):
+    # the IR rule verify re-checks after every pass: a GpSimd operand moved to PSUM is E120 at the call
+    import dataclasses
+    from nkicc.ir import Op, ops
+    from test_ops_sort import bounds_kernel, nonzero_kernel, topk_kernel
+    kernels = {
+        "local_gather": (local_gather_kernel(1, 16, 16), rand(rng, (16, 8)), np.zeros((16, 1), np.uint16)),
+        "nc_n_gather": (n_gather_kernel((4, 3)), rand(rng, (4, 6)), np.zeros((4, 3), np.uint32)),
+        "topk": (topk_kernel(16, 2), rand(rng, (16, 1), bf16)),
+        "nonzero_with_count": (nonzero_kernel(0, -1), rand(rng, (16, 4))),
+        "sequence_bounds": (bounds_kernel(), np.ones((1, 4), np.int32)),
+    }
+    kernel, *arrays = kernels[opcode]
+    ir = nkicc.compile(kernel, *arrays).ir
+    op = next(s for s in ir.body.walk() if isinstance(s, Op) and s.opcode == opcode)
+    decls = dict(ir.tensor_map())
+    ops.get(opcode).verify(op, decls)  # as compiled: fine
+    decls[op.outs[0].tensor] = dataclasses.replace(decls[op.outs[0].tensor], buffer="psum")
+    with pytest.raises(nkicc.NkiccError) as ei:
+        ops.get(opcode).verify(op, decls)
+    assert ei.value.code == "E120" and ei.value.loc == op.loc

@@ -12,7 +12,7 @@ from nkicc.api import resolve_target
 from nkicc.ir import ops
 from nkicc.passes import registry
 from nkicc.ir.ops.costs import cost_table
-from ops_helpers import bf16, check_error, close, f32, rand, rounded, run_rolled_and_unrolled
+from ops_helpers import bf16, check_error, f32, rand, rounded, run_rolled_and_unrolled
 from sim_helpers import run_both_simulators
 
 

@@ -11,8 +11,8 @@ from ..nodes import Op
 from .checks import free, on_chip_tensors, scalar
 from .core import Emit, instruction
 from .tile_rules import (
-    GPSIMD_PARTITIONS, QUADRANT, dtype_in, free_is, int_arg, same_dtype, same_partitions, sbuf_only,
-    start_partition,
+    GPSIMD_PARTITIONS, QUADRANT, dtype_in, free_is, gpsimd_sbuf_operands, int_arg, same_dtype, same_partitions,
+    sbuf_only, start_partition,
 )
 
 LOCAL_GATHER_ELEMS = (1, 2, 4, 8, 16, 32)
@@ -50,7 +50,8 @@ def _local_gather(op: Op, read):
     return [(0, out)]
 
 
-@instruction(family="gather", compute=_local_gather, engine="pool")
+@instruction(family="gather", compute=_local_gather, engine="pool",
+             verify=gpsimd_sbuf_operands)
 def local_gather(dst, src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, name=None):
     """Gather within each GpSimd core's 16 partitions (GpSimd Engine). For the
     core of partitions g..g+15, its indices are index[g:g+16] read partition
@@ -98,7 +99,8 @@ def _n_gather(op: Op, read):
     return [(0, np.take_along_axis(data, idx, axis=1))]
 
 
-@instruction(family="gather", compute=_n_gather, engine="pool")
+@instruction(family="gather", compute=_n_gather, engine="pool",
+             verify=gpsimd_sbuf_operands)
 def nc_n_gather(dst, data, indices, name=None):
     """dst[p, j] = data[p, indices[p, j]] with data's free axes flattened:
     a gather inside each partition (GpSimd Engine). indices: uint32, each in

@@ -12,8 +12,8 @@ from ..nodes import Op
 from .checks import free, on_chip_tensors, same_layout, scalar
 from .core import CostContext, Emit, instruction
 from .tile_rules import (
-    GPSIMD_PARTITIONS, all_ones, dtype_in, free_between, free_is, input_streaming_cost, int_arg, max_dims,
-    same_partitions, sbuf_only,
+    GPSIMD_PARTITIONS, all_ones, dtype_in, free_between, free_is, gpsimd_sbuf_operands, input_streaming_cost,
+    int_arg, max_dims, same_partitions, sbuf_only,
 )
 from .values import tile
 
@@ -159,7 +159,8 @@ def _topk_cost(op: Op, ctx: CostContext) -> float:
     return ctx.ns(ctx.fixed_cycles(op) + 4 * op.attr("n") + op.attr("k"))
 
 
-@instruction(family="sort", compute=_topk, engine="pool", cost=_topk_cost)
+@instruction(family="sort", compute=_topk, engine="pool",
+             verify=gpsimd_sbuf_operands, cost=_topk_cost)
 def topk(val_dst, idx_dst, src, n, name=None):
     """The K largest of n bf16 values and their positions, GpSimd Engine.
     Each group of 16 partitions of src is one "snake" of n values: value s
@@ -213,7 +214,8 @@ def _nonzero_with_count(op: Op, read):
     return [(0, out)]
 
 
-@instruction(family="sort", compute=_nonzero_with_count, engine="pool", cost=input_streaming_cost)
+@instruction(family="sort", compute=_nonzero_with_count, engine="pool",
+             verify=gpsimd_sbuf_operands, cost=input_streaming_cost)
 def nonzero_with_count(dst, src, index_offset=0, padding_val=-1, name=None):
     """For partitions 0, 16, ..., 112 only (the first of each GpSimd core's
     16; the others of dst are left as they are): dst[p, :N] = the positions of
@@ -254,7 +256,8 @@ def _sequence_bounds(op: Op, read):
     return [(0, np.stack([np.where(pad, n, start), np.where(pad, -1, end)]).astype(np.float64))]
 
 
-@instruction(family="sort", compute=_sequence_bounds, engine="pool")
+@instruction(family="sort", compute=_sequence_bounds, engine="pool",
+             verify=gpsimd_sbuf_operands)
 def sequence_bounds(dst, segment_ids, name=None):
     """For each element i of segment_ids ([1, n]): dst[0, 0, i] = the index
     where its run of equal ids starts and dst[0, 1, i] = the index one past

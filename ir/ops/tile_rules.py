@@ -33,6 +33,14 @@ def sbuf_only(t, what: str) -> None:
                                  f"{t.name} is in {t.buffer}", None, "copy it to an SBUF tile first")
 
 
+def gpsimd_sbuf_operands(op: Op, decls) -> None:
+    """verify rule of GpSimd instructions: every operand stays in SBUF after the passes."""
+    for a in op.outs + tuple(x for x in op.ins if isinstance(x, Access)):
+        if decls[a.tensor].buffer != "sbuf":
+            raise NkiccError("E120", f"{op.opcode} uses {a.tensor} in {decls[a.tensor].buffer}; the GpSimd Engine "
+                                     "reaches SBUF only", op.loc, "keep its operands in SBUF")
+
+
 def same_partitions(a, b, what: str) -> None:
     if a.shape[0] != b.shape[0]:
         raise NkiccError("E140", f"{what}: {a.name} spans {a.shape[0]} partitions, {b.name} {b.shape[0]}", None,
@@ -102,5 +110,6 @@ def input_streaming_cost(op: Op, ctx: CostContext) -> float:
     return ctx.ns(ctx.fixed_cycles(op) + max(ctx.table.elementwise_min, n))
 
 
-__all__ = ["GPSIMD_PARTITIONS", "QUADRANT", "all_ones", "dtype_in", "free_between", "free_is", "input_streaming_cost",
+__all__ = ["GPSIMD_PARTITIONS", "QUADRANT", "all_ones", "dtype_in", "free_between", "free_is", "gpsimd_sbuf_operands",
+           "input_streaming_cost",
            "int_arg", "max_dims", "partitions", "same_dtype", "same_partitions", "sbuf_only", "start_partition"]
