@@ -28,7 +28,7 @@ ENTRY_POINT_GROUP = "nkicc.instructions"
 # nkicc's own families, imported when the installed metadata does not list them
 # (a source tree on sys.path that was never pip-installed)
 BUILTIN_FAMILIES = ("dma", "matmul", "elementwise", "reduce", "activation", "select", "control", "collectives",
-                    "debug")
+                    "debug", "stats", "sort", "gather")
 
 
 class TensorOperand(abc.ABC):
