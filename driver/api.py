@@ -129,7 +129,7 @@ def _compile(fn, specs: dict[str, TensorSpec], constants: dict, name: str | None
     reg = registry(options.no_plugins, options.plugins)
     target = resolve_target(options.target, reg)
     plan = CachePlan.prepare(options, reg, target, cache=cache, unroll=unroll)
-    result = trace_kernel(fn, specs, constants, name, unroll=unroll, grid=grid)
+    result = trace_kernel(fn, specs, constants, name, unroll=unroll, grid=grid, nc_version=target.nc_version)
     t0 = time.perf_counter()
     try:
         pipeline = plan.pipeline(result.kernel, printer)

@@ -13,6 +13,8 @@ __all__ = [
     "dma_copy", "tensor_copy", "memset", "nc_matmul", "nc_transpose", "tensor_tensor",
     "tensor_scalar", "activation", "tensor_reduce", "iota", "select", "tensor_tensor_scan",
 ]
+from .enums import *  # noqa: E402,F401,F403  the enums (engine, dge_mode, ...), nc_version, constants
+__all__ += enums.__all__  # noqa: F405
 
 PMAX = 128
 # elements per partition one compute instruction may read or write (NKI_SPEC 4)

@@ -32,6 +32,7 @@ def simulate_kernel(kernel, *args, **kwargs):
 
 sys.modules[__name__ + ".language"] = language
 sys.modules[__name__ + ".isa"] = isa
+sys.modules[__name__ + ".isa.constants"] = isa.constants
 sys.modules[__name__ + ".typing"] = typing
 
 __all__ = ["jit", "simulate", "simulate_kernel", "language", "isa", "typing"]
