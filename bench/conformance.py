@@ -29,6 +29,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 FOLDERS = ("core", "experimental")
 RESULT_TAG = "CONFORMANCE-RESULT "
+# the kernels issue 13 requires to run (names as the scan finds them; qkv is both qkv_tkg and qkv_cte)
+MUST_RUN = ("cumsum", "cascaded_max", "rmsnorm_tkg", "layernorm_tkg", "RoPE", "rope_hf", "router_topk",
+            "find_nonzero_indices", "indexed_flatten", "rmsnorm_quant_kernel", "qkv_tkg", "qkv_cte",
+            "output_projection_tkg", "attention_cte", "attention_tkg", "topk", "conv1d", "cross_entropy_forward",
+            "dynamic_elementwise_add")
 
 
 @dataclass
@@ -55,7 +60,7 @@ class Result:
     sim_s: float | None = None
     rolled: int | None = None
     unrolled: int | None = None
-    extra: dict = field(default_factory=dict)
+    missing: list = field(default_factory=list)  # names its code uses that nkicc lacks (conformance_scan)
 
 
 # --- finding the library and its kernels -------------------------------------------------
@@ -212,8 +217,8 @@ def child(nkilib: str, relpath: str, func: str, name: str) -> Result:
             res.sim_s = time.perf_counter() - t0  # compile and simulation together
             _take_counts(res, module)
         else:
-            jk = kernel if isinstance(kernel, nkicc.JitKernel) else nkicc.jit(
-                inspect_unwrap(getattr(kernel, "fn", kernel)))
+            top = inputs.kernel or kernel
+            jk = top if isinstance(top, nkicc.JitKernel) else nkicc.jit(inspect_unwrap(getattr(top, "fn", top)))
             if inputs.grid:
                 jk = jk[inputs.grid]
             t0 = time.perf_counter()
@@ -277,6 +282,10 @@ def _fmt(x, spec="{:.2f}") -> str:
 def write_report(results: list[Result], out: str, library_dir: str, snapshot: str, command: str) -> None:
     status = collections.Counter(r.status for r in results)
     groups = collections.Counter(_group(r.first_error) for r in results if r.status == "error")
+    users = collections.defaultdict(list)
+    for r in results:
+        for name in r.missing:
+            users[name].append(r.name)
     lines = [
         "# Conformance: the vendor's NKI Library on nkicc",
         "",
@@ -301,6 +310,22 @@ def write_report(results: list[Result], out: str, library_dir: str, snapshot: st
         lines.append(f"| {n} | {g.replace('|', '/')} |")
     lines += [
         "",
+        "## Names nkicc lacks, by how many kernels use them",
+        "",
+        "A kernel stops at its first error; this static scan (`bench/conformance_scan.py`) reads each kernel's "
+        "module and the library modules it imports, transitively, and lists the `nki`/`nl`/`nisa` names they "
+        "use that nkicc does not provide: what stands between each kernel and a run once its first error is "
+        "gone. A name in a shared helper module counts for every kernel importing it, even where that kernel "
+        "never calls the helper; instructions' semantics and arguments are not checked.",
+        "",
+        "| name | kernels | must-run kernels among them |",
+        "|---|---:|---|",
+    ]
+    for name, who in sorted(users.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        must = [w for w in who if w in MUST_RUN]
+        lines.append(f"| `{name}` | {len(who)} | {', '.join(must)} |")
+    lines += [
+        "",
         "`core/mlp/mlp.py` does not parse at this snapshot (a syntax error in the vendor's file), so its kernel "
         "cannot run on any compiler; it is listed as an error below.",
         "",
@@ -311,14 +336,18 @@ def write_report(results: list[Result], out: str, library_dir: str, snapshot: st
         "yet). Rolled = instructions nkicc compiles (loops kept rolled); unrolled = what a compiler that "
         "unrolls every static loop would emit. Seconds are wall time of one compile and one simulation.",
         "",
-        "| kernel | module | shapes | dtype | status | first error | max error | compile s | sim s | rolled | unrolled |",
-        "|---|---|---|---|---|---|---:|---:|---:|---:|---:|",
+        "| kernel | module | shapes | dtype | status | first error | max error | compile s | sim s | rolled | unrolled "
+        "| names missing |",
+        "|---|---|---|---|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for r in sorted(results, key=lambda r: (r.relpath, r.name)):
         err = r.first_error.replace("|", "/")
         lines.append(f"| {r.name} | {r.relpath} | {r.shapes} | {r.dtype} | {r.status} | {err} | "
                      f"{_fmt(r.max_err, '{:.3g}')} | {_fmt(r.compile_s)} | {_fmt(r.sim_s)} | "
-                     f"{_fmt(r.rolled, '{:,}')} | {_fmt(r.unrolled, '{:,}')} |")
+                     f"{_fmt(r.rolled, '{:,}')} | {_fmt(r.unrolled, '{:,}')} | {len(r.missing)} |")
+    lines += ["", "## Names each kernel still needs (static scan)", "", "| kernel | names nkicc lacks |", "|---|---|"]
+    for r in sorted(results, key=lambda r: (r.relpath, r.name)):
+        lines.append(f"| {r.name} | {', '.join(f'`{n}`' for n in r.missing) or '(none)'} |")
     lines.append("")
     with open(out, "w") as f:
         f.write("\n".join(lines))
@@ -365,9 +394,12 @@ def main(argv=None) -> int:
         if not kernels:
             print(f"conformance: no kernel named {', '.join(args.only)}", file=sys.stderr)
             return 2
+    from conformance_scan import missing_names
     results = []
     for k in kernels:
         r = run_one(nkilib, k, args.timeout)
+        if not k.parse_error:
+            r.missing = missing_names(nkilib, k.relpath)
         results.append(r)
         print(f"{r.name:34s} {r.status:8s} {r.first_error[:150]}", flush=True)
     command = "python bench/conformance.py LIBRARY_DIR" + "".join(f" --only {o}" for o in args.only)

@@ -5,6 +5,11 @@ The references are this project's own, written from the kernels' documented
 semantics (docstrings, argument descriptions); none of the library's code is
 here. A case builds its inputs with the kernel's module at hand only to make
 the configuration objects the kernel takes (its dataclasses and enums).
+
+Undecorated entry points (rmsnorm_tkg, attention_tkg, rope_hf, ...) are
+sub-kernels: the caller's kernel allocates their output tensors and passes
+them in. Their cases hold a small top-level kernel of ours that does just that
+and returns those outputs.
 """
 from __future__ import annotations
 
@@ -33,6 +38,7 @@ class Inputs:
     grid: int | None = None             # an SPMD launch kernel[grid] (LNC=2 kernels)
     check: Callable | None = None       # check(outputs) -> (ok, max_err, message) instead of `expected`
     host: Callable | None = None        # a host-side driver that launches the jit kernel itself
+    kernel: Callable | None = None      # a top-level kernel of ours that calls an undecorated sub-kernel
     args: tuple = ()
 
     @property
@@ -41,8 +47,8 @@ class Inputs:
         return str(arrays[0].dtype) if arrays else ""
 
     def describe(self) -> str:
-        return " ".join(f"{k}{list(v.shape)}" for k, v in self.kwargs.items()
-                        if isinstance(v, np.ndarray)).replace(" ", "")
+        return " ".join(f"{k}[{','.join(map(str, v.shape))}]" for k, v in self.kwargs.items()
+                        if isinstance(v, np.ndarray))
 
 
 @dataclass
@@ -132,17 +138,29 @@ def cascaded_max(rng, m):
 def rmsnorm_tkg(rng, m):
     B, S, H = 1, 4, 256
     x, g = _rand(rng, (B, S, H)), _rand(rng, (1, H), lo=0.5, hi=1.5)
-    out = np.zeros((128, B * S, H // 128), F32)
-    return Inputs({"input": x, "gamma": g, "output": out, "eps": 1e-6},
-                  [_tkg_layout(_rms_norm(x, g, 1e-6))], tol=(1e-3, 1e-3))
+
+    def rmsnorm_tkg_top(input, gamma):
+        import nki.language as nl
+        out = nl.ndarray((128, B * S, H // 128), dtype=input.dtype, buffer=nl.shared_hbm)
+        m.rmsnorm_tkg(input=input, gamma=gamma, output=out, eps=1e-6)
+        return out
+
+    return Inputs({"input": x, "gamma": g}, [_tkg_layout(_rms_norm(x, g, 1e-6))], tol=(1e-3, 1e-3),
+                  kernel=rmsnorm_tkg_top)
 
 
 def layernorm_tkg(rng, m):
     B, S, H = 1, 4, 256
     x, g, b = _rand(rng, (B, S, H)), _rand(rng, (1, H), lo=0.5, hi=1.5), _rand(rng, (1, H))
-    out = np.zeros((128, B * S, H // 128), F32)
-    return Inputs({"input": x, "gamma": g, "output": out, "beta": b, "eps": 1e-6},
-                  [_tkg_layout(_layer_norm(x, g, b, 1e-6))], tol=(1e-3, 1e-3))
+
+    def layernorm_tkg_top(input, gamma, beta):
+        import nki.language as nl
+        out = nl.ndarray((128, B * S, H // 128), dtype=input.dtype, buffer=nl.shared_hbm)
+        m.layernorm_tkg(input=input, gamma=gamma, output=out, beta=beta, eps=1e-6)
+        return out
+
+    return Inputs({"input": x, "gamma": g, "beta": b}, [_tkg_layout(_layer_norm(x, g, b, 1e-6))],
+                  tol=(1e-3, 1e-3), kernel=layernorm_tkg_top)
 
 
 def rope(rng, m):
@@ -166,6 +184,7 @@ def rope_hf(rng, m):
     c, s = _f(cos)[:, None], _f(sin)[:, None]
     want_q = _f(q) * c + _rotate_half(_f(q)) * s
     want_k = _f(k) * c + _rotate_half(_f(k)) * s
+    # a top-level kernel that writes its q_out / k_out arguments and returns them
     return Inputs({"q": q, "k": k, "q_out": np.zeros_like(q), "k_out": np.zeros_like(k), "cos": cos, "sin": sin},
                   [want_q, want_k], tol=(1e-4, 1e-4))
 
@@ -180,11 +199,19 @@ def router_topk(rng, m):
     idx = np.argsort(-probs, axis=-1, kind="stable")[:, :K]
     scattered = np.zeros_like(probs)
     np.put_along_axis(scattered, idx, np.take_along_axis(probs, idx, axis=-1), axis=-1)
-    kwargs = {"x": x, "w": w, "w_bias": None, "router_logits": np.zeros((T, E), F32),
-              "expert_affinities": np.zeros((T, E), F32), "expert_index": np.zeros((T, K), np.uint32),
-              "act_fn": types.RouterActFnType.SOFTMAX, "k": K, "x_hbm_layout": m.XHBMLayout_H_T__0,
-              "x_sb_layout": m.XSBLayout_tp102__0}
-    return Inputs(kwargs, [logits, idx.astype(np.uint32), scattered], tol=(2e-3, 2e-3))
+
+    def router_topk_top(x, w):
+        import nki.language as nl
+        logits_out = nl.ndarray((T, E), dtype=nl.float32, buffer=nl.shared_hbm)
+        affinities = nl.ndarray((T, E), dtype=nl.float32, buffer=nl.shared_hbm)
+        index = nl.ndarray((T, K), dtype=nl.uint32, buffer=nl.shared_hbm)
+        m.router_topk(x=x, w=w, w_bias=None, router_logits=logits_out, expert_affinities=affinities,
+                      expert_index=index, act_fn=types.RouterActFnType.SOFTMAX, k=K,
+                      x_hbm_layout=m.XHBMLayout_H_T__0, x_sb_layout=m.XSBLayout_tp102__0)
+        return logits_out, index, affinities
+
+    return Inputs({"x": x, "w": w}, [logits, idx.astype(np.uint32), scattered], tol=(2e-3, 2e-3),
+                  kernel=router_topk_top)
 
 
 def find_nonzero_indices(rng, m):
@@ -263,7 +290,10 @@ def attention_cte(rng, m):
 
 def attention_tkg(rng, m):
     B, H, d, s_act, s_prior = 1, 1, 64, 1, 128
-    q, k_act = _rand(rng, (B, d, H, s_act)), _rand(rng, (B, d, s_act))
+    # q and k_active come in SBUF (cfg.qk_in_sb, required without fused RoPE): [d, B*H*s_act] and [d, B*s_act]
+    q_hbm, k_hbm = _rand(rng, (d, B * H * s_act)), _rand(rng, (d, B * s_act))
+    q = q_hbm.reshape(d, B, H, s_act).transpose(1, 0, 2, 3)   # [B, d, H, s_act] for the reference
+    k_act = k_hbm.reshape(d, B, s_act).transpose(1, 0, 2)     # [B, d, s_act]
     v_act = _rand(rng, (B, 1, s_act, d))
     k_prior, v_prior = _rand(rng, (B, 1, d, s_prior)), _rand(rng, (B, 1, s_prior, d))
     mask = np.ones((s_prior, B, H, s_act), np.uint8)  # every cached position visible
@@ -275,13 +305,29 @@ def attention_tkg(rng, m):
         for h in range(H):
             p = _softmax(kk.T @ _f(q[b, :, h, :]), axis=0)  # [s_prior, s_act], q comes pre-scaled
             want[b, h] = vv.T @ p
-    from importlib import import_module
-    alloc = import_module(m.__name__.rsplit(".", 2)[0] + ".utils.allocator")
-    cfg = m.AttnTKGConfig(bs=B, q_head=H, s_active=s_act, curr_sprior=s_prior, full_sprior=s_prior, d_head=d)
-    kwargs = {"q": q, "k_active": k_act, "v_active": v_act, "k_prior": k_prior, "v_prior": v_prior,
-              "mask": mask, "out": np.zeros((B, H, d, s_act), F32), "cfg": cfg,
-              "sbm": alloc.SbufManager(0, 192 * 1024)}
-    return Inputs(kwargs, [want], tol=(2e-2, 2e-2))
+
+    def attention_tkg_top(q, k_active, v_active, k_prior, v_prior, mask):
+        from importlib import import_module
+
+        import nki.language as nl
+        alloc = import_module(m.__name__.rsplit(".", 2)[0] + ".utils.allocator")
+        import nki.isa as nisa
+        cfg = m.AttnTKGConfig(bs=B, q_head=H, s_active=s_act, curr_sprior=s_prior, full_sprior=s_prior, d_head=d,
+                              qk_in_sb=True)
+        sbm = alloc.SbufManager(0, 160 * 1024)  # a region of SBUF (bytes per partition) for the kernel's tiles
+        sbm.open_scope()
+        q_sb = nl.ndarray(q.shape, dtype=q.dtype, buffer=nl.sbuf)
+        k_sb = nl.ndarray(k_active.shape, dtype=k_active.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=q_sb, src=q)
+        nisa.dma_copy(dst=k_sb, src=k_active)
+        out = nl.ndarray((B, H, d, s_act), dtype=q.dtype, buffer=nl.shared_hbm)
+        m.attention_tkg(q=q_sb, k_active=k_sb, v_active=v_active, k_prior=k_prior, v_prior=v_prior, mask=mask,
+                        out=out, cfg=cfg, sbm=sbm)
+        sbm.close_scope()
+        return out
+
+    kwargs = {"q": q_hbm, "k_active": k_hbm, "v_active": v_act, "k_prior": k_prior, "v_prior": v_prior, "mask": mask}
+    return Inputs(kwargs, [want], tol=(2e-2, 2e-2), kernel=attention_tkg_top)
 
 
 def topk(rng, m):

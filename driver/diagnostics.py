@@ -30,7 +30,8 @@ CODES: dict[str, tuple[str, str]] = {
     "E110": ("more than 128 partitions",
              "Dimension 0 of an SBUF or PSUM tensor is the partition dimension, at most 128. Tile it."),
     "E111": ("illegal partition start",
-             "On-chip accesses start at partition 0 (65-128 partitions), 0 or 64 (33-64), or 0/32/64/96 (<= 32)."),
+             "Compute instructions access SBUF/PSUM starting at partition 0 (65-128 partitions), 0 or 64 (33-64), "
+             "or 0/32/64/96 (<= 32). DMA (dma_copy, nl.load, nl.store) may start at any partition."),
     "E120": ("wrong buffer for this instruction",
              "DMA cannot read or write PSUM; compute instructions read SBUF/PSUM, not HBM; tensor_tensor cannot "
              "read both inputs from PSUM; GpSimd cannot access PSUM."),

@@ -121,6 +121,21 @@ def test_nkiobject_dataclass_is_a_compile_time_constant(rng):
     assert (p.x, p.y) == (1, "two") and isinstance(p, nl.NKIObject)
 
 
+@dataclasses.dataclass
+class Section(nl.NKIObject):
+    index = None   # defaults without annotations: no dataclass fields, still keyword arguments
+    offset = 0
+    size: int = 128
+
+
+def test_nkiobject_dataclass_takes_unannotated_attributes_as_keywords():
+    s = Section(index=3, offset=256)
+    assert (s.index, s.offset, s.size) == (3, 256, 128)
+    assert Section().index is None and Section(size=64, index=1).size == 64
+    with pytest.raises(TypeError):
+        Section(no_such_attribute=1)
+
+
 # --- the neuronxcc and constants import paths under `nkicc run` ----------------------
 
 def test_neuronxcc_paths_serve_nkicc(tmp_path):
@@ -272,3 +287,49 @@ def test_an_import_error_of_the_users_own_is_not_E160(tmp_path):
     ''')
     proc = _nkicc(["run", "main.py"], tmp_path)
     assert proc.returncode == 1 and "E160" not in proc.stderr and "ModuleNotFoundError" in proc.stderr
+
+
+def test_nki_dtype_annotation_and_unknown_nki_names(tmp_path):
+    path = _write(tmp_path, "annotated.py", '''
+        import numpy as np
+        import nki
+        import nki.language as nl
+        import nki.isa as nisa
+
+
+        @nki.jit
+        def cast(a, out_dtype: nki.dtype = nl.float16):
+            out = nl.ndarray(a.shape, dtype=out_dtype, buffer=nl.shared_hbm)
+            t = nl.ndarray(a.shape, dtype=out_dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=a)
+            nisa.dma_copy(dst=out, src=t)
+            return out
+
+
+        a = np.random.default_rng(5).uniform(-2, 2, (16, 8)).astype(np.float32)
+        np.testing.assert_allclose(cast(a).astype(np.float32), a.astype(np.float16).astype(np.float32))
+        assert not hasattr(nki, "no_such_thing")
+        print("annotated: ok")
+        nki.no_such_thing  # USE
+    ''')
+    proc = _nkicc(["run", "annotated.py"], tmp_path)
+    assert "annotated: ok" in proc.stdout
+    msg = _one_line(proc, "E160", f"annotated.py:{_line_of(path, '# USE')}:")
+    assert "nki.no_such_thing is not supported" in msg
+
+
+def test_dma_may_start_at_any_partition(rng):
+    """The start-partition rule (E111) binds compute instructions, not DMA: kernels
+    gather rows one partition at a time (a per-position DMA into row p of a tile)."""
+    @nkicc.jit
+    def gather_rows(a, order):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+        for p, src in enumerate(order):
+            nisa.dma_copy(dst=t[p:p + 1, :], src=a[src:src + 1, :])
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    a = rand(rng, (8, 20))
+    order = tuple(int(i) for i in rng.permutation(8))
+    close(gather_rows(a, order), a[list(order)])

@@ -25,6 +25,12 @@ def jit(func=None, **options):
 simulate = nkicc.simulate
 
 
+class dtype:
+    """`nki.dtype`: what kernels annotate dtype parameters with
+    (`index_dtype: nki.dtype = nl.int32`). For annotations only: nkicc's
+    dtypes (`nl.float32`, ...) are numpy and ml_dtypes types, not instances of it."""
+
+
 def simulate_kernel(kernel, *args, **kwargs):
     """The older spelling: `nki.simulate_kernel(kernel, *arrays)`."""
     return nkicc.simulate(kernel)(*args, **kwargs)
@@ -35,4 +41,13 @@ sys.modules[__name__ + ".isa"] = isa
 sys.modules[__name__ + ".isa.constants"] = isa.constants
 sys.modules[__name__ + ".typing"] = typing
 
-__all__ = ["jit", "simulate", "simulate_kernel", "language", "isa", "typing"]
+__all__ = ["jit", "simulate", "simulate_kernel", "language", "isa", "typing", "dtype"]
+
+
+def __getattr__(name: str):
+    # `nki.NAME` nkicc lacks: E160 at the kernel's line (and an AttributeError for hasattr, an
+    # ImportError for `from nki import NAME`), as for nl.NAME and nisa.NAME
+    if name.startswith("_"):
+        raise AttributeError(f"module 'nki' has no attribute {name!r}")
+    from nkicc.language.tensor import unsupported_name
+    raise unsupported_name("nki", name)
