@@ -195,10 +195,8 @@ def router_topk(rng, m):
     T, H, E, K = 4, 128, 16, 2
     x, w = _rand(rng, (H, T)), _rand(rng, (H, E), lo=-0.2, hi=0.2)
     logits = _f(x).T @ _f(w)                         # [T, E]
-    probs = _softmax(logits)                         # activation before top-k (router_pre_norm)
-    idx = np.argsort(-probs, axis=-1, kind="stable")[:, :K]
-    scattered = np.zeros_like(probs)
-    np.put_along_axis(scattered, idx, np.take_along_axis(probs, idx, axis=-1), axis=-1)
+    idx = np.argsort(-logits, axis=-1, kind="stable")[:, :K]  # the K largest logits, largest first
+    probs = _softmax(logits)  # router_pre_norm without norm_topk_prob: the affinities are the full softmax
 
     def router_topk_top(x, w):
         import nki.language as nl
@@ -210,7 +208,7 @@ def router_topk(rng, m):
                       x_hbm_layout=m.XHBMLayout_H_T__0, x_sb_layout=m.XSBLayout_tp102__0)
         return logits_out, index, affinities
 
-    return Inputs({"x": x, "w": w}, [logits, idx.astype(np.uint32), scattered], tol=(2e-3, 2e-3),
+    return Inputs({"x": x, "w": w}, [logits, idx.astype(np.uint32), probs], tol=(2e-3, 2e-3),
                   kernel=router_topk_top)
 
 
@@ -377,6 +375,49 @@ def dynamic_elementwise_add(rng, m):
     return Inputs({"input_a": a, "input_b": b, "num_m_tiles": n}, check=check)
 
 
+def output_projection_cte(rng, m):
+    B, N, D, S, H = 1, 2, 64, 128, 256
+    a, w = _rand(rng, (B, N, D, S)), _rand(rng, (N * D, H), lo=-0.1, hi=0.1)
+    # out[b, s, h] = sum over n, d of attention[b, n, d, s] * weight[n*D + d, h]
+    flat = _f(a).transpose(0, 3, 1, 2).reshape(B, S, N * D)
+    return Inputs({"attention": a, "weight": w}, [flat @ _f(w)], tol=(2e-2, 2e-2))
+
+
+def depthwise_conv1d(rng, m):
+    N, C, W, S = 1, 4, 64, 3  # C is split over the two logical cores
+    img, f = _rand(rng, (N, C, 1, W)), _rand(rng, (C, 1, 1, S))
+    Q = W - S + 1
+    want = np.zeros((N, C, 1, Q))
+    for s in range(S):  # each channel correlates with its own filter
+        want[:, :, 0, :] += _f(img)[:, :, 0, s:s + Q] * _f(f)[None, :, 0, 0, s, None]
+    return Inputs({"img_ref": img, "filter_ref": f, "feature_group_count": C}, [want], tol=(1e-3, 1e-3), grid=2)
+
+
+def find_nonzero_indices_with_count(rng, m):
+    T = 256
+    x = (_rand(rng, (1, T)) * (rng.uniform(size=(1, T)) < 0.3)).astype(F32)
+    nz = np.flatnonzero(x[0])
+    want = np.full((1, T + 1), -1, np.int32)
+    want[0, : nz.size] = nz
+    want[0, T] = nz.size
+    return Inputs({"input_tensor": x}, [want])
+
+
+def cross_entropy_backward(rng, m):
+    P, V = 32, 2048
+    logits = _rand(rng, (P, V), lo=-4, hi=4)
+    targets = rng.integers(0, V, size=(P,)).astype(np.int32)
+    x = _f(logits)
+    mx = x.max(axis=-1)
+    lse = mx + np.log(np.exp(x - mx[:, None]).sum(axis=-1))
+    grad = np.exp(x - lse[:, None])  # softmax, minus one at the target, over the positions ('mean')
+    grad[np.arange(P), targets] -= 1.0
+    import nki.language as nl
+    return Inputs({"logits_hbm": logits, "targets_hbm": targets, "lse_state_hbm": lse.astype(F32),
+                   "reduction": "mean", "positions_per_batch": 32, "chunk_size": V, "dtype": nl.float32,
+                   "inplace": False}, [grad / P], tol=(1e-3, 1e-5))
+
+
 CASES: dict[str, Case] = {
     "cumsum": Case("core/cumsum/cumsum.py", "cumsum", cumsum),
     "cascaded_max": Case("core/max/cascaded_max.py", "cascaded_max", cascaded_max),
@@ -401,4 +442,13 @@ CASES: dict[str, Case] = {
                                   cross_entropy_forward),
     "dynamic_elementwise_add": Case("experimental/dynamic_shapes/dynamic_elementwise_add.py",
                                     "dynamic_elementwise_add", dynamic_elementwise_add),
+    # beyond the must-run list, where a reference is cheap
+    "output_projection_cte": Case("core/output_projection/output_projection_cte/output_projection_cte.py",
+                                  "output_projection_cte", output_projection_cte),
+    "depthwise_conv1d_implicit_gemm": Case("experimental/conv/depthwise_conv1d.py", "depthwise_conv1d_implicit_gemm",
+                                           depthwise_conv1d),
+    "find_nonzero_indices_with_count": Case("experimental/benchmark/find_nonzero_indices_with_count.py",
+                                            "find_nonzero_indices_with_count", find_nonzero_indices_with_count),
+    "cross_entropy_backward": Case("experimental/loss/cross_entropy.py", "cross_entropy_backward",
+                                   cross_entropy_backward),
 }

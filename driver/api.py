@@ -20,6 +20,7 @@ from .cached import CachePlan
 from .passes import PassOptions, PipelineResult, registry
 from .report import peak_rss_mb
 from .specs import TensorSpec, bind_call, constant_key
+from .language.tracing import current_builder
 from .trace import TraceResult, caller_loc, inspect_unwrap, trace_kernel
 
 
@@ -238,6 +239,12 @@ class JitKernel:
         return self._compiled[key]
 
     def __call__(self, *args, **kwargs):
+        if current_builder() is not None:  # called from a kernel being traced: NKI inlines it
+            if self.grid:
+                raise NkiccError("E160", f"launching {self.fn.__name__}[{', '.join(map(str, self.grid))}] from "
+                                         "inside another kernel is not supported", caller_loc(),
+                                 "call it without a grid; the caller's launch grid applies")
+            return inspect_unwrap(self.fn)(*args, **kwargs)
         key, specs, constants, arrays = self.signature(args, kwargs)
         compiled = self._compiled.get(key)
         fresh = compiled is None

@@ -333,3 +333,35 @@ def test_dma_may_start_at_any_partition(rng):
     a = rand(rng, (8, 20))
     order = tuple(int(i) for i in rng.permutation(8))
     close(gather_rows(a, order), a[list(order)])
+
+
+def test_a_jit_kernel_called_from_a_kernel_is_inlined(rng):
+    """Library kernels call other @nki.jit kernels as sub-kernels, passing the
+    tiles and output tensors of the caller's trace."""
+    @nkicc.jit
+    def scale_into(a, out, factor: float):
+        t = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=a)
+        nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=factor)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    @nkicc.jit
+    def caller(a):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        scale_into(a, out, 3.0)
+        return out
+
+    a = rand(rng, (16, 24))
+    close(caller(a), 3.0 * a)
+    assert not scale_into.compiled  # inlined, never compiled on its own
+
+    @nkicc.jit
+    def launches(a):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        scale_into[2](a, out, 3.0)
+        return out
+
+    with pytest.raises(nkicc.NkiccError) as e:
+        launches(a)
+    assert e.value.code == "E160" and "from inside another kernel" in e.value.message
