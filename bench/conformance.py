@@ -61,6 +61,7 @@ class Result:
     rolled: int | None = None
     unrolled: int | None = None
     missing: list = field(default_factory=list)  # names its code uses that nkicc lacks (conformance_scan)
+    projected: "Result | None" = None  # the same run with stand-ins (install_stand_ins)
 
 
 # --- finding the library and its kernels -------------------------------------------------
@@ -116,10 +117,11 @@ def discover(nkilib: str, wanted: set[tuple[str, str]]) -> list[Found]:
 
 # --- the parent: one subprocess per kernel ------------------------------------------------
 
-def run_one(nkilib: str, found: Found, timeout: float) -> Result:
+def run_one(nkilib: str, found: Found, timeout: float, stand_ins: bool = False) -> Result:
     if found.parse_error:
         return Result(found.name, found.relpath, found.func, status="error", first_error=found.parse_error)
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", nkilib, found.relpath, found.func, found.name]
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", nkilib, found.relpath, found.func, found.name,
+           "stand-ins" if stand_ins else "as-is"]
     env = dict(os.environ, NKICC_CACHE="0", PYTHONHASHSEED="0")
     t0 = time.perf_counter()
     try:
@@ -162,10 +164,49 @@ def _error_line(exc: BaseException, nkilib: str) -> str:
     return _short(f"{type(exc).__name__}: {exc}{where}", nkilib)
 
 
-def child(nkilib: str, relpath: str, func: str, name: str) -> Result:
+# Stand-ins for names that other work is adding to nkicc in parallel (dtypes, nl constants), used only by
+# the report's projection (--stand-ins): what would run once they exist. A name nkicc has is never replaced.
+# The packed fp8/fp4 storage types stand in as unsigned ints of their width, bool as numpy's.
+def _stand_ins():
+    import numpy as np
+
+    import nkicc.language as nl
+    from nkicc.language import dtypes
+    return {
+        ("float8_e4m3fn",): lambda: dtypes.ml_dtype("float8_e4m3"),
+        ("float8_e4m3fn_x4",): lambda: np.uint32, ("float8_e5m2_x4",): lambda: np.uint32,
+        ("float4_e2m1fn_x4",): lambda: np.uint16, ("bool",): lambda: np.bool_,
+        ("gelu_apprx_sigmoid",): lambda: nl.gelu,
+        ("tile_size", "total_available_sbuf_size"): lambda: 192 * 1024,  # trn2: 24 MiB over 128 partitions
+    }
+
+
+def install_stand_ins(dry_run: bool = False) -> list[str]:
+    """Put the stand-ins nkicc still lacks on nl (or, with dry_run, only
+    name them); returns their names."""
+    import nkicc.language as nl
+    used = []
+    for path, make in _stand_ins().items():
+        owner = nl
+        for part in path[:-1]:
+            owner = getattr(owner, part)
+        try:
+            getattr(owner, path[-1])
+            continue  # nkicc has it now: the real thing is used
+        except AttributeError:
+            if not dry_run:
+                setattr(owner, path[-1], make())
+            used.append("nl." + ".".join(path))
+    return used
+
+
+def child(nkilib: str, relpath: str, func: str, name: str, stand_ins: bool = False) -> Result:
     import importlib
 
     import numpy as np
+
+    if stand_ins:
+        install_stand_ins()
 
     res = Result(name, relpath, func)
     sys.path.insert(0, HERE)
@@ -279,7 +320,8 @@ def _fmt(x, spec="{:.2f}") -> str:
     return "" if x is None else spec.format(x)
 
 
-def write_report(results: list[Result], out: str, library_dir: str, snapshot: str, command: str) -> None:
+def write_report(results: list[Result], out: str, library_dir: str, snapshot: str, command: str,
+                 stand_ins: list[str]) -> None:
     status = collections.Counter(r.status for r in results)
     groups = collections.Counter(_group(r.first_error) for r in results if r.status == "error")
     users = collections.defaultdict(list)
@@ -301,6 +343,14 @@ def write_report(results: list[Result], out: str, library_dir: str, snapshot: st
         f"**{len(results)} kernels: " + ", ".join(f"{status[s]} {s}" for s in ("pass", "mismatch", "error", "not run")
                                                if status[s]) + ".**",
         "",
+    ]
+    projected = [r for r in results if r.projected is not None]
+    if projected and stand_ins:
+        pstatus = collections.Counter(r.projected.status for r in projected)
+        lines += [f"With stand-ins for the {len(stand_ins)} names other work is adding (see the projection below): "
+                  + ", ".join(f"{pstatus[s]} {s}" for s in ("pass", "mismatch", "error", "not run") if pstatus[s])
+                  + ".", ""]
+    lines += [
         "## What blocks them (first error, by how many kernels it stops)",
         "",
         "| kernels | first error |",
@@ -345,6 +395,33 @@ def write_report(results: list[Result], out: str, library_dir: str, snapshot: st
         lines.append(f"| {r.name} | {r.relpath} | {r.shapes} | {r.dtype} | {r.status} | {err} | "
                      f"{_fmt(r.max_err, '{:.3g}')} | {_fmt(r.compile_s)} | {_fmt(r.sim_s)} | "
                      f"{_fmt(r.rolled, '{:,}')} | {_fmt(r.unrolled, '{:,}')} | {len(r.missing)} |")
+    if projected and stand_ins:
+        pgroups = collections.Counter(_group(r.projected.first_error) for r in projected
+                                      if r.projected.status == "error")
+        lines += [
+            "", "## Projection: the same runs with stand-ins for names being added elsewhere", "",
+            "Other work is adding these names to nkicc; to see what stands behind them, every kernel ran a second "
+            "time with a stand-in for each (the fp8 e4m3fn type as ml_dtypes' e4m3, the packed `_x4` storage "
+            "types as unsigned ints of their width, `bool` as numpy's, `gelu_apprx_sigmoid` as `gelu`, the "
+            "SBUF size of trn2): " + ", ".join(f"`{n}`" for n in stand_ins) + ". A stand-in never replaces a "
+            "name nkicc has, so this section converges to the table above as that work lands. A pass here means "
+            "the kernel matched numpy with the stand-ins, at this shape and dtype.",
+            "",
+            f"**With stand-ins: " + ", ".join(f"{pstatus[s]} {s}" for s in ("pass", "mismatch", "error", "not run")
+                                              if pstatus[s]) + ".**",
+            "",
+            "| kernels | first error with stand-ins |",
+            "|---:|---|",
+        ]
+        for g, n in pgroups.most_common():
+            lines.append(f"| {n} | {g.replace('|', '/')} |")
+        lines += ["", "| kernel | status | first error | max error | compile s | sim s | rolled | unrolled |",
+                  "|---|---|---|---:|---:|---:|---:|---:|"]
+        for r in sorted(projected, key=lambda r: (r.relpath, r.name)):
+            p = r.projected
+            lines.append(f"| {r.name} | {p.status} | {p.first_error.replace('|', '/')} | "
+                         f"{_fmt(p.max_err, '{:.3g}')} | {_fmt(p.compile_s)} | {_fmt(p.sim_s)} | "
+                         f"{_fmt(p.rolled, '{:,}')} | {_fmt(p.unrolled, '{:,}')} |")
     lines += ["", "## Names each kernel still needs (static scan)", "", "| kernel | names nkicc lacks |", "|---|---|"]
     for r in sorted(results, key=lambda r: (r.relpath, r.name)):
         lines.append(f"| {r.name} | {', '.join(f'`{n}`' for n in r.missing) or '(none)'} |")
@@ -367,8 +444,8 @@ def _snapshot(library_dir: str) -> str:
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--child"]:
-        nkilib, relpath, func, name = argv[1:5]
-        res = child(nkilib, relpath, func, name)
+        nkilib, relpath, func, name, mode = argv[1:6]
+        res = child(nkilib, relpath, func, name, stand_ins=mode == "stand-ins")
         print(RESULT_TAG + json.dumps(asdict(res)), flush=True)
         return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -377,6 +454,8 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per kernel (default 300)")
     ap.add_argument("--out", default=os.path.join(ROOT, "docs", "conformance.md"))
     ap.add_argument("--snapshot", default=None, help="the library's version, for the report's header")
+    ap.add_argument("--no-stand-ins", action="store_true",
+                    help="skip the second run with stand-ins for names being added elsewhere (the projection)")
     args = ap.parse_args(argv)
     if not args.library_dir or not os.path.isdir(args.library_dir):
         print(f"conformance: no NKI Library checkout given{' at ' + args.library_dir if args.library_dir else ''};"
@@ -400,13 +479,19 @@ def main(argv=None) -> int:
         r = run_one(nkilib, k, args.timeout)
         if not k.parse_error:
             r.missing = missing_names(nkilib, k.relpath)
+        if not args.no_stand_ins and not k.parse_error:
+            r.projected = run_one(nkilib, k, args.timeout, stand_ins=True)
         results.append(r)
         print(f"{r.name:34s} {r.status:8s} {r.first_error[:150]}", flush=True)
+        if r.projected is not None:
+            print(f"{'  with stand-ins':34s} {r.projected.status:8s} {r.projected.first_error[:150]}", flush=True)
     command = "python bench/conformance.py LIBRARY_DIR" + "".join(f" --only {o}" for o in args.only)
     if args.only and os.path.exists(args.out):
         print(f"(--only: {args.out} left as it is)")
         return 0
-    write_report(results, args.out, args.library_dir, args.snapshot or _snapshot(args.library_dir), command)
+    stand_ins = [] if args.no_stand_ins else install_stand_ins(dry_run=True)
+    write_report(results, args.out, args.library_dir, args.snapshot or _snapshot(args.library_dir), command,
+                 stand_ins)
     print(f"wrote {args.out}")
     return 0
 
