@@ -407,7 +407,7 @@ def write_report(results: list[Result], out: str, library_dir: str, snapshot: st
             "name nkicc has, so this section converges to the table above as that work lands. A pass here means "
             "the kernel matched numpy with the stand-ins, at this shape and dtype.",
             "",
-            f"**With stand-ins: " + ", ".join(f"{pstatus[s]} {s}" for s in ("pass", "mismatch", "error", "not run")
+            "**With stand-ins: " + ", ".join(f"{pstatus[s]} {s}" for s in ("pass", "mismatch", "error", "not run")
                                               if pstatus[s]) + ".**",
             "",
             "| kernels | first error with stand-ins |",
