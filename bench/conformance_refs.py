@@ -269,6 +269,12 @@ def qkv_cte(rng, m):
     return Inputs({"input": x, "fused_qkv_weights": w}, [_f(x) @ _f(w)], tol=(2e-2, 2e-2))
 
 
+def qkv(rng, m):
+    B, S, H, I = 1, 4, 256, 256  # the dispatcher: no norm, no bias by default, [B, S, I] out
+    x, w = _rand(rng, (B, S, H)), _rand(rng, (H, I), lo=-0.1, hi=0.1)
+    return Inputs({"input": x, "fused_qkv_weights": w}, [_f(x) @ _f(w)], tol=(2e-2, 2e-2))
+
+
 def output_projection_tkg(rng, m):
     D, B, N, S, H = 64, 1, 2, 4, 256
     a, w = _rand(rng, (D, B, N, S)), _rand(rng, (N * D, H), lo=-0.1, hi=0.1)
@@ -430,6 +436,7 @@ CASES: dict[str, Case] = {
                                  find_nonzero_indices),
     "indexed_flatten": Case("core/subkernels/indexed_flatten.py", "indexed_flatten", indexed_flatten),
     "rmsnorm_quant_kernel": Case("core/rmsnorm/rmsnorm_quant.py", "rmsnorm_quant_kernel", rmsnorm_quant),
+    "qkv": Case("core/qkv/qkv.py", "qkv", qkv),
     "qkv_tkg": Case("core/qkv/qkv_tkg.py", "qkv_tkg", qkv_tkg),
     "qkv_cte": Case("core/qkv/qkv_cte.py", "qkv_cte", qkv_cte),
     "output_projection_tkg": Case("core/output_projection/output_projection_tkg.py", "output_projection_tkg",

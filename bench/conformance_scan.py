@@ -27,6 +27,17 @@ def _canonical(dotted: str) -> str | None:
     return _NKI_MODULES.get(dotted)
 
 
+def _unknown_submodule(dotted: str) -> str | None:
+    """`collectives` for `nki.collectives` (or `neuronxcc.nki.collectives.x`): a
+    module under nki that is none of the NKI modules above."""
+    if dotted.startswith("neuronxcc."):
+        dotted = dotted[len("neuronxcc."):]
+    parts = dotted.split(".")
+    if parts[0] != "nki" or len(parts) < 2 or _canonical(dotted) or _canonical(".".join(parts[:2])):
+        return None
+    return parts[1]
+
+
 def _parse(path: str) -> ast.Module | None:
     try:
         with open(path, encoding="utf-8") as f:
@@ -80,6 +91,8 @@ def _module_uses(nkilib: str, path: str) -> tuple[frozenset, tuple[str, ...]]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for a in node.names:
+                if _unknown_submodule(a.name):  # import nki.collectives as ncc
+                    uses.add(("nki", _unknown_submodule(a.name)))
                 canon = _canonical(a.name)
                 if a.asname and canon:
                     aliases[a.asname] = canon
@@ -87,6 +100,8 @@ def _module_uses(nkilib: str, path: str) -> tuple[frozenset, tuple[str, ...]]:
                     aliases[a.name.split(".")[0]] = "nki" if a.name.split(".")[0] == "nki" else "neuronxcc"
         elif isinstance(node, ast.ImportFrom):
             canon = _canonical(node.module or "") if not node.level else None
+            if not node.level and _unknown_submodule(node.module or ""):  # from nki.collectives import X
+                uses.add(("nki", _unknown_submodule(node.module)))
             for a in node.names:
                 sub = _canonical(f"{node.module}.{a.name}") if canon else None
                 if sub:  # `from nki import language as nl`

@@ -365,3 +365,33 @@ def test_a_jit_kernel_called_from_a_kernel_is_inlined(rng):
     with pytest.raises(nkicc.NkiccError) as e:
         launches(a)
     assert e.value.code == "E160" and "from inside another kernel" in e.value.message
+
+
+def test_nki_jit_vendor_options_and_an_unknown_one(tmp_path):
+    path = _write(tmp_path, "options.py", '''
+        import numpy as np
+        import nki
+        import nki.language as nl
+        import nki.isa as nisa
+
+
+        @nki.jit(mode="auto", debug_kernel=True, show_compiler_tb=True, experimental_flags="x")
+        def copy(a):
+            out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            nisa.dma_copy(dst=out, src=a)
+            return out
+
+
+        a = np.random.default_rng(9).uniform(-1, 1, (4, 6)).astype(np.float32)
+        np.testing.assert_array_equal(copy(a), a)
+        print("options: ok")
+
+
+        @nki.jit(no_such_option=1)  # BAD-OPTION
+        def other(a):
+            return a
+    ''')
+    proc = _nkicc(["run", "options.py"], tmp_path)
+    assert "options: ok" in proc.stdout
+    msg = _one_line(proc, "E160", f"options.py:{_line_of(path, 'BAD-OPTION')}:")
+    assert "nki.jit option no_such_option= is not supported" in msg

@@ -9,8 +9,10 @@ import nkicc.language.typing as typing
 
 # options of the vendor's nki.jit that mean nothing to nkicc (it always compiles
 # and simulates); platform_target picks the target like NEURON_PLATFORM_TARGET_OVERRIDE
-_VENDOR_OPTIONS = ("mode", "show_compiler_tool_output", "additional_compile_opt", "debug_kernel",
-                   "experimental_flags", "save_neff_name", "save_trace_name", "artifacts_dir")
+_VENDOR_OPTIONS = ("mode", "show_compiler_tool_output", "show_compiler_tb", "additional_compile_opt",
+                   "debug_kernel", "experimental_flags", "save_neff_name", "save_trace_name", "artifacts_dir")
+# nkicc's own jit options, also accepted under `import nki`
+_NKICC_OPTIONS = ("enable_passes", "disable_passes", "opt_level", "target", "passes", "unroll", "cache")
 
 
 def jit(func=None, **options):
@@ -19,6 +21,12 @@ def jit(func=None, **options):
         options.pop(name, None)
     if "platform_target" in options:
         options["target"] = options.pop("platform_target")
+    unknown = [k for k in options if k not in _NKICC_OPTIONS]
+    if unknown:
+        from nkicc.ir import NkiccError
+        from nkicc.trace import caller_loc
+        raise NkiccError("E160", f"nki.jit option {unknown[0]}= is not supported by nkicc", caller_loc(),
+                         f"nkicc takes {', '.join(_NKICC_OPTIONS + _VENDOR_OPTIONS)}")
     return nkicc.jit(func, **options)
 
 
