@@ -5,7 +5,7 @@ import sys
 
 import nki
 
-for _sub in ("", ".language", ".isa", ".isa.constants", ".typing"):
+for _sub in ("", ".language", ".isa", ".isa.constants", ".typing", ".collectives"):
     sys.modules[__name__ + ".nki" + _sub] = sys.modules["nki" + _sub]
 
 __all__ = ["nki"]
