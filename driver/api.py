@@ -26,6 +26,7 @@ from .cached import CachePlan
 from .passes import PassOptions, PipelineResult, registry
 from .report import peak_rss_mb
 from .specs import TensorSpec, bind_call, constant_key
+from .language.tracing import current_builder
 from .trace import TraceResult, caller_loc, inspect_unwrap, trace_kernel
 
 
@@ -178,7 +179,8 @@ def _compile(fn, specs: dict[str, TensorSpec], constants: dict, name: str | None
     reg = registry(options.no_plugins, options.plugins)
     target = resolve_target(options.target, reg)
     plan = CachePlan.prepare(options, reg, target, cache=cache, unroll=unroll)
-    result = trace_kernel(fn, specs, constants, name, unroll=unroll, grid=grid, program=program)
+    result = trace_kernel(fn, specs, constants, name, unroll=unroll, grid=grid, program=program,
+                          nc_version=target.nc_version)
     t0 = time.perf_counter()
     try:
         pipeline = plan.pipeline(result.kernel, printer)
@@ -300,6 +302,12 @@ class JitKernel:
     def __call__(self, *args, **kwargs):
         """Numpy arrays in, numpy arrays out; framework tensors (torch, JAX) in,
         the same framework's tensors out."""
+        if current_builder() is not None:  # called from a kernel being traced: NKI inlines it
+            if self.grid:
+                raise NkiccError("E160", f"launching {self.fn.__name__}[{', '.join(map(str, self.grid))}] from "
+                                         "inside another kernel is not supported", caller_loc(),
+                                 "call it without a grid; the caller's launch grid applies")
+            return inspect_unwrap(self.fn)(*args, **kwargs)
         framework = frameworks.detect(args, kwargs)
         if framework is not None:
             args, kwargs = frameworks.to_numpy(args), frameworks.to_numpy(kwargs)

@@ -356,6 +356,11 @@ def _script_failed(exc: Exception) -> None:
     from .language.tracing import is_nkicc_file
     from .trace import _innermost_is_nkicc
 
+    from .usererrors import user_error
+
+    err = user_error(exc) if isinstance(exc, ImportError) else None
+    if err is not None:  # a name nkicc lacks: one line at the import (a script's own assert stays Python's)
+        _fail(err)
     if _innermost_is_nkicc(exc.__traceback__):
         raise exc
     tb = exc.__traceback__

@@ -9,6 +9,11 @@ CODES: dict[str, tuple[str, str]] = {
     "E002": ("wrong arguments at call time",
              "A jit kernel was called with the wrong number of arguments, or with an array whose shape differs "
              "from the one it was compiled for. Non-array arguments are compile-time constants."),
+    "E003": ("assertion failed in the kernel",
+             "The kernel's own check (`assert cond, message`, or a helper built on it such as kernel_assert) "
+             "failed while nkicc traced it: the arguments are outside what the kernel supports. The message is "
+             "the kernel's; the location is the line that made the check (the caller of an assert-only helper). "
+             "Change the shapes, dtypes or options to ones the kernel documents."),
     "E101": ("index out of bounds",
              "A slice, index or access pattern reaches outside its tensor for some iteration of the enclosing "
              "loops. nkicc checks every access over the whole loop range (it knows the trip counts), so the "
@@ -25,7 +30,8 @@ CODES: dict[str, tuple[str, str]] = {
     "E110": ("more than 128 partitions",
              "Dimension 0 of an SBUF or PSUM tensor is the partition dimension, at most 128. Tile it."),
     "E111": ("illegal partition start",
-             "On-chip accesses start at partition 0 (65-128 partitions), 0 or 64 (33-64), or 0/32/64/96 (<= 32)."),
+             "Compute instructions access SBUF/PSUM starting at partition 0 (65-128 partitions), 0 or 64 (33-64), "
+             "or 0/32/64/96 (<= 32). DMA (dma_copy, nl.load, nl.store) may start at any partition."),
     "E120": ("wrong buffer for this instruction",
              "DMA cannot read or write PSUM; compute instructions read SBUF/PSUM, not HBM; tensor_tensor cannot "
              "read both inputs from PSUM; GpSimd cannot access PSUM."),
@@ -48,7 +54,8 @@ CODES: dict[str, tuple[str, str]] = {
              "or use it to pick Python objects; use a static loop for that."),
     "E151": ("dynamic loop index used after its loop", "Copy the value into a tensor inside the loop."),
     "E160": ("not supported",
-             "The operation, argument or dtype is not supported by nkicc yet, or is not NKI."),
+             "The operation, argument or dtype is not supported by nkicc yet, or is not NKI. This includes "
+             "importing such a name (`from nki.isa import X`, `import nki.isa.X`): the error names the import."),
     "E170": ("runtime access out of bounds",
              "During simulation an access with a runtime scalar offset left its tensor. The offset tensor was "
              "probably advanced too far; check the tensor_scalar that updates it."),

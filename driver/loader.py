@@ -46,6 +46,10 @@ def load_module(path: str) -> types.ModuleType:
         raise NkiccError("E001", f"SyntaxError: {exc.msg}", Loc(path, exc.lineno or 0), "fix the kernel file") from None
     except Exception as exc:
         from .trace import _user_frame
+        from .usererrors import user_error
+        err = user_error(exc)
+        if err is not None:
+            raise err from None
         raise NkiccError("E001", f"{type(exc).__name__} while importing {os.path.basename(path)}: {exc}",
                          _user_frame(exc.__traceback__), "fix the kernel file") from None
     return module

@@ -67,6 +67,7 @@ class Target:
     dma_queues: int = 16
     dma_bytes_per_ns: float = 23.0
     description: str = ""
+    nc_version: int = 3  # NeuronCore generation, what nisa.get_nc_version() answers while tracing
 
 
 @dataclass(frozen=True)

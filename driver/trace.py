@@ -162,7 +162,7 @@ def _innermost_is_nkicc(tb) -> bool:
 
 def trace_kernel(fn, tensor_args: dict[str, TensorSpec], constants: dict, name: str | None = None,
                  unroll: bool = False, grid: tuple[int, ...] | None = None,
-                 program: tuple[int, ...] | None = None) -> TraceResult:
+                 program: tuple[int, ...] | None = None, nc_version: int | None = None) -> TraceResult:
     """Trace `fn` with HBM tensors for `tensor_args` and Python values for
     `constants` (both keyed by parameter name). With `unroll`, every static
     loop runs once per iteration, as NKI itself traces. With a launch `grid`
@@ -174,6 +174,7 @@ def trace_kernel(fn, tensor_args: dict[str, TensorSpec], constants: dict, name: 
     kernel_loc = Loc(fn.__code__.co_filename, _source_lines(fn)[0])
     for attempt in range(1, MAX_ATTEMPTS + 1):
         builder = Builder(name or fn.__name__, policy)
+        builder.nc_version = nc_version
         with builder:
             kwargs = dict(constants)
             for pname, spec in tensor_args.items():
@@ -190,6 +191,10 @@ def trace_kernel(fn, tensor_args: dict[str, TensorSpec], constants: dict, name: 
             except Exception as exc:  # the kernel's own Python failed (RecursionError included)
                 if _innermost_is_nkicc(exc.__traceback__):
                     raise
+                from .usererrors import user_error  # imports this module
+                err = user_error(exc)
+                if err is not None:
+                    raise err from None
                 raise NkiccError("E001", f"{type(exc).__name__}: {exc}", _user_frame(exc.__traceback__),
                                  "a Python error in the kernel body") from None
             try:

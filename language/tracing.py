@@ -129,6 +129,7 @@ class Builder:
         self.program_ids: list = []
         self._shared: list[TensorDecl] = []
         self._shared_next = 0
+        self.nc_version: int | None = None  # the target's NeuronCore generation (nisa.get_nc_version)
 
     # context management
     def __enter__(self) -> "Builder":

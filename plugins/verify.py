@@ -38,7 +38,8 @@ def check_access(a: Access, op: Op, decls, trips, write: bool) -> None:
         if a.pattern[0][1] > PMAX:
             raise NkiccError("E110", f"{op.opcode} accesses {a.pattern[0][1]} partitions of {a.tensor}; at most {PMAX}",
                              op.loc, "tile the partition dimension by 128")
-        if not _partition_start_ok(a, decl, trips):
+        # the start rule binds the compute engines' SBUF/PSUM ports; DMA writes and reads any partition
+        if ops.get(op.opcode).family != "dma" and not _partition_start_ok(a, decl, trips):
             raise NkiccError("E111", f"{op.opcode} accesses {a.tensor} from a partition that is not a legal start "
                                      f"for {a.pattern[0][1]} partitions", op.loc,
                              "start at partition 0 (65-128 partitions), 0/64 (33-64) or 0/32/64/96 (<=32)")

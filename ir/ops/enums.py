@@ -3,7 +3,7 @@
 members are signature defaults), and nkicc.isa exports them."""
 from __future__ import annotations
 
-from enum import Enum
+from enum import Enum, IntEnum
 
 
 class engine(Enum):
@@ -45,8 +45,10 @@ class matmul_perf_mode(Enum):
     double_row = "double_row"
 
 
-class nc_version(Enum):
-    """NeuronCore generation: gen2 trn1, gen3 trn2, gen4 trn3."""
+class nc_version(IntEnum):
+    """NeuronCore generation: gen2 trn1, gen3 trn2, gen4 trn3. An IntEnum (the
+    reference declares an Enum) because kernels order it against members and
+    plain ints: `get_nc_version() >= nc_version.gen3`, `get_nc_version() >= 3`."""
     gen2 = 2
     gen3 = 3
     gen4 = 4

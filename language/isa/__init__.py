@@ -97,6 +97,8 @@ from ..language.control import VirtualRegister, register_alloc  # noqa: E402 - n
 __all__ = sorted(d.name for d in ops.table().values() if d.public and d.module == "isa") + ["VirtualRegister", "register_alloc", "tensor_engine", "vector_engine", "scalar_engine", "gpsimd_engine",
                                  "unknown_engine", "dge_mode", "dma_engine", "engine", "matmul_perf_mode",
                                  "nc_version", "oob_mode", "reduce_cmd"]
+from .enums import *  # noqa: E402,F401,F403  get_nc_version, get_nc_sub_version, nisa.constants
+__all__ += enums.__all__  # noqa: F405
 
 
 def __getattr__(name: str):

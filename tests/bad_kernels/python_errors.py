@@ -48,7 +48,7 @@ def numpy_raises_inside(a: "float32[128,64]"):
 
 @nkicc.jit
 def assertion_in_kernel(a: "float32[96,64]"):
-    assert a.shape[0] % 128 == 0, "rows must tile by 128"  # EXPECT: E001
+    assert a.shape[0] % 128 == 0, "rows must tile by 128"  # EXPECT: E003
     out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
     return out
 

@@ -1,0 +1,462 @@
+"""Cases for bench/conformance.py: for each NKI Library kernel, random inputs
+at a small shape its docstring allows and what it must compute, in numpy.
+
+The references are this project's own, written from the kernels' documented
+semantics (docstrings, argument descriptions); none of the library's code is
+here. A case builds its inputs with the kernel's module at hand only to make
+the configuration objects the kernel takes (its dataclasses and enums).
+
+Undecorated entry points (rmsnorm_tkg, attention_tkg, rope_hf, ...) are
+sub-kernels: the caller's kernel allocates their output tensors and passes
+them in. Their cases hold a small top-level kernel of ours that does just that
+and returns those outputs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+try:  # bf16 / fp8 inputs
+    import ml_dtypes
+    BF16 = np.dtype(ml_dtypes.bfloat16)
+    FP8_E4M3 = np.dtype(ml_dtypes.float8_e4m3)
+except ImportError:  # pragma: no cover - ml_dtypes is a dependency of nkicc
+    BF16 = FP8_E4M3 = None
+
+F32 = np.float32
+
+
+@dataclass
+class Inputs:
+    """One run: keyword arguments for the kernel (arrays and constants), the
+    expected outputs, and the tolerance (rtol, atol)."""
+    kwargs: dict
+    expected: list = field(default_factory=list)
+    tol: tuple = (1e-4, 1e-4)
+    grid: int | None = None             # an SPMD launch kernel[grid] (LNC=2 kernels)
+    check: Callable | None = None       # check(outputs) -> (ok, max_err, message) instead of `expected`
+    host: Callable | None = None        # a host-side driver that launches the jit kernel itself
+    kernel: Callable | None = None      # a top-level kernel of ours that calls an undecorated sub-kernel
+    args: tuple = ()
+
+    @property
+    def dtype(self) -> str:
+        arrays = [v for v in self.kwargs.values() if isinstance(v, np.ndarray)]
+        return str(arrays[0].dtype) if arrays else ""
+
+    def describe(self) -> str:
+        return " ".join(f"{k}[{','.join(map(str, v.shape))}]" for k, v in self.kwargs.items()
+                        if isinstance(v, np.ndarray))
+
+
+@dataclass
+class Case:
+    relpath: str   # the module, relative to the nkilib package folder
+    func: str      # the kernel function in it
+    make: Callable  # make(rng, module) -> Inputs
+
+
+def compare(got: np.ndarray, want, tol) -> tuple[bool, float, str]:
+    """Outputs match when shapes agree and |got - want| <= atol + rtol * |want|;
+    integer outputs must be equal. Returns (ok, max abs error, why not)."""
+    want = np.asarray(want)
+    if got.shape != want.shape:
+        if got.size == want.size:
+            got = got.reshape(want.shape)  # the documented shape may keep or drop unit dimensions
+        else:
+            return False, float("inf"), f"shape {list(got.shape)}, expected {list(want.shape)}"
+    g = got.astype(np.float64)
+    w = want.astype(np.float64)
+    err = np.abs(g - w)
+    finite = np.isfinite(w)
+    if not np.array_equal(np.isfinite(g), finite):
+        return False, float("inf"), "non-finite values where the reference has finite ones (or the reverse)"
+    err = np.where(finite, err, 0.0)
+    worst = float(err.max()) if err.size else 0.0
+    rtol, atol = (0.0, 0.0) if np.issubdtype(want.dtype, np.integer) else tol
+    bad = err > atol + rtol * np.abs(np.where(finite, w, 0.0))
+    if bad.any():
+        idx = tuple(int(i) for i in np.argwhere(bad)[0])
+        return False, worst, f"{int(bad.sum())} of {bad.size} elements differ, first at {list(idx)}: " \
+                             f"got {g[idx]:.6g}, expected {w[idx]:.6g}"
+    return True, worst, ""
+
+
+def _rand(rng, shape, dtype=F32, lo=-1.0, hi=1.0) -> np.ndarray:
+    return rng.uniform(lo, hi, size=shape).astype(dtype)
+
+
+def _f(x) -> np.ndarray:
+    return np.asarray(x).astype(np.float64)
+
+
+def _softmax(x, axis=-1):
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def _rms_norm(x, gamma, eps):
+    x = _f(x)
+    return x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + eps) * _f(gamma).reshape(-1)
+
+
+def _layer_norm(x, gamma, beta, eps):
+    x = _f(x)
+    mu = x.mean(axis=-1, keepdims=True)
+    var = ((x - mu) ** 2).mean(axis=-1, keepdims=True)
+    y = (x - mu) / np.sqrt(var + eps) * _f(gamma).reshape(-1)
+    return y if beta is None else y + _f(beta).reshape(-1)
+
+
+def _tkg_layout(y_bsh):
+    """[B, S, H] -> [128, B*S, H//128]: hidden h = p * (H//128) + j goes to [p, t, j] (one logical core)."""
+    B, S, H = y_bsh.shape
+    return y_bsh.reshape(B * S, 128, H // 128).transpose(1, 0, 2)
+
+
+def _rotate_half(x):
+    half = x.shape[-1] // 2
+    return np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+
+
+# --- the cases ---------------------------------------------------------------------------
+
+def cumsum(rng, m):
+    x = _rand(rng, (4, 300))  # B up to 2048, H up to 8192
+    return Inputs({"x": x}, [np.cumsum(_f(x), axis=-1)], tol=(1e-4, 1e-4))
+
+
+def cascaded_max(rng, m):
+    x = _rand(rng, (1, 1, 2048))  # B*S == 1 runs on one logical core
+    flat = x.reshape(1, -1)
+    return Inputs({"input_tensor": x}, [flat.max(axis=-1).reshape(1, 1, 1),
+                                        flat.argmax(axis=-1).astype(np.uint32).reshape(1, 1, 1)], tol=(0, 0))
+
+
+def rmsnorm_tkg(rng, m):
+    B, S, H = 1, 4, 256
+    x, g = _rand(rng, (B, S, H)), _rand(rng, (1, H), lo=0.5, hi=1.5)
+
+    def rmsnorm_tkg_top(input, gamma):
+        import nki.language as nl
+        out = nl.ndarray((128, B * S, H // 128), dtype=input.dtype, buffer=nl.shared_hbm)
+        m.rmsnorm_tkg(input=input, gamma=gamma, output=out, eps=1e-6)
+        return out
+
+    return Inputs({"input": x, "gamma": g}, [_tkg_layout(_rms_norm(x, g, 1e-6))], tol=(1e-3, 1e-3),
+                  kernel=rmsnorm_tkg_top)
+
+
+def layernorm_tkg(rng, m):
+    B, S, H = 1, 4, 256
+    x, g, b = _rand(rng, (B, S, H)), _rand(rng, (1, H), lo=0.5, hi=1.5), _rand(rng, (1, H))
+
+    def layernorm_tkg_top(input, gamma, beta):
+        import nki.language as nl
+        out = nl.ndarray((128, B * S, H // 128), dtype=input.dtype, buffer=nl.shared_hbm)
+        m.layernorm_tkg(input=input, gamma=gamma, output=out, beta=beta, eps=1e-6)
+        return out
+
+    return Inputs({"input": x, "gamma": g, "beta": b}, [_tkg_layout(_layer_norm(x, g, b, 1e-6))],
+                  tol=(1e-3, 1e-3), kernel=layernorm_tkg_top)
+
+
+def rope(rng, m):
+    d, B, N, S = 64, 1, 2, 16
+    x = _rand(rng, (d, B, N, S))
+    ang = rng.uniform(0, 2 * np.pi, size=(d // 2, B, S))
+    cos, sin = np.cos(ang).astype(F32), np.sin(ang).astype(F32)
+    # contiguous layout: the first half of d_head pairs with the second half
+    x1, x2 = _f(x[: d // 2]), _f(x[d // 2:])
+    c, s = _f(cos)[:, :, None, :], _f(sin)[:, :, None, :]
+    want = np.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=0)
+    return Inputs({"x_in": x, "cos": cos, "sin": sin}, [want], tol=(1e-4, 1e-4))
+
+
+def rope_hf(rng, m):
+    B, NQ, NK, S, D = 1, 2, 1, 128, 64
+    q, k = _rand(rng, (B, NQ, S, D)), _rand(rng, (B, NK, S, D))
+    ang = rng.uniform(0, 2 * np.pi, size=(B, S, D // 2))
+    ang = np.concatenate([ang, ang], axis=-1)
+    cos, sin = np.cos(ang).astype(F32), np.sin(ang).astype(F32)
+    c, s = _f(cos)[:, None], _f(sin)[:, None]
+    want_q = _f(q) * c + _rotate_half(_f(q)) * s
+    want_k = _f(k) * c + _rotate_half(_f(k)) * s
+    # a top-level kernel that writes its q_out / k_out arguments and returns them
+    return Inputs({"q": q, "k": k, "q_out": np.zeros_like(q), "k_out": np.zeros_like(k), "cos": cos, "sin": sin},
+                  [want_q, want_k], tol=(1e-4, 1e-4))
+
+
+def router_topk(rng, m):
+    from importlib import import_module
+    types = import_module(m.__name__.rsplit(".", 2)[0] + ".utils.common_types")
+    T, H, E, K = 4, 128, 16, 2
+    x, w = _rand(rng, (H, T)), _rand(rng, (H, E), lo=-0.2, hi=0.2)
+    logits = _f(x).T @ _f(w)                         # [T, E]
+    idx = np.argsort(-logits, axis=-1, kind="stable")[:, :K]  # the K largest logits, largest first
+    probs = _softmax(logits)  # router_pre_norm without norm_topk_prob: the affinities are the full softmax
+
+    def router_topk_top(x, w):
+        import nki.language as nl
+        logits_out = nl.ndarray((T, E), dtype=nl.float32, buffer=nl.shared_hbm)
+        affinities = nl.ndarray((T, E), dtype=nl.float32, buffer=nl.shared_hbm)
+        index = nl.ndarray((T, K), dtype=nl.uint32, buffer=nl.shared_hbm)
+        m.router_topk(x=x, w=w, w_bias=None, router_logits=logits_out, expert_affinities=affinities,
+                      expert_index=index, act_fn=types.RouterActFnType.SOFTMAX, k=K,
+                      x_hbm_layout=m.XHBMLayout_H_T__0, x_sb_layout=m.XSBLayout_tp102__0)
+        return logits_out, index, affinities
+
+    return Inputs({"x": x, "w": w}, [logits, idx.astype(np.uint32), probs], tol=(2e-3, 2e-3),
+                  kernel=router_topk_top)
+
+
+def find_nonzero_indices(rng, m):
+    T, C = 128, 4  # C is split over the two logical cores
+    x = _rand(rng, (T, C)) * (rng.uniform(size=(T, C)) < 0.4)
+    idx = np.full((C, T), -1, np.int32)
+    counts = np.zeros((C,), np.int32)
+    for c in range(C):
+        nz = np.flatnonzero(x[:, c])
+        idx[c, : nz.size] = nz
+        counts[c] = nz.size
+    return Inputs({"input_tensor": x.astype(F32)}, [idx, counts], grid=2)
+
+
+def indexed_flatten(rng, m):
+    E, T, f_len, out_len = 2, 256, 16, 1024  # (T // f_len) % 16 == 0; out_len % 128 == 0
+    x = rng.integers(0, 1000, size=(E, T)).astype(np.int32)
+    blocks = out_len // f_len
+    offsets = np.array([3, 30], np.int32)  # block offsets of each row; row 1 runs past the end and is cut
+    out = np.full((blocks, f_len), -1, np.int32)
+    per_row = T // f_len
+    for r in range(E):
+        for p in range(per_row):
+            if 0 <= offsets[r] + p < blocks:
+                out[offsets[r] + p] = x[r, p * f_len:(p + 1) * f_len]
+    return Inputs({"input_tensor": x, "f_len": f_len, "output_len": out_len, "row_offsets": offsets},
+                  [out.reshape(-1)], grid=2)
+
+
+def rmsnorm_quant(rng, m):
+    B, S, H = 1, 4, 256  # bf16 activations and gamma, as the kernel's model callers pass them
+    x, g = _rand(rng, (B, S, H), BF16, lo=-2, hi=2), _rand(rng, (1, H), BF16, lo=0.5, hi=1.5)
+    y = _rms_norm(x, g, 1e-6).reshape(B * S, H)  # row quantisation: one fp32 scale per row, fp8 values
+
+    def check(outs):
+        (got,) = outs
+        got = np.asarray(got).reshape(B * S, -1)
+        if got.shape[1] != H + 4:
+            return False, float("inf"), f"{got.shape[1]} values per row, expected H + 4 = {H + 4}"
+        scale = np.ascontiguousarray(got[:, H:]).view(np.float32).reshape(-1, 1).astype(np.float64)
+        deq = got[:, :H].astype(np.float64) * scale
+        return compare(deq, y, (0.07, 0.02 * np.abs(y).max()))  # fp8 e4m3 keeps 3 mantissa bits
+
+    return Inputs({"hidden": x, "ln_w": g, "kargs": m.RmsNormQuantKernelArgs()}, check=check)
+
+
+def qkv_tkg(rng, m):
+    B, S, H, I = 1, 4, 256, 256
+    x, w, g = _rand(rng, (B, S, H)), _rand(rng, (H, I), lo=-0.1, hi=0.1), _rand(rng, (1, H), lo=0.5, hi=1.5)
+    want = _rms_norm(x, g, 1e-6) @ _f(w)  # default: RMS norm, then the fused QKV projection, [B, S, I]
+    return Inputs({"hidden": x, "qkv_w": w, "norm_w": g}, [want], tol=(2e-2, 2e-2))
+
+
+def qkv_cte(rng, m):
+    B, S, H, I = 1, 128, 256, 256
+    x, w = _rand(rng, (B, S, H)), _rand(rng, (H, I), lo=-0.1, hi=0.1)
+    return Inputs({"input": x, "fused_qkv_weights": w}, [_f(x) @ _f(w)], tol=(2e-2, 2e-2))
+
+
+def qkv(rng, m):
+    B, S, H, I = 1, 4, 256, 256  # the dispatcher: no norm, no bias by default, [B, S, I] out
+    x, w = _rand(rng, (B, S, H)), _rand(rng, (H, I), lo=-0.1, hi=0.1)
+    return Inputs({"input": x, "fused_qkv_weights": w}, [_f(x) @ _f(w)], tol=(2e-2, 2e-2))
+
+
+def output_projection_tkg(rng, m):
+    D, B, N, S, H = 64, 1, 2, 4, 256
+    a, w = _rand(rng, (D, B, N, S)), _rand(rng, (N * D, H), lo=-0.1, hi=0.1)
+    # out[b*S + s, h] = sum over n, d of attention[d, b, n, s] * weight[n*D + d, h]
+    flat = _f(a).transpose(1, 3, 2, 0).reshape(B * S, N * D)
+    return Inputs({"attention": a, "weight": w}, [flat @ _f(w)], tol=(2e-2, 2e-2))
+
+
+def attention_cte(rng, m):
+    B, Sq, Sk, d = 1, 128, 128, 64
+    q, k, v = _rand(rng, (B, Sq, d)), _rand(rng, (B, d, Sk)), _rand(rng, (B, Sk, d))  # tp_q, not tp_k
+    scores = np.einsum("bqd,bdk->bqk", _f(q), _f(k)) * 0.125
+    scores = np.where(np.tril(np.ones((Sq, Sk), bool))[None], scores, -np.inf)  # causal
+    want = np.einsum("bqk,bkd->bqd", _softmax(scores), _f(v))
+    return Inputs({"q": q, "k": k, "v": v, "scale": 0.125}, [want], tol=(2e-2, 2e-2))
+
+
+def attention_tkg(rng, m):
+    B, H, d, s_act, s_prior = 1, 1, 64, 1, 128
+    # q and k_active come in SBUF (cfg.qk_in_sb, required without fused RoPE): [d, B*H*s_act] and [d, B*s_act]
+    q_hbm, k_hbm = _rand(rng, (d, B * H * s_act)), _rand(rng, (d, B * s_act))
+    q = q_hbm.reshape(d, B, H, s_act).transpose(1, 0, 2, 3)   # [B, d, H, s_act] for the reference
+    k_act = k_hbm.reshape(d, B, s_act).transpose(1, 0, 2)     # [B, d, s_act]
+    v_act = _rand(rng, (B, 1, s_act, d))
+    k_prior, v_prior = _rand(rng, (B, 1, d, s_prior)), _rand(rng, (B, 1, s_prior, d))
+    mask = np.ones((s_prior, B, H, s_act), np.uint8)  # every cached position visible
+    want = np.zeros((B, H, d, s_act))
+    for b in range(B):
+        kk, vv = _f(k_prior[b, 0]).copy(), _f(v_prior[b, 0]).copy()
+        kk[:, -s_act:] = k_act[b]              # the active tokens take the last cache slots
+        vv[-s_act:, :] = v_act[b, 0]
+        for h in range(H):
+            p = _softmax(kk.T @ _f(q[b, :, h, :]), axis=0)  # [s_prior, s_act], q comes pre-scaled
+            want[b, h] = vv.T @ p
+
+    def attention_tkg_top(q, k_active, v_active, k_prior, v_prior, mask):
+        from importlib import import_module
+
+        import nki.language as nl
+        alloc = import_module(m.__name__.rsplit(".", 2)[0] + ".utils.allocator")
+        import nki.isa as nisa
+        cfg = m.AttnTKGConfig(bs=B, q_head=H, s_active=s_act, curr_sprior=s_prior, full_sprior=s_prior, d_head=d,
+                              qk_in_sb=True)
+        sbm = alloc.SbufManager(0, 160 * 1024)  # a region of SBUF (bytes per partition) for the kernel's tiles
+        sbm.open_scope()
+        q_sb = nl.ndarray(q.shape, dtype=q.dtype, buffer=nl.sbuf)
+        k_sb = nl.ndarray(k_active.shape, dtype=k_active.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=q_sb, src=q)
+        nisa.dma_copy(dst=k_sb, src=k_active)
+        out = nl.ndarray((B, H, d, s_act), dtype=q.dtype, buffer=nl.shared_hbm)
+        m.attention_tkg(q=q_sb, k_active=k_sb, v_active=v_active, k_prior=k_prior, v_prior=v_prior, mask=mask,
+                        out=out, cfg=cfg, sbm=sbm)
+        sbm.close_scope()
+        return out
+
+    kwargs = {"q": q_hbm, "k_active": k_hbm, "v_active": v_act, "k_prior": k_prior, "v_prior": v_prior, "mask": mask}
+    return Inputs(kwargs, [want], tol=(2e-2, 2e-2), kernel=attention_tkg_top)
+
+
+def topk(rng, m):
+    B, S, V, K = 1, 2, 1024, 8
+    x = _rand(rng, (B, S, V))
+    order = np.argsort(-x, axis=-1, kind="stable")[..., :K]
+    vals = np.take_along_axis(x, order, axis=-1)
+    # a host-side driver: it builds the configuration and launches the jit kernel itself
+    return Inputs({"inp": x, "k": K}, [vals, order.astype(np.uint32)], tol=(0, 0),
+                  host=lambda: m.topk[1](inp=x, k=K))
+
+
+def conv1d(rng, m):
+    B, Cin, Cout, L, K = 1, 16, 32, 32, 3
+    x, f = _rand(rng, (B, Cin, L)), _rand(rng, (K, Cin, Cout), lo=-0.3, hi=0.3)
+    Lout = L - K + 1
+    want = np.zeros((B, Cout, Lout))
+    for k in range(K):
+        want += np.einsum("bcl,co->bol", _f(x)[:, :, k:k + Lout], _f(f[k]))
+    return Inputs({"x_in": x, "filters": f}, [want], tol=(2e-2, 2e-2))
+
+
+def cross_entropy_forward(rng, m):
+    P, V = 32, 2048
+    logits = _rand(rng, (P, V), lo=-4, hi=4)
+    targets = rng.integers(0, V, size=(P,)).astype(np.int32)
+    x = _f(logits)
+    mx = x.max(axis=-1)
+    lse = mx + np.log(np.exp(x - mx[:, None]).sum(axis=-1))
+    loss = lse - x[np.arange(P), targets]
+    import nki.language as nl  # the kernel's dtype parameter is an nl dtype
+    return Inputs({"logits_hbm": logits, "targets_hbm": targets, "positions_per_batch": 32, "chunk_size": V,
+                   "dtype": nl.float32}, [loss, lse], tol=(1e-3, 1e-3))
+
+
+def dynamic_elementwise_add(rng, m):
+    # every M-tile: rows past num_m_tiles * 128 would be left unwritten, which nkicc reports (E173)
+    M, H, tiles = 256, 512, 2
+    a, b = _rand(rng, (M, H), BF16), _rand(rng, (M, H), BF16)
+    n = np.array([[tiles]], np.int32)
+    rows = tiles * 128
+    want = (_f(a[:rows]) + _f(b[:rows])).astype(BF16).astype(np.float64)
+
+    def check(outs):  # rows past num_m_tiles * 128 are documented as unmodified: not compared
+        (got,) = outs
+        return compare(np.asarray(got)[:rows].astype(np.float64), want, (1e-2, 1e-2))
+
+    return Inputs({"input_a": a, "input_b": b, "num_m_tiles": n}, check=check)
+
+
+def output_projection_cte(rng, m):
+    B, N, D, S, H = 1, 2, 64, 128, 256
+    a, w = _rand(rng, (B, N, D, S)), _rand(rng, (N * D, H), lo=-0.1, hi=0.1)
+    # out[b, s, h] = sum over n, d of attention[b, n, d, s] * weight[n*D + d, h]
+    flat = _f(a).transpose(0, 3, 1, 2).reshape(B, S, N * D)
+    return Inputs({"attention": a, "weight": w}, [flat @ _f(w)], tol=(2e-2, 2e-2))
+
+
+def depthwise_conv1d(rng, m):
+    N, C, W, S = 1, 4, 64, 3  # C is split over the two logical cores
+    img, f = _rand(rng, (N, C, 1, W)), _rand(rng, (C, 1, 1, S))
+    Q = W - S + 1
+    want = np.zeros((N, C, 1, Q))
+    for s in range(S):  # each channel correlates with its own filter
+        want[:, :, 0, :] += _f(img)[:, :, 0, s:s + Q] * _f(f)[None, :, 0, 0, s, None]
+    return Inputs({"img_ref": img, "filter_ref": f, "feature_group_count": C}, [want], tol=(1e-3, 1e-3), grid=2)
+
+
+def find_nonzero_indices_with_count(rng, m):
+    T = 256
+    x = (_rand(rng, (1, T)) * (rng.uniform(size=(1, T)) < 0.3)).astype(F32)
+    nz = np.flatnonzero(x[0])
+    want = np.full((1, T + 1), -1, np.int32)
+    want[0, : nz.size] = nz
+    want[0, T] = nz.size
+    return Inputs({"input_tensor": x}, [want])
+
+
+def cross_entropy_backward(rng, m):
+    P, V = 32, 2048
+    logits = _rand(rng, (P, V), lo=-4, hi=4)
+    targets = rng.integers(0, V, size=(P,)).astype(np.int32)
+    x = _f(logits)
+    mx = x.max(axis=-1)
+    lse = mx + np.log(np.exp(x - mx[:, None]).sum(axis=-1))
+    grad = np.exp(x - lse[:, None])  # softmax, minus one at the target, over the positions ('mean')
+    grad[np.arange(P), targets] -= 1.0
+    import nki.language as nl
+    return Inputs({"logits_hbm": logits, "targets_hbm": targets, "lse_state_hbm": lse.astype(F32),
+                   "reduction": "mean", "positions_per_batch": 32, "chunk_size": V, "dtype": nl.float32,
+                   "inplace": False}, [grad / P], tol=(1e-3, 1e-5))
+
+
+CASES: dict[str, Case] = {
+    "cumsum": Case("core/cumsum/cumsum.py", "cumsum", cumsum),
+    "cascaded_max": Case("core/max/cascaded_max.py", "cascaded_max", cascaded_max),
+    "rmsnorm_tkg": Case("core/subkernels/rmsnorm_tkg.py", "rmsnorm_tkg", rmsnorm_tkg),
+    "layernorm_tkg": Case("core/subkernels/layernorm_tkg.py", "layernorm_tkg", layernorm_tkg),
+    "RoPE": Case("core/embeddings/rope.py", "RoPE", rope),
+    "rope_hf": Case("core/embeddings/rope_hf.py", "rope_hf", rope_hf),
+    "router_topk": Case("core/router_topk/router_topk.py", "router_topk", router_topk),
+    "find_nonzero_indices": Case("core/subkernels/find_nonzero_indices.py", "find_nonzero_indices",
+                                 find_nonzero_indices),
+    "indexed_flatten": Case("core/subkernels/indexed_flatten.py", "indexed_flatten", indexed_flatten),
+    "rmsnorm_quant_kernel": Case("core/rmsnorm/rmsnorm_quant.py", "rmsnorm_quant_kernel", rmsnorm_quant),
+    "qkv": Case("core/qkv/qkv.py", "qkv", qkv),
+    "qkv_tkg": Case("core/qkv/qkv_tkg.py", "qkv_tkg", qkv_tkg),
+    "qkv_cte": Case("core/qkv/qkv_cte.py", "qkv_cte", qkv_cte),
+    "output_projection_tkg": Case("core/output_projection/output_projection_tkg.py", "output_projection_tkg",
+                                  output_projection_tkg),
+    "attention_cte": Case("core/attention/attention_cte.py", "attention_cte", attention_cte),
+    "attention_tkg": Case("core/attention/attention_tkg.py", "attention_tkg", attention_tkg),
+    "topk": Case("core/topk/rotational_topk.py", "topk", topk),
+    "conv1d": Case("experimental/conv/conv1d.py", "conv1d", conv1d),
+    "cross_entropy_forward": Case("experimental/loss/cross_entropy.py", "cross_entropy_forward",
+                                  cross_entropy_forward),
+    "dynamic_elementwise_add": Case("experimental/dynamic_shapes/dynamic_elementwise_add.py",
+                                    "dynamic_elementwise_add", dynamic_elementwise_add),
+    # beyond the must-run list, where a reference is cheap
+    "output_projection_cte": Case("core/output_projection/output_projection_cte/output_projection_cte.py",
+                                  "output_projection_cte", output_projection_cte),
+    "depthwise_conv1d_implicit_gemm": Case("experimental/conv/depthwise_conv1d.py", "depthwise_conv1d_implicit_gemm",
+                                           depthwise_conv1d),
+    "find_nonzero_indices_with_count": Case("experimental/benchmark/find_nonzero_indices_with_count.py",
+                                            "find_nonzero_indices_with_count", find_nonzero_indices_with_count),
+    "cross_entropy_backward": Case("experimental/loss/cross_entropy.py", "cross_entropy_backward",
+                                   cross_entropy_backward),
+}
