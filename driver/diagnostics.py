@@ -96,7 +96,9 @@ CODES: dict[str, tuple[str, str]] = {
              "opened or written: the folder must exist and be writable."),
     "E301": ("unknown pass", "`nkicc passes` lists every pass the installed plugins provide."),
     "E302": ("bad pass options", "See `nkicc compile --help`."),
-    "E303": ("plugin module cannot be imported", "Install the plugin package or fix the module name."),
+    "E303": ("plugin module cannot be imported",
+             "-p takes an import name (pkg.devpass; the current folder is not on the import path, add it to "
+             "PYTHONPATH) or a plugin file (-p ./devpass.py). Install the plugin package or fix the name."),
     "E304": ("two plugins declare the same pass", "Uninstall one, or disable it with --no-plugin NAME."),
     "E305": ("required pass disabled", "verify and the backend's required passes always run."),
     "E306": ("pass ordering cycle", "The after/before declarations of some passes contradict each other."),

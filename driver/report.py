@@ -11,11 +11,18 @@ def peak_rss_mb() -> float:
     return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
 
 
+def attempts_text(n: int) -> str:
+    """Why a trace took more than one attempt, said where the count is shown."""
+    if n == 1:
+        return "1 attempt"
+    return f"{n} attempts: one more per loop it split or traced concretely"
+
+
 def summary_lines(report: dict) -> list[str]:
     loops = report["loops"]
     return [
         f"kernel {report['kernel']}: traced in {report['trace_s'] * 1000:.1f} ms "
-        f"({report['trace_attempts']} attempt{'s' if report['trace_attempts'] != 1 else ''}), "
+        f"({attempts_text(report['trace_attempts'])}), "
         f"total {report['total_s'] * 1000:.1f} ms, peak RSS {report['peak_rss_mb']:.0f} MB",
         f"  instructions: {report['instructions_rolled']:,} rolled, "
         f"{report['instructions_unrolled']:,} if static loops were unrolled, "

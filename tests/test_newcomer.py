@@ -1,0 +1,194 @@
+"""A newcomer's first hour (issue 17): each point a user tripped over, as a test.
+
+Every test runs the real command line (a subprocess, as a user types it) or the
+real API, on random data where results are compared.
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from conftest import EXAMPLES, REPO
+
+
+def nkicc(*args, cwd=None, env=None):
+    return subprocess.run([sys.executable, "-m", "nkicc", *args], capture_output=True, text=True, cwd=cwd,
+                          env=None if env is None else {**os.environ, **env})
+
+
+def one_line(r, code):
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 1 and len(lines) == 1 and lines[0].startswith(f"error[{code}]"), r.stderr
+    return lines[0]
+
+
+ONE_KERNEL = textwrap.dedent('''
+    import nkicc
+    import nkicc.language as nl
+
+
+    @nkicc.jit
+    def scale(a, b):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        for i in nl.affine_range(a.shape[0] // 128):
+            ta = nl.load(a[i * 128:(i + 1) * 128, :])
+            tb = nl.load(b[i * 128:(i + 1) * 128, :])
+            nl.store(out[i * 128:(i + 1) * 128, :], value=nl.add(nl.multiply(ta, 3.0), tb))
+        return out
+''')
+
+DEV_PASS = textwrap.dedent('''
+    from nkicc.pass_api import Pass, hookimpl
+
+
+    def count_ops(kernel, ctx):
+        ctx.note("ops", sum(1 for s in kernel.body.walk() if type(s).__name__ == "Op"), show=True)
+        return kernel
+
+
+    @hookimpl
+    def nkicc_passes():
+        return [Pass("devpass", count_ops, "count the rolled ops", default=False, scope="kernel")]
+''')
+
+
+@pytest.fixture
+def one_kernel(tmp_path):
+    (tmp_path / "k.py").write_text(ONE_KERNEL)
+    (tmp_path / "dev").mkdir()
+    (tmp_path / "dev" / "devpass.py").write_text(DEV_PASS)  # in a folder of its own, the current one
+    return tmp_path
+
+
+# -- 1: -p with a file, a relative name, an empty name -------------------------------------------
+
+@pytest.mark.parametrize("spec", ["./devpass.py", "devpass.py", "{dir}/dev/devpass.py"])
+def test_plugin_given_as_a_file_loads(one_kernel, spec):
+    r = nkicc("compile", "../k.py::scale", "--arg", "a=float32[256,64]", "--arg", "b=float32[256,64]",
+              "-p", spec.format(dir=one_kernel), "--enable-pass", "devpass", cwd=one_kernel / "dev")
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"^note\[devpass\] ops: \d+$", r.stdout, re.M), r.stdout
+
+
+@pytest.mark.parametrize("spec, says", [
+    ("devpass", "current folder is not on the import path"),   # not importable by name from its folder
+    (".devpass", "relative import name"),
+    ("", "empty plugin module name"),
+    ("nosuch.py", "no plugin file nosuch.py"),
+])
+def test_plugin_mistakes_are_one_line_e303(one_kernel, spec, says):
+    # the console script, as a user runs it (`python -m` would put the current folder on sys.path)
+    script = os.path.join(os.path.dirname(sys.executable), "nkicc")
+    if not os.path.exists(script):
+        pytest.skip("the nkicc console script is not next to this python")
+    r = subprocess.run([script, "compile", "../k.py::scale", "--arg", "a=float32[256,64]", "--arg",
+                        "b=float32[256,64]", "-p", spec], capture_output=True, text=True, cwd=one_kernel / "dev",
+                       env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    assert says in one_line(r, "E303")
+    assert "Traceback" not in r.stderr
+
+
+# -- 5: --inputs FILE.npz gives the specs -------------------------------------------------------
+
+def test_simulate_takes_specs_from_the_inputs_file(one_kernel, rng):
+    a = rng.standard_normal((256, 64)).astype(np.float32)
+    b = rng.standard_normal((256, 64)).astype(np.float32)
+    np.savez(one_kernel / "in.npz", a=a, b=b)
+    r = nkicc("simulate", "k.py::scale", "--inputs", "in.npz", "-o", "out.npz", cwd=one_kernel)
+    assert r.returncode == 0, r.stderr
+    with np.load(one_kernel / "out.npz") as saved:
+        (got,) = [saved[k] for k in saved.files]
+    np.testing.assert_allclose(got, 3 * a + b, rtol=1e-6, atol=1e-6)
+    # an --arg still wins over the file, and then the file must match it
+    r = nkicc("simulate", "k.py::scale", "--inputs", "in.npz", "--arg", "a=float32[512,64]",
+              "--arg", "b=float32[512,64]", cwd=one_kernel)
+    assert one_line(r, "E002")
+
+
+# -- 8: -o into a missing folder fails before the simulation ------------------------------------
+
+def test_missing_output_folder_fails_before_compiling(one_kernel):
+    bad = str(one_kernel / "no-such-folder" / "out.npz")
+    # a kernel that would fail to trace: the -o check must come first
+    (one_kernel / "bad.py").write_text(ONE_KERNEL.replace("a.shape[0] // 128", "a.shape[0] // 64"))
+    r = nkicc("simulate", "bad.py", "--arg", "a=float32[256,64]", "--arg", "b=float32[256,64]", "-o", bad,
+              cwd=one_kernel)
+    assert bad in one_line(r, "E205")
+
+
+# -- 10: --version, FILE.py alone, help without <bool>, attempts, "bad value" --------------------
+
+def test_version():
+    from nkicc.cache.keys import compiler_version
+    r = nkicc("--version")
+    assert r.returncode == 0 and r.stdout.strip() == f"nkicc {compiler_version()}"
+
+
+def test_a_file_with_one_kernel_needs_no_kernel_name(one_kernel):
+    r = nkicc("compile", "k.py", "--arg", "a=float32[256,64]", "--arg", "b=float32[256,64]", cwd=one_kernel)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("kernel scale:")
+    r = nkicc("compile", str(EXAMPLES / "fused_matmul.py"))
+    line = one_line(r, "E200")
+    assert "3 kernels" in line and "mm2, mm2_dynamic, einsum" in line
+
+
+def test_help_has_no_type_labels():
+    for cmd in ([], ["compile"], ["simulate"], ["run"], ["cache", "stats"]):
+        r = nkicc(*cmd, "--help")
+        assert r.returncode == 0, r.stderr
+        assert "<bool>" not in r.stdout and "--help" in r.stdout, r.stdout
+
+
+def test_summary_says_what_the_attempts_are():
+    r = nkicc("compile", str(EXAMPLES / "fused_matmul.py") + "::mm2", "--no-cache")
+    assert r.returncode == 0, r.stderr
+    first = r.stdout.splitlines()[0]
+    assert re.search(r"\((\d+) attempts: one more per loop it split or traced concretely\)", first), first
+
+
+@pytest.mark.parametrize("cmd", [["simulate", "{k}", "--timing", "maybe"],
+                                 ["simulate", "{k}", "--simulator", "fast"],
+                                 ["run", "--timing", "maybe", "{s}"]])
+def test_bad_option_value_says_bad_value(one_kernel, cmd):
+    (one_kernel / "s.py").write_text("print('never')\n")
+    args = [c.format(k=str(one_kernel / "k.py"), s=str(one_kernel / "s.py")) for c in cmd]
+    line = one_line(nkicc(*args), "E201")
+    bad = "'fast'" if "fast" in cmd else "'maybe'"
+    assert f"bad value {bad} for {'--simulator' if 'fast' in cmd else '--timing'}" in line, line
+
+
+# -- 9: the guide's sample summary is the bundled example's -------------------------------------
+
+def test_guide_summary_is_what_the_bundled_example_prints():
+    guide = (REPO / "docs" / "guide.md").read_text()
+    sample = re.search(r"^## What the compile summary says\n+```\n(.*?)^```", guide, re.M | re.S).group(1)
+    r = nkicc("compile", str(EXAMPLES / "fused_matmul.py") + "::mm2")
+    assert r.returncode == 0, r.stderr
+    printed = r.stdout.splitlines()
+    for line in sample.splitlines()[1:]:       # the counts are exact; the first line has times
+        assert line in printed, (line, printed)
+    assert "fused_matmul.py::mm2" in guide[guide.index("## What the compile summary says"):][:1200]
+
+
+# -- 12: nkicc reproduce shows the pass's traceback ---------------------------------------------
+
+def test_reproduce_prints_the_traceback_and_says_where_it_is_recorded(tmp_path):
+    env = {"PYTHONPATH": str(REPO / "tests")}
+    r = nkicc("compile", str(EXAMPLES / "fused_matmul.py") + "::mm2", "-p", "broken_plugin",
+              "--enable-pass", "crash", cwd=tmp_path, env=env)
+    assert r.returncode == 4, r.stderr
+    (repro,) = tmp_path.glob("nkicc-repro-*.json")
+    r2 = nkicc("reproduce", str(repro), cwd=tmp_path, env=env)
+    assert r2.returncode == 4
+    assert r2.stderr.splitlines()[0] == r.stderr.splitlines()[0]
+    assert "Traceback (most recent call last)" in r2.stderr and "ZeroDivisionError" in r2.stderr
+    assert "broken_plugin.py" in r2.stderr                        # the pass's own frame
+    assert f'"traceback" in {repro}' in r2.stderr
+    assert json.loads(repro.read_text())["traceback"].startswith("Traceback")
+    assert len(list(tmp_path.glob("nkicc-repro-*.json"))) == 1    # replaying writes no second reproducer
