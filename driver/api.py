@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .ir import Kernel, NkiccError, count_instructions, format_kernel
+from .ir import Kernel, Loop, NkiccError, count_instructions, format_kernel
 from .simulator import run_reference
 from .simulator.reference import check_defined
 from .simulator.machine import MachineSimulator
@@ -187,8 +187,15 @@ def build_report(c: CompiledKernel, pipeline: PipelineResult) -> dict:
         "pipeline": pipeline.pipeline,
         "passes": pipeline.timings,
         "instructions_compiled": count_instructions(c.ir).rolled,
+        # static loops in the IR as traced and as compiled: a pass that unrolls
+        # (unroll) or merges loops changes the second, and the summary says so
+        "static_loops": {"traced": _static_loops(c.traced_ir), "compiled": _static_loops(c.ir)},
         "notes": pipeline.notes,
     }
+
+
+def _static_loops(kernel) -> int:
+    return sum(1 for s in kernel.body.walk() if isinstance(s, Loop) and s.kind == "static")
 
 
 class JitKernel:

@@ -131,6 +131,11 @@ CODES: dict[str, tuple[str, str]] = {
              "A slice reads beyond the end of an on-chip tile's free dimension. The hardware reads whatever "
              "lies next in the partition, so the values are undefined (the simulator reads them as NaN). It is "
              "harmless when those values never reach an output, as in the seed kernel's ragged last block."),
+    "W104": ("the kernel returns nothing",
+             "A kernel's results are the nl.shared_hbm tensors it returns. One that returns nothing (no return "
+             "statement, or `return None`) has no result: every instruction is dead, dce removes it, and a call "
+             "returns None. It is a warning rather than an error because such a kernel is legal NKI and often a "
+             "kernel in the middle of being written; add `return out`."),
     "W201": ("matmul accumulates onto PSUM a copy or memset initialised",
              "On NeuronCore-v2/v3, accumulating nc_matmul results onto PSUM that a non-matmul instruction "
              "wrote is undefined; nkicc's simulator gives the sum. The psum-legalize pass (on by default) "

@@ -28,8 +28,18 @@ def summary_lines(report: dict) -> list[str]:
         f"{report['instructions_unrolled']:,} if static loops were unrolled, "
         f"{report['instructions_executed']:,} executed",
         f"  loops: {loops['rolled']} rolled, {loops['split']} split, {loops['concrete']} traced concretely, "
-        f"{loops['dynamic']} dynamic",
+        f"{loops['dynamic']} dynamic" + _after_passes(report),
     ] + cache_lines(report)
+
+
+def _after_passes(report: dict) -> str:
+    """The trace's loop counts are what the tracer made; a pass such as unroll
+    changes the compiled program, so say what is left of it."""
+    n = report.get("static_loops")
+    if not n or n["traced"] == n["compiled"]:
+        return ""
+    return (f" (after the passes: {n['compiled']} static loop{'s' if n['compiled'] != 1 else ''}, "
+            f"{report['instructions_compiled']:,} instructions)")
 
 
 def cache_lines(report: dict) -> list[str]:

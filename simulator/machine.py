@@ -35,7 +35,7 @@ from ._blas import single_threaded_blas
 from .reference import ReferenceMachine
 from .report import DMA_DIRECTIONS, EngineStats, SimReport
 from .timing import COMPUTE_ENGINES, CostTable, cost_table, dma_ns, op_cost_ns
-from .trace import DEFAULT_MAX_EVENTS, TraceRecorder
+from .trace import DEFAULT_MAX_EVENTS, TraceRecorder, loop_label
 
 _accumulate = ReferenceMachine._accumulate  # the accumulate=None rule, one implementation
 _INF = float("inf")
@@ -264,7 +264,7 @@ class MachineSimulator:
                     items.append((1, self.tensors[s.tensor]))
             elif isinstance(s, Loop):
                 body = self._compile_block(s.body.stmts, loop_vars + (s.var,))
-                items.append((2, (s.var, s.trip, body, len(loop_vars))))
+                items.append((2, (s.var, s.trip, body, len(loop_vars), loop_label(s), s.start, s.step)))
         return items
 
     @staticmethod
@@ -559,7 +559,7 @@ class MachineSimulator:
                 self._loop(x)
 
     def _loop(self, spec) -> None:
-        var, trip, body, depth = spec
+        var, trip, body, depth, label, start, step = spec
         env = self.env
         if self.tracing:
             spans, tracer = self._spans, self.tracer
@@ -569,7 +569,7 @@ class MachineSimulator:
                 self._block(body)
                 lo, hi = spans.pop()
                 if lo <= hi:
-                    tracer.loop(var, t, lo, hi, depth)
+                    tracer.loop(label, t, lo, hi, depth, start, step)
                     if spans:
                         outer = spans[-1]
                         if lo < outer[0]:
