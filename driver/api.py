@@ -98,6 +98,15 @@ class CompiledKernel:
     def print_ir(self) -> str:
         return format_kernel(self.ir)
 
+    @property
+    def output_names(self) -> list[str]:
+        """The outputs by the names the kernel gives them (`out`), in order; two
+        outputs with one name get the line each was made at (`out@12`)."""
+        decls = [self.ir.tensor(o) for o in self.ir.outputs]
+        names = [d.user_name for d in decls]
+        return [f"{n}@{d.loc.line}" if names.count(n) > 1 and d.loc is not None else n
+                for n, d in zip(names, decls)]
+
 
 def check_array(name: str, array, spec: TensorSpec, loc=None) -> None:
     a = np.asarray(array)

@@ -359,7 +359,7 @@ def simulate_cmd(
     except NkiccError as err:
         _fail(err)
     outs = result if isinstance(result, tuple) else (() if result is None else (result,))
-    for name, value in zip(compiled.ir.outputs, outs):
+    for name, value in zip(compiled.output_names, outs):
         v = np.asarray(value, dtype=np.float64)
         nan = int(np.isnan(v).sum())
         finite = v[np.isfinite(v)]
@@ -373,7 +373,7 @@ def simulate_cmd(
                 f.write(compiled.sim.to_json(indent=2))
     if output:
         with _writing(_npz_path(output), "--output", "wb") as f:
-            np.savez(f, **dict(zip(compiled.ir.outputs, outs)))
+            np.savez(f, **dict(zip(compiled.output_names, outs)))
 
 
 @app.command("run", context_settings={"allow_extra_args": True, "ignore_unknown_options": True,

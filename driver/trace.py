@@ -268,13 +268,13 @@ def _outputs(result, builder: Builder, loc: Loc) -> list[str]:
             raise NkiccError("E104", f"the kernel returns a {type(item).__name__}; kernels return HBM tensors", loc,
                              "return tensors made with nl.ndarray(..., buffer=nl.shared_hbm)")
         if item.decl.on_chip:
-            raise NkiccError("E104", f"the kernel returns {item.name}, which lives in {item.buffer}", loc,
+            raise NkiccError("E104", f"the kernel returns {item.shown}, which lives in {item.buffer}", loc,
                              "store the tile into an nl.shared_hbm tensor and return that")
         if item.decl.role == "arg":
-            raise NkiccError("E104", f"the kernel returns its argument {item.name}", loc,
+            raise NkiccError("E104", f"the kernel returns its argument {item.shown}", loc,
                              "return a new nl.shared_hbm tensor")
         if builder.grid and item.buffer != "shared_hbm":
-            raise NkiccError("E104", f"the kernel launched on a grid returns {item.name}, which lives in "
+            raise NkiccError("E104", f"the kernel launched on a grid returns {item.shown}, which lives in "
                                      f"{item.buffer}; each program would have its own", loc,
                              "return tensors made with nl.ndarray(..., buffer=nl.shared_hbm)")
         names.append(item.name)

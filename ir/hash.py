@@ -88,7 +88,7 @@ class NotCanonical(Exception):
 # field may hold a name.
 KNOWN_FIELDS = {
     "Loc": ("file", "line"),
-    "TensorDecl": ("name", "shape", "dtype", "buffer", "role", "loc", "address"),
+    "TensorDecl": ("name", "shape", "dtype", "buffer", "role", "loc", "address", "label"),
     "ScalarOffset": ("register", "tensor", "offset"),
     "Access": ("tensor", "offset", "pattern", "scalar", "scalar_scale"),
     "Const": ("value",),
@@ -221,6 +221,7 @@ class Renaming:
         return Block(tuple(self.stmt(s) for s in b.stmts))
 
     def decl(self, t: TensorDecl) -> TensorDecl:
+        # the label is a name: canonical forms leave it out, like the name itself
         return TensorDecl(self.tensor(t.name), t.shape, t.dtype, t.buffer, t.role, self.loc(t.loc), t.address)
 
 

@@ -6,7 +6,8 @@ import operator
 from ..ir import NkiccError
 from . import dtypes
 from .tensor import Tensor, require_builder
-from .tracing import SymInt, user_loc
+from .naming import assigned_name
+from .tracing import SymInt, user_frame, user_loc
 
 sbuf = "sbuf"
 psum = "psum"
@@ -68,7 +69,8 @@ def new_tensor(shape, dtype, buffer="sbuf", name="", loc=None) -> Tensor:
             raise NkiccError("E133", f"PSUM tile of shape {list(shape)} needs {free_bytes} bytes per partition; "
                                      f"a bank holds {PSUM_BANK_BYTES}", loc,
                              "at most 512 fp32 values per partition in one PSUM tile")
-    label = str(name) if name else ""
+    # the user's name for it: name=, else the variable the kernel assigns it to
+    label = str(name) if name else assigned_name(user_frame(2))
     return Tensor(b, b.new_tensor(shape, dt, buf, label, "local", loc))
 
 

@@ -71,6 +71,11 @@ class Tensor:
         return self.decl.name
 
     @property
+    def shown(self) -> str:
+        """The user's name for it, with the line it was made at (messages)."""
+        return self.decl.described()
+
+    @property
     def itemsize(self) -> int:
         return dtypes.itemsize(self.decl.dtype)
 
@@ -167,7 +172,7 @@ class Tensor:
                 raise NkiccError("E120", "scalar_offset must live on SBUF", loc)
             if not scalar_offset.decl.dtype.startswith(("int", "uint")):
                 raise NkiccError("E103", f"scalar_offset must be an integer tile (int32), "
-                                         f"{scalar_offset.name} is {scalar_offset.decl.dtype}", loc,
+                                         f"{scalar_offset.shown} is {scalar_offset.decl.dtype}", loc,
                                  "keep runtime offsets in an nl.int32 tile")
             so = scalar_offset.access
             scalar = ScalarOffset(tensor=so.tensor, offset=so.offset)
@@ -225,7 +230,7 @@ def _check_range(start: Affine, size: int, stride: int, num: int, trips, dim: in
     lo, hi = start.bounds(trips)
     last = hi + (size - 1) * stride
     if lo < 0 or last >= num:
-        raise NkiccError("E101", f"index out of bounds on dimension {dim} of {t.decl.name} "
+        raise NkiccError("E101", f"index out of bounds on dimension {dim} of {t.shown} "
                                  f"(size {num}): reaches [{lo}, {last}]", loc,
                          "check the slice bounds and the loop trip counts")
 
@@ -233,7 +238,7 @@ def _check_range(start: Affine, size: int, stride: int, num: int, trips, dim: in
 def check_access_bounds(access: Access, decl: TensorDecl, trips, loc) -> None:
     lo, hi = extent(access, trips, decl)
     if lo < 0 or hi >= decl.size:
-        raise NkiccError("E101", f"access pattern on {decl.name} reaches elements [{lo}, {hi}] "
+        raise NkiccError("E101", f"access pattern on {decl.described()} reaches elements [{lo}, {hi}] "
                                  f"of a tensor with {decl.size}", loc,
                          "check the pattern's steps and counts and the offset")
 

@@ -219,12 +219,12 @@ class MachineSimulator:
                 continue
             d = t.decl
             if d.address is None:
-                raise NkiccError("E172", f"on-chip tensor {d.name} has no address: the kernel is not lowered",
+                raise NkiccError("E172", f"on-chip tensor {d.described()} has no address: the kernel is not lowered",
                                  d.loc, "compile it with the alloc pass (nkicc.compile does) before the machine "
                                         "simulator, or use the reference simulator")
             end = d.address + t.F * t.item
             if d.address < 0 or end > limits[d.buffer] or t.P > tg.partitions:
-                raise NkiccError("E172", f"{d.buffer} tensor {d.name} [{t.P} partitions, bytes {d.address}.."
+                raise NkiccError("E172", f"{d.buffer} tensor {d.described()} [{t.P} partitions, bytes {d.address}.."
                                          f"{end}) does not fit the {d.buffer} of {tg.name} ({tg.partitions} x "
                                          f"{limits[d.buffer]} bytes)", d.loc, "an allocator bug")
 
@@ -423,7 +423,7 @@ class MachineSimulator:
         t = acc.t
         if e + acc.lo_span < 0 or (e + acc.hi_span >= t.size and (write or not t.onchip)):
             raise NkiccError("E170", f"{op.opcode} accesses elements [{e + acc.lo_span}, {e + acc.hi_span}] of "
-                                     f"{t.name} (size {t.size}) at run time", op.loc,
+                                     f"{t.decl.described()} (size {t.size}) at run time", op.loc,
                              "the runtime scalar offset is out of range: check how it is updated")
         return e
 
@@ -770,8 +770,8 @@ class MachineSimulator:
         raise NkiccError(
             "E171",
             f"{kind} hazard: {p.opcode} (id {p.id}, {p.loc_str}) on {self.engines[p.ekey]} {mine} "
-            f"{acc.t.name} at {start:.1f} ns{where}, before {other.opcode} (id {other.id}, {other.loc_str}) "
-            f"on {self.engines[other.ekey]} that {verb} {rec[7].t.name} finishes at {rec_finish:.1f} ns",
+            f"{acc.t.decl.described()} at {start:.1f} ns{where}, before {other.opcode} (id {other.id}, {other.loc_str}) "
+            f"on {self.engines[other.ekey]} that {verb} {rec[7].t.decl.described()} finishes at {rec_finish:.1f} ns",
             p.op.loc, f"a semaphore is missing: op {p.id} must wait for op {other.id} (a schedule bug)")
 
     # --- results -------------------------------------------------------------------------

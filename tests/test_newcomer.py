@@ -192,3 +192,133 @@ def test_reproduce_prints_the_traceback_and_says_where_it_is_recorded(tmp_path):
     assert f'"traceback" in {repro}' in r2.stderr
     assert json.loads(repro.read_text())["traceback"].startswith("Traceback")
     assert len(list(tmp_path.glob("nkicc-repro-*.json"))) == 1    # replaying writes no second reproducer
+
+
+# -- 3: names from the source -------------------------------------------------------------------
+
+NAMED = textwrap.dedent('''
+    import nkicc
+    import nkicc.language as nl
+    import nkicc.isa as nisa
+
+
+    @nkicc.jit
+    def two(a: "float32[128,64]", b: "float32[128,64]"):
+        total = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        scaled = nl.ndarray(
+            a.shape, dtype=a.dtype,
+            buffer=nl.shared_hbm)
+        ta, tb = nl.load(a), nl.load(b)
+        s = nl.add(ta, tb)
+        nl.store(total, value=s)
+        nl.store(scaled, value=nl.multiply(ta, 2.0))
+        return total, scaled
+
+
+    @nkicc.jit
+    def psum_stationary(s: "float32[64,8]", m: "float32[64,16]"):
+        out = nl.ndarray((8, 16), dtype=nl.float32, buffer=nl.shared_hbm)
+        p = nl.zeros((64, 8), dtype=nl.float32, buffer=nl.psum)
+        acc = nl.ndarray((8, 16), dtype=nl.float32, buffer=nl.psum)
+        nisa.nc_matmul(dst=acc, stationary=p, moving=nl.load(m))
+        nl.store(out, value=nl.copy(acc))
+        return out
+
+
+    @nkicc.jit
+    def half_written(a: "float32[256,64]"):
+        result = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        nl.store(result[0:128, :], value=nl.load(a[0:128, :]))
+        return result
+''')
+
+
+@pytest.fixture
+def named_file(tmp_path):
+    path = tmp_path / "named.py"
+    path.write_text(NAMED)
+    return path
+
+
+def test_messages_use_the_variable_names(named_file):
+    line = one_line(nkicc("compile", f"{named_file}::psum_stationary"), "E131")
+    p_line = NAMED.splitlines().index("    p = nl.zeros((64, 8), dtype=nl.float32, buffer=nl.psum)") + 1
+    assert f"p (made at line {p_line}) is in psum" in line, line
+    line = one_line(nkicc("simulate", f"{named_file}::half_written"), "E174")
+    r_line = NAMED.splitlines().index("    result = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)") + 1
+    assert f"output result (made at line {r_line})" in line, line
+
+
+def test_simulate_output_and_npz_keys_are_the_returned_variables(named_file, tmp_path, rng):
+    a = rng.standard_normal((128, 64)).astype(np.float32)
+    b = rng.standard_normal((128, 64)).astype(np.float32)
+    np.savez(tmp_path / "in.npz", a=a, b=b)
+    r = nkicc("simulate", f"{named_file}::two", "--inputs", str(tmp_path / "in.npz"), "-o", str(tmp_path / "o.npz"))
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"^total: float32\[128, 64\]", r.stdout, re.M) and re.search(r"^scaled: ", r.stdout, re.M)
+    with np.load(tmp_path / "o.npz") as saved:
+        assert sorted(saved.files) == ["scaled", "total"]
+        np.testing.assert_allclose(saved["total"], a + b, rtol=1e-6)
+        np.testing.assert_allclose(saved["scaled"], 2 * a, rtol=1e-6)
+
+
+def test_tracer_records_assignment_targets(named_file):
+    import importlib.util
+    import nkicc
+    spec = importlib.util.spec_from_file_location("named_kernels", named_file)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    c = nkicc.compile(mod.two, "float32[128,64]", "float32[128,64]", cache=False)
+    labels = {t.label for t in c.traced_ir.tensors}
+    assert {"a", "b", "total", "scaled", "ta", "tb", "s"} <= labels, labels   # tuple targets, a multi-line call
+    assert c.output_names == ["total", "scaled"]
+    names = [t.name for t in c.traced_ir.tensors]
+    assert len(names) == len(set(names))                 # internal names stay unique
+
+
+def test_labels_are_not_part_of_the_cache_key_but_survive_serialisation(tmp_path):
+    import nkicc
+    import nkicc.language as nl
+    from nkicc.ir.hash import kernel_hash
+    from nkicc.ir.serialize import from_json, to_json
+
+    def body(a):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        tile = nl.load(a)
+        nl.store(out, value=nl.exp(tile))
+        return out
+
+    def renamed(a):
+        result = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        x = nl.load(a)
+        nl.store(result, value=nl.exp(x))
+        return result
+
+    one = nkicc.compile(body, "float32[128,32]", cache=False).traced_ir
+    two = nkicc.compile(renamed, "float32[128,32]", cache=False).traced_ir
+    assert {t.label for t in one.tensors} != {t.label for t in two.tensors}
+    assert kernel_hash(one) == kernel_hash(two)
+    assert from_json(to_json(one)) == one and "tile" in {t.label for t in from_json(to_json(one)).tensors}
+
+
+def test_names_from_the_source_cover_the_target_forms():
+    from nkicc.language.naming import assigned_name
+    import inspect
+
+    class Holder:
+        pass
+
+    def made():
+        return assigned_name(inspect.currentframe().f_back)
+
+    h = Holder()
+    tiles = [None]
+    plain = made()
+    h.acc = made()
+    tiles[0] = made()
+    first, second = made(), made()
+    nested = str(made())                     # not the whole value: no name
+    multi = made(
+    )
+    assert (plain, h.acc, tiles[0], first, second, nested, multi) == ("plain", "acc", "tiles", "first", "second",
+                                                                     "", "multi")

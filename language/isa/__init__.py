@@ -34,7 +34,7 @@ def _tensor(x, what: str, loc) -> Tensor:
 
 def _on_chip(t: Tensor, what: str, loc) -> None:
     if not t.decl.on_chip:
-        raise NkiccError("E120", f"{what} must be on SBUF or PSUM, but {t.name} is in {t.buffer}", loc,
+        raise NkiccError("E120", f"{what} must be on SBUF or PSUM, but {t.shown} is in {t.buffer}", loc,
                          "nl.load it into SBUF first")
     if t.shape and t.shape[0] > PMAX:
         raise NkiccError("E110", f"{what} spans {t.shape[0]} partitions; at most {PMAX}", loc,
@@ -60,7 +60,7 @@ def _free_limits(opcode: str, tensors, loc) -> None:
     for t in tensors:
         limit = FREE_MAX.get(t.buffer)
         if limit is not None and _free(t) > limit:
-            raise NkiccError("E134", f"{opcode} accesses {_free(t)} elements per partition of {t.name} in "
+            raise NkiccError("E134", f"{opcode} accesses {_free(t)} elements per partition of {t.shown} in "
                                      f"{t.buffer}; one instruction handles at most {limit}", loc,
                              f"split the free dimension into pieces of at most {limit} elements")
 
@@ -137,10 +137,10 @@ def nc_matmul(dst, stationary, moving, accumulate=None, is_stationary_onezero=Fa
     mv = _tensor(moving, "nc_matmul moving", loc)
     for t, what in ((st, "stationary"), (mv, "moving")):
         if t.buffer != "sbuf":
-            raise NkiccError("E131", f"nc_matmul {what} must be in SBUF, {t.name} is in {t.buffer}", loc,
+            raise NkiccError("E131", f"nc_matmul {what} must be in SBUF, {t.shown} is in {t.buffer}", loc,
                              "copy it to SBUF with nisa.tensor_copy")
     if dst.buffer != "psum":
-        raise NkiccError("E131", f"nc_matmul dst must be in PSUM, {dst.name} is in {dst.buffer}", loc,
+        raise NkiccError("E131", f"nc_matmul dst must be in PSUM, {dst.shown} is in {dst.buffer}", loc,
                          "allocate the result with buffer=nl.psum")
     k, m, k2, n = st.shape[0], _free(st), mv.shape[0], _free(mv)
     if k != k2:
