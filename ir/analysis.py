@@ -6,7 +6,7 @@ from typing import Mapping
 
 from .nodes import Access, Op, TensorDecl
 
-# which hardware engine runs each opcode (NKI_SPEC section 5)
+# which hardware engine runs each opcode
 ENGINE = {
     "dma_copy": "dma", "nc_matmul": "pe", "nc_transpose": "pe", "activation": "act",
     "tensor_copy": "dve", "memset": "dve", "tensor_tensor": "dve", "tensor_scalar": "dve",

@@ -14,7 +14,13 @@ from .ops import (  # noqa: F401 - the op functions are generated in ops
 from . import dtypes
 from .ranges import affine_range, dynamic_range, sequential_range, static_range
 from .spmd import num_programs, program_id, program_ndim
-from .tensor import DynSlice, Tensor, ds, unsupported_name
+from .tensor import DynSlice, Tensor, ds
+from .tensor import unsupported_name as _unsupported_name
+
+
+def __dir__():
+    # the bf16/fp8 dtypes exist although they are made on first use
+    return sorted(set(globals()) | set(dtypes.LAZY))
 
 
 def __getattr__(name: str):
@@ -23,4 +29,4 @@ def __getattr__(name: str):
         return dtypes.ml_dtype(name)
     if name.startswith("_"):
         raise AttributeError(f"module 'nkicc.language' has no attribute {name!r}")
-    raise unsupported_name("nl", name)
+    raise _unsupported_name("nl", name)

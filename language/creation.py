@@ -75,6 +75,9 @@ def new_tensor(shape, dtype, buffer="sbuf", name="", loc=None) -> Tensor:
 
 
 def ndarray(shape, dtype, buffer=sbuf, name="", address=None, **_hints) -> Tensor:
+    """A new tensor, uninitialised: on chip (nl.sbuf, nl.psum; dimension 0 is the partition dimension, at
+    most 128) or in HBM (nl.shared_hbm for the kernel's outputs). `name` defaults to the variable it is
+    assigned to; `address` is ignored (the alloc pass places tiles)."""
     return new_tensor(shape, dtype, buffer, name, user_loc(2))
 
 
@@ -89,14 +92,17 @@ def _filled(shape, dtype, buffer, name, value, loc) -> Tensor:
 
 
 def zeros(shape, dtype, buffer=sbuf, name="", **_hints) -> Tensor:
+    """A new on-chip tile filled with 0."""
     return _filled(shape, dtype, buffer, name, 0.0, user_loc(2))
 
 
 def ones(shape, dtype, buffer=sbuf, name="", **_hints) -> Tensor:
+    """A new on-chip tile filled with 1."""
     return _filled(shape, dtype, buffer, name, 1.0, user_loc(2))
 
 
 def full(shape, fill_value, dtype, buffer=sbuf, name="", **_hints) -> Tensor:
+    """A new on-chip tile filled with the number `fill_value`."""
     loc = user_loc(2)
     try:
         value = float(fill_value)
@@ -106,14 +112,17 @@ def full(shape, fill_value, dtype, buffer=sbuf, name="", **_hints) -> Tensor:
 
 
 def zeros_like(a: Tensor, dtype=None, buffer=None, name="", **_hints) -> Tensor:
+    """nl.zeros with the shape (and, unless given, dtype and buffer) of `a`."""
     return _filled(a.shape, dtype or a.dtype, buffer or a.buffer, name, 0.0, user_loc(2))
 
 
 def ones_like(a: Tensor, dtype=None, buffer=None, name="", **_hints) -> Tensor:
+    """nl.ones with the shape (and, unless given, dtype and buffer) of `a`."""
     return _filled(a.shape, dtype or a.dtype, buffer or a.buffer, name, 1.0, user_loc(2))
 
 
 def empty_like(a: Tensor, dtype=None, buffer=None, name="", **_hints) -> Tensor:
+    """nl.ndarray with the shape (and, unless given, dtype and buffer) of `a`."""
     return new_tensor(a.shape, dtype or a.dtype, buffer or a.buffer, name, user_loc(2))
 
 
@@ -124,6 +133,7 @@ def par_dim(size):
 
 
 class tile_size:
+    """Hardware tile limits: partitions, PSUM free size, matmul operand free sizes, PSUM banks."""
     pmax = 128
     psum_fmax = 512
     gemm_stationary_fmax = 128

@@ -28,6 +28,7 @@ class DynSlice:
 
 
 def ds(start, size) -> DynSlice:
+    """A slice of `size` elements from `start` (which may depend on loop indices): `t[nl.ds(i * 128, 128), :]`."""
     size = as_affine(size, "nl.ds size")
     if not size.is_const:
         raise NkiccError("E102", "nl.ds size must be a compile-time constant", user_loc(2),
@@ -254,7 +255,7 @@ class UnsupportedName(NkiccError, AttributeError):
 
 def unsupported_name(module: str, name: str) -> UnsupportedName:
     return UnsupportedName("E160", f"{module}.{name} is not supported by nkicc (or is not NKI)", user_loc(3),
-                           "see NKI_SPEC section 4 for the operations nkicc provides")
+                           "docs/api.md lists the operations nkicc provides")
 
 
 def require_builder(what: str) -> Builder:

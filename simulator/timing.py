@@ -1,7 +1,7 @@
 """Instruction costs for the machine simulator.
 
 ESTIMATES, NOT MEASUREMENTS. Every number below comes from the public NKI
-instruction documentation and architecture guides (NKI_SPEC.md section 6), not
+instruction documentation and architecture guides (the vendor's NKI docs), not
 from a profile of real hardware. They live in one table per target
 (`COST_TABLES`) so that recalibrating is a matter of editing numbers here, or of
 passing `MachineSimulator(..., costs=replace(cost_table(target), ...))`.

@@ -4,6 +4,7 @@ Every test runs the real command line (a subprocess, as a user types it) or the
 real API, on random data where results are compared.
 """
 import json
+import pathlib
 import os
 import re
 import subprocess
@@ -322,3 +323,59 @@ def test_names_from_the_source_cover_the_target_forms():
     )
     assert (plain, h.acc, tiles[0], first, second, nested, multi) == ("plain", "acc", "tiles", "first", "second",
                                                                      "", "multi")
+
+
+# -- 4: docs/api.md is generated from the definitions and cannot drift --------------------------
+
+def test_api_reference_is_current():
+    from nkicc.apidoc import render
+    committed = (REPO / "docs" / "api.md").read_text()
+    assert committed == render(), "docs/api.md is stale: run `python -m nkicc.apidoc > docs/api.md`"
+
+
+def test_api_reference_lists_every_public_operation():
+    """Independent of the generator's own filter: every name a kernel can use
+    (anything of nl / nisa that is not private, a module or an import) is on
+    the page with its parameters."""
+    import inspect
+    import nkicc.isa as nisa
+    import nkicc.language as nl
+    page = (REPO / "docs" / "api.md").read_text()
+    for short, module in (("nl", nl), ("nisa", nisa)):
+        names = getattr(module, "__all__", None) or [
+            n for n in dir(module) if not n.startswith("_") and inspect.isfunction(getattr(module, n))
+            and getattr(module, n).__module__.startswith(module.__name__)]
+        assert names
+        for n in names:
+            fn = getattr(module, n)
+            params = ", ".join(p for p in inspect.signature(fn).parameters if not p.startswith("_"))
+            assert f"`{short}.{n}(" in page, n
+            assert all(p in page[page.index(f"`{short}.{n}("):][:400] for p in params.split(", ") if p), n
+    for dt in ("bfloat16", "float32", "tfloat32", "int32"):
+        assert f"`nl.{dt}`: dtype `{dt}`" in page
+    assert "`nt.tensor`" in page and "`enable_passes=()`" in page
+
+
+def test_python_m_apidoc_prints_the_page():
+    r = subprocess.run([sys.executable, "-m", "nkicc.apidoc"], capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout == (REPO / "docs" / "api.md").read_text()
+
+
+def test_nothing_points_outside_the_repository():
+    """Messages and docs never send a user to a file a clone or an installed
+    package does not have (benchmark records name where they ran)."""
+    bad = []
+    for path in REPO.rglob("*"):
+        if not path.is_file() or path.suffix not in (".py", ".md", ".toml", ".ipynb", ".txt"):
+            continue
+        rel = path.relative_to(REPO)
+        if rel.parts[0] in (".venv", "bench", "build") or rel.parts[0].startswith(".") or \
+                rel == pathlib.Path("tests/test_newcomer.py") or "egg-info" in str(rel):
+            continue
+        text = path.read_text(errors="replace")
+        if "NKI_SPEC" in text:
+            bad.append(f"{rel}: NKI_SPEC")
+        if rel.parts[0] not in ("tests",) and rel != pathlib.Path("docs/benchmarks.md") and \
+                "../shared/" in text:
+            bad.append(f"{rel}: ../shared/")
+    assert not bad, bad

@@ -15,7 +15,7 @@ __all__ = [
 ]
 
 PMAX = 128
-# elements per partition one compute instruction may read or write (NKI_SPEC 4)
+# elements per partition one compute instruction may read or write
 FREE_MAX = {"sbuf": 64 * 1024, "psum": 4 * 1024}
 
 # engine hints kernels pass as engine=...; nkicc's schedule pass picks engines itself
@@ -91,7 +91,7 @@ def dma_copy(dst, src, dst_rmw_op=None, oob_mode=None, dge_mode=None, name=None,
                          f"make the shapes match: dst {list(dst.shape)}, src {list(src.shape)}")
     if dst_rmw_op is not None:
         raise NkiccError("E160", "dma_copy(dst_rmw_op=) is not supported yet", loc)
-    # a DMA between different dtypes converts through fp32 (NKI_SPEC 4)
+    # a DMA between different dtypes converts through fp32
     attrs = {"cast": "float32"} if dst.decl.dtype != src.decl.dtype else {}
     _emit("dma_copy", [dst], [src], attrs, loc)
 
