@@ -379,3 +379,41 @@ def test_nothing_points_outside_the_repository():
                 "../shared/" in text:
             bad.append(f"{rel}: ../shared/")
     assert not bad, bad
+
+
+# -- 7: the kernel-level cache key is the code, not the file it lives in -------------------------
+
+def _load(path, name):
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_same_kernel_in_another_file_is_a_kernel_level_hit(tmp_path, rng):
+    """What a restarted notebook does: the same cell code, under another file
+    name (ipykernel_<PID>/...). The hit's IR and warnings name the new file."""
+    import nkicc
+    source = ONE_KERNEL
+    (tmp_path / "one").mkdir()
+    (tmp_path / "another-folder").mkdir()
+    first_path, second_path = tmp_path / "one" / "cell.py", tmp_path / "another-folder" / "cell_2.py"
+    first_path.write_text(source + f"\n# salt {rng.integers(1 << 60)}\n")  # a key no other test made
+    second_path.write_text(first_path.read_text())
+    first, second = _load(first_path, "cell_first"), _load(second_path, "cell_second")
+    a = rng.standard_normal((256, 64)).astype(np.float32)
+    b = rng.standard_normal((256, 64)).astype(np.float32)
+    c1 = nkicc.compile(first.scale, a, b)
+    assert c1.report["cache"]["kernel"] == "miss"
+    c2 = nkicc.compile(second.scale, a, b)
+    assert c2.report["cache"]["kernel"] == "hit"
+    files = {s.loc.file for s in c2.ir.body.walk() if getattr(s, "loc", None) is not None} | \
+        {t.loc.file for t in c2.ir.tensors if t.loc is not None}
+    assert files == {str(second_path)}, files
+    np.testing.assert_allclose(c2.run(a, b), 3 * a + b, rtol=1e-6)
+    # an edit (another line) is a miss
+    edited = tmp_path / "one" / "edited.py"
+    edited.write_text(first_path.read_text().replace("value=nl.add(nl.multiply(ta, 3.0), tb)",
+                                                     "value=nl.add(nl.multiply(ta, 4.0), tb)"))
+    assert nkicc.compile(_load(edited, "cell_edited").scale, a, b).report["cache"]["kernel"] == "miss"

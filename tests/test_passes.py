@@ -348,7 +348,7 @@ def footprint_plugin(tmp_path_factory):
     with plugin autoload on (the suite turns it off, see conftest)."""
     from conftest import EXAMPLES, install_to_target
     target = install_to_target(EXAMPLES / "plugins" / "nkicc-footprint", tmp_path_factory)
-    path = os.pathsep.join(p for p in (str(target), os.environ.get("PYTHONPATH", "")) if p)
+    path = os.pathsep.join([str(target)] + [v for k, v in os.environ.items() if k == "PYTHONPATH" and v])
     return {"PYTHONPATH": path, "NKICC_DISABLE_PLUGIN_AUTOLOAD": "0"}
 
 
