@@ -417,3 +417,50 @@ def test_same_kernel_in_another_file_is_a_kernel_level_hit(tmp_path, rng):
     edited.write_text(first_path.read_text().replace("value=nl.add(nl.multiply(ta, 3.0), tb)",
                                                      "value=nl.add(nl.multiply(ta, 4.0), tb)"))
     assert nkicc.compile(_load(edited, "cell_edited").scale, a, b).report["cache"]["kernel"] == "miss"
+
+
+# -- 7: the notebook runs top to bottom twice, and once more after a restart with kernel hits -----
+
+NOTEBOOK = EXAMPLES / "notebooks" / "incremental.ipynb"
+
+
+def _outputs(cell) -> str:
+    return "".join(o.get("text", "") for o in cell.get("outputs", []) if o.get("output_type") == "stream")
+
+
+def test_notebook_runs_twice_then_hits_after_a_restart(tmp_path, monkeypatch):
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    pytest.importorskip("ipykernel")
+    monkeypatch.setenv("NKICC_CACHE_DIR", str(tmp_path / "cache"))  # the kernel process inherits it
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    code = [i for i, c in enumerate(nb.cells) if c.cell_type == "code"]
+    first_compile = next(i for i in code if "first = nkicc.compile" in nb.cells[i].source)
+    edit = next(i for i in code if "edited = nkicc.compile" in nb.cells[i].source)
+
+    client = nbclient.NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}})
+    runs = []
+    with client.setup_kernel():
+        for _ in range(2):                       # top to bottom, twice, in one kernel
+            for i in code:
+                client.execute_cell(nb.cells[i], i)
+            runs.append((_outputs(nb.cells[first_compile]), _outputs(nb.cells[edit])))
+    (first, edit1), (second, edit2) = runs
+    assert "'kernel': 'miss'" in first and re.search(r"regions hit after the edit: [1-9]\d* of", edit1), edit1
+    assert "'kernel': 'hit'" in second and "'kernel': 'hit'" in edit2
+
+    restarted = nbformat.read(NOTEBOOK, as_version=4)  # a new kernel process: another cell file name
+    nbclient.NotebookClient(restarted, timeout=300, kernel_name="python3",
+                            resources={"metadata": {"path": str(tmp_path)}}).execute()
+    assert "'kernel': 'hit'" in _outputs(restarted.cells[first_compile])
+    assert "'kernel': 'hit'" in _outputs(restarted.cells[edit])
+
+
+def test_notebook_has_its_outputs_stored():
+    import json
+    nb = json.loads(NOTEBOOK.read_text())
+    code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    assert all(c.get("execution_count") for c in code)
+    printing = [c for c in code if re.search(r"^(show|print)\(", "".join(c["source"]), re.M)]
+    assert len(printing) >= 4 and all(c.get("outputs") for c in printing)
+    assert "regions hit after the edit: " in json.dumps(nb)
