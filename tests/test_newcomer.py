@@ -464,3 +464,83 @@ def test_notebook_has_its_outputs_stored():
     printing = [c for c in code if re.search(r"^(show|print)\(", "".join(c["source"]), re.M)]
     assert len(printing) >= 4 and all(c.get("outputs") for c in printing)
     assert "regions hit after the edit: " in json.dumps(nb)
+
+
+# -- 6: a kernel with no return warns -------------------------------------------------------------
+
+NO_RETURN = textwrap.dedent('''
+    import nkicc
+    import nkicc.language as nl
+
+
+    @nkicc.jit
+    def forgot(a: "float32[128,64]"):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        nl.store(out, value=nl.exp(nl.load(a)))
+
+
+    @nkicc.jit
+    def returns_none(a: "float32[128,64]"):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        nl.store(out, value=nl.exp(nl.load(a)))
+        return None
+''')
+
+
+@pytest.mark.parametrize("kernel, line", [("forgot", "def forgot"), ("returns_none", "return None")])
+def test_kernel_without_return_warns(tmp_path, kernel, line):
+    path = tmp_path / "k.py"
+    path.write_text(NO_RETURN)
+    at = next(i for i, text in enumerate(NO_RETURN.splitlines(), 1)
+              if text.strip().startswith(line) and (line != "return None" or i > 10))
+    r = nkicc("simulate", f"{path}::{kernel}")
+    assert r.returncode == 0, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"warning[W104] {path}:{at}: kernel {kernel}"), r.stderr
+    assert "W104" in nkicc("explain", "W104").stdout
+
+
+# -- 11: Perfetto loop tracks name the source loop ------------------------------------------------
+
+def test_perfetto_loop_tracks_name_the_source_loop(tmp_path):
+    src = textwrap.dedent('''
+        import nkicc
+        import nkicc.language as nl
+
+
+        @nkicc.jit
+        def rows(a: "float32[1024,64]"):
+            out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            for row in nl.affine_range(8):
+                t = nl.load(a[row * 128:(row + 1) * 128, :])
+                nl.store(out[row * 128:(row + 1) * 128, :], value=nl.exp(t))
+            return out
+    ''')
+    path = tmp_path / "rows.py"
+    path.write_text(src)
+    r = nkicc("simulate", str(path), "--trace", str(tmp_path / "t.json"))
+    assert r.returncode == 0, r.stderr
+    events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    names = {e["tid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+    loop_line = src.splitlines().index("    for row in nl.affine_range(8):") + 1
+    tracks = sorted({n for n in names.values() if n.startswith("loop ")})
+    assert tracks and all(n.startswith(f"loop row at rows.py:{loop_line}") for n in tracks), tracks
+    loops = [e for e in events if e.get("cat") == "loop"]
+    assert all(".mb" not in e["name"] and e["name"].startswith("row=") for e in loops)
+    # the source's indices (multi-buffer runs two iterations per slice: 0, 2, 4, 6)
+    index = sorted(int(e["name"].split("=")[1]) for e in loops)
+    assert index[0] == 0 and len(set(index)) == len(index) and set(index) <= set(range(8)) and 8 % len(index) == 0
+    assert index == list(range(0, 8, 8 // len(index)))
+
+
+# -- 13: the summary under --enable-pass unroll -----------------------------------------------------
+
+def test_summary_under_unroll_says_what_is_left():
+    target = str(EXAMPLES / "matmul.py") + "::matmul_tiled"
+    rolled = nkicc("compile", target).stdout.splitlines()
+    unrolled = nkicc("compile", target, "--enable-pass", "unroll").stdout.splitlines()
+    assert rolled[2].startswith("  loops: ") and "after the passes" not in rolled[2]
+    m = re.search(r"\(after the passes: 0 static loops, ([\d,]+) instructions\)$", unrolled[2])
+    assert m, unrolled[2]
+    executed = re.search(r"([\d,]+) executed", unrolled[1]).group(1)
+    assert m.group(1) == executed   # fully unrolled: every executed instruction is in the program
