@@ -348,6 +348,9 @@ def test_api_reference_lists_every_public_operation():
         assert names
         for n in names:
             fn = getattr(module, n)
+            if not callable(fn):
+                assert f"`{short}.{n}`" in page, n
+                continue
             params = ", ".join(p for p in inspect.signature(fn).parameters if not p.startswith("_"))
             assert f"`{short}.{n}(" in page, n
             assert all(p in page[page.index(f"`{short}.{n}("):][:400] for p in params.split(", ") if p), n
@@ -370,7 +373,7 @@ def test_nothing_points_outside_the_repository():
             continue
         rel = path.relative_to(REPO)
         if rel.parts[0] in (".venv", "bench", "build") or rel.parts[0].startswith(".") or \
-                rel == pathlib.Path("tests/test_newcomer.py") or "egg-info" in str(rel):
+                rel in (pathlib.Path("tests/test_newcomer.py"), pathlib.Path("CHANGELOG.md")) or "egg-info" in str(rel):
             continue
         text = path.read_text(errors="replace")
         if "NKI_SPEC" in text:
@@ -391,7 +394,7 @@ def _load(path, name):
     return mod
 
 
-def test_same_kernel_in_another_file_is_a_kernel_level_hit(tmp_path, rng):
+def test_same_kernel_in_another_file_is_a_kernel_level_hit(tmp_path, rng, monkeypatch):
     """What a restarted notebook does: the same cell code, under another file
     name (ipykernel_<PID>/...). The hit's IR and warnings name the new file."""
     import nkicc
@@ -399,7 +402,8 @@ def test_same_kernel_in_another_file_is_a_kernel_level_hit(tmp_path, rng):
     (tmp_path / "one").mkdir()
     (tmp_path / "another-folder").mkdir()
     first_path, second_path = tmp_path / "one" / "cell.py", tmp_path / "another-folder" / "cell_2.py"
-    first_path.write_text(source + f"\n# salt {rng.integers(1 << 60)}\n")  # a key no other test made
+    monkeypatch.setenv("NKICC_CACHE_DIR", str(tmp_path / "cache"))  # other tests compile this kernel too
+    first_path.write_text(source)
     second_path.write_text(first_path.read_text())
     first, second = _load(first_path, "cell_first"), _load(second_path, "cell_second")
     a = rng.standard_normal((256, 64)).astype(np.float32)
