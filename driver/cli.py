@@ -205,7 +205,8 @@ def _plugin_names(values) -> tuple[str, ...]:
     if any(not n.strip() for v in values for n in str(v).split(",")):
         raise NkiccError("E303", "empty plugin module name (-p '')", None,
                          "give an import name or a plugin file, e.g. -p ./devpass.py")
-    return split_names(values)
+    # a plugin file by its absolute path: a reproducer replays it from any folder
+    return tuple(os.path.abspath(n) if n.endswith(".py") or "/" in n else n for n in split_names(values))
 
 
 def _build(target_spec, arg, const, options, cache=None, from_inputs=None):

@@ -80,7 +80,7 @@ def test_plugin_given_as_a_file_loads(one_kernel, spec):
     ("devpass", "current folder is not on the import path"),   # not importable by name from its folder
     (".devpass", "relative import name"),
     ("", "empty plugin module name"),
-    ("nosuch.py", "no plugin file nosuch.py"),
+    ("nosuch.py", "dev/nosuch.py (give the path"),
 ])
 def test_plugin_mistakes_are_one_line_e303(one_kernel, spec, says):
     # the console script, as a user runs it (`python -m` would put the current folder on sys.path)
