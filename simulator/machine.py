@@ -207,7 +207,7 @@ class MachineSimulator:
         touched = {n for n in self.tensors if self.neighbours[n] in written}
         for p in self.plans:
             p.hz_reads = [acc for acc in p.hz_reads if acc.t.name in touched]
-        self.tracer = TraceRecorder(kernel.name, getattr(target, "name", "?"), max_trace_events) \
+        self.tracer = TraceRecorder(kernel.name, getattr(target, "name", "?"), max_trace_events, self.decls) \
             if self.tracing else None
 
     # --- setup ---------------------------------------------------------------------------
@@ -540,7 +540,7 @@ class MachineSimulator:
         self._spans: list[list[float]] = []
         if self.tracing:
             self.tracer = TraceRecorder(self.kernel.name, getattr(self.target, "name", "?"),
-                                        self.tracer.max_events)
+                                        self.tracer.max_events, self.decls)
         with single_threaded_blas(), np.errstate(all="ignore"):  # semantics.compute's contract
             self._block(self._program)
         outputs = {name: self.hbm[name].reshape(self.decls[name].shape).copy() for name in self.kernel.outputs}

@@ -3,7 +3,8 @@
 The file is Chrome trace-event JSON (https://ui.perfetto.dev opens it, as does
 chrome://tracing): one track (a thread of process 1) per engine and per DMA
 queue, one complete ("X") event per executed instruction (name: the opcode;
-args: kernel file:line, op id, loop iteration indices), and loop iterations as
+args: kernel file:line, op id, the tensors it writes by the kernel's names,
+loop iteration indices), and loop iterations as
 complete events on "loop" tracks (one per source loop, named with the loop's
 variable as the kernel writes it and its file:line; more tracks where its
 iterations overlap in time). Times are
@@ -37,8 +38,10 @@ def loop_label(loop) -> tuple[str, str]:
 
 
 class TraceRecorder:
-    def __init__(self, kernel_name: str, target_name: str, max_events: int = DEFAULT_MAX_EVENTS) -> None:
+    def __init__(self, kernel_name: str, target_name: str, max_events: int = DEFAULT_MAX_EVENTS,
+                 decls: dict | None = None) -> None:
         self.kernel_name = kernel_name
+        self.decls = decls or {}  # tensor declarations: instructions name what they write as the kernel does
         self.target_name = target_name
         self.max_events = max_events
         self.ops: list[tuple] = []     # (plan, start_ns, finish_ns, iteration tuple)
@@ -79,8 +82,15 @@ class TraceRecorder:
             events.append({"name": "thread_name", "ph": "M", "pid": PID, "tid": tid, "args": {"name": name}})
             events.append({"name": "thread_sort_index", "ph": "M", "pid": PID, "tid": tid,
                            "args": {"sort_index": tid}})
+        writes: dict[int, str] = {}
         for plan, start, finish, iters, tid in self.ops:
             args = {"loc": plan.loc_str, "id": plan.id}
+            w = writes.get(plan.id)
+            if w is None:
+                w = writes[plan.id] = ", ".join(dict.fromkeys(
+                    self.decls[a.tensor].described() for a in plan.op.outs if a.tensor in self.decls))
+            if w:
+                args["writes"] = w
             if iters:
                 args["iter"] = ",".join(f"{v}={i}" for v, i in zip(plan.loop_vars, iters))
             events.append({"name": plan.opcode, "cat": plan.engine, "ph": "X", "pid": PID, "tid": tid,

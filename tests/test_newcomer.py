@@ -537,6 +537,10 @@ def test_perfetto_loop_tracks_name_the_source_loop(tmp_path):
     index = sorted(int(e["name"].split("=")[1]) for e in loops)
     assert index[0] == 0 and len(set(index)) == len(index) and set(index) <= set(range(8)) and 8 % len(index) == 0
     assert index == list(range(0, 8, 8 // len(index)))
+    # instructions name what they write as the kernel does
+    t_line = src.splitlines().index("        t = nl.load(a[row * 128:(row + 1) * 128, :])") + 1
+    written = {e["args"].get("writes") for e in events if e["ph"] == "X" and e.get("cat") != "loop"}
+    assert f"t (made at line {t_line})" in written and "out (made at line 8)" in written, written
 
 
 # -- 13: the summary under --enable-pass unroll -----------------------------------------------------
