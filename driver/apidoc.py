@@ -1,8 +1,9 @@
 """docs/api.md, generated from the definitions themselves: `python -m nkicc.apidoc > docs/api.md`
 (or `nkicc apidoc`).
 
-Every public name of nkicc.language (`nl`), nkicc.isa (`nisa`) and
-nkicc.language.typing (`nt`), and the options of `nki.jit` / `nkicc.jit`, with
+Every public name of the modules `nki` exposes (nkicc.language as `nl`,
+nkicc.isa as `nisa`, nkicc.language.typing as `nt`, ...), and the options of
+`nki.jit` / `nkicc.jit`, with
 its signature (inspect.signature) and the first paragraph of its docstring.
 Nothing is listed by hand: a module's public names are what dir() shows
 (its `__all__` when it has one, for the callables), so a new operation appears
@@ -18,11 +19,22 @@ import types
 
 import numpy as np
 
-MODULES = (  # (import name, how kernels spell it, what it holds)
-    ("nkicc.language", "nl", "tensors, buffers, dtypes, loop iterators and operations that return new tiles"),
-    ("nkicc.isa", "nisa", "instructions: the destination first, nothing returned"),
-    ("nkicc.language.typing", "nt", "annotations for kernel parameters (`import nki.typing as nt`)"),
-)
+# how kernels conventionally import the modules of `nki` (import nki.language as nl, ...)
+SHORT = {"language": "nl", "isa": "nisa", "typing": "nt"}
+
+
+def modules() -> list[tuple[str, str, str]]:
+    """(module name, how kernels spell it, what it holds) for every module the
+    `nki` that nkicc serves exposes: found there, not listed here."""
+    alias = _nki_alias()
+    out = []
+    for name in getattr(alias, "__all__", ()):
+        mod = getattr(alias, name, None)
+        if isinstance(mod, types.ModuleType):
+            what = " ".join((inspect.getdoc(mod) or name).split("\n\n")[0].split())
+            out.append((mod.__name__, SHORT.get(name, f"nki.{name}"), what))
+    return out
+
 
 HEADER = """# API reference
 
@@ -135,7 +147,7 @@ def _entry(text: str, doc: str) -> str:
 def module_section(modname: str, short: str, what: str) -> list[str]:
     module = importlib.import_module(modname)
     funcs, classes, consts = public_names(module)
-    lines = [f"## `{short}`: {modname}", "", what[0].upper() + what[1:] + ".", ""]
+    lines = [f"## `{short}`: {modname}", "", what.rstrip(".") + ".", ""]
     if funcs:
         lines += ["### Functions", ""]
         lines += [_entry(f"{short}.{n}{signature(v)}", first_paragraph(v)) for n, v in funcs]
@@ -187,7 +199,7 @@ def _nki_alias():
 
 def render() -> str:
     lines = HEADER.splitlines() + [""]
-    for modname, short, what in MODULES:
+    for modname, short, what in modules():
         lines += module_section(modname, short, what)
     lines += jit_section()
     return "\n".join(lines).rstrip() + "\n"
