@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .ir import Kernel, NkiccError, count_instructions, dtypes, format_kernel
+from .ir import Kernel, Loop, NkiccError, count_instructions, dtypes, format_kernel
 from .simulator.reference import poison
 from .simulator import run_reference
 from .simulator.reference import check_defined
@@ -148,6 +148,15 @@ class CompiledKernel:
     def print_ir(self) -> str:
         return format_kernel(self.ir)
 
+    @property
+    def output_names(self) -> list[str]:
+        """The outputs by the names the kernel gives them (`out`), in order; two
+        outputs with one name get the line each was made at (`out@12`)."""
+        decls = [self.ir.tensor(o) for o in self.ir.outputs]
+        names = [d.user_name for d in decls]
+        return [f"{n}@{d.loc.line}" if names.count(n) > 1 and d.loc is not None else n
+                for n, d in zip(names, decls)]
+
 
 def check_array(name: str, array, spec: TensorSpec, loc=None) -> None:
     a = np.asarray(array)
@@ -249,8 +258,15 @@ def build_report(c: CompiledKernel, pipeline: PipelineResult) -> dict:
         "pipeline": pipeline.pipeline,
         "passes": pipeline.timings,
         "instructions_compiled": count_instructions(c.ir).rolled,
+        # static loops in the IR as traced and as compiled: a pass that unrolls
+        # (unroll) or merges loops changes the second, and the summary says so
+        "static_loops": {"traced": _static_loops(c.traced_ir), "compiled": _static_loops(c.ir)},
         "notes": pipeline.notes,
     }
+
+
+def _static_loops(kernel) -> int:
+    return sum(1 for s in kernel.body.walk() if isinstance(s, Loop) and s.kind == "static")
 
 
 class JitKernel:

@@ -14,7 +14,8 @@ from .cache import env, keys
 from .cache.format import pack
 from .cache.regions import RegionSession
 from .cache.store import Store, enabled_by_env, open_store
-from .ir import Kernel, Loc, Loop, NkiccError, NotCanonical, exact_hash
+from .ir import Kernel, Loc, Loop, NkiccError, NotCanonical
+from .ir.hash import exact_hash_without_files, file_placeholder, move_files
 from .ir.serialize import Unserialisable
 from .passes import PassOptions, PipelineResult, Registry, run_pipeline, select
 
@@ -46,15 +47,15 @@ def _too_big(kernel: Kernel) -> bool:
     return False
 
 
-def _warning_json(w) -> list:
+def _warning_json(w, files: dict) -> list:
     loc = getattr(w, "loc", None)
     return [getattr(w, "code", "W000"), getattr(w, "message", str(w)),
-            None if loc is None else [loc.file, loc.line], getattr(w, "hint", "")]
+            None if loc is None else [files.get(loc.file, loc.file), loc.line], getattr(w, "hint", "")]
 
 
-def _warning_from_json(d) -> NkiccError:
+def _warning_from_json(d, files: dict) -> NkiccError:
     code, message, loc, hint = d
-    return NkiccError(code, message, None if loc is None else Loc(loc[0], loc[1]), hint)
+    return NkiccError(code, message, None if loc is None else Loc(files.get(loc[0], loc[0]), loc[1]), hint)
 
 
 class CachePlan:
@@ -69,6 +70,8 @@ class CachePlan:
         self.kernel = "bypass"
         self.saved_s = 0.0
         self.session: RegionSession | None = None
+        # the traced kernel's source files, in the order the key's placeholders number them
+        self.files: tuple[str, ...] = ()
 
     @staticmethod
     def prepare(options: PassOptions, reg: Registry, target, cache: bool | None = None,
@@ -124,10 +127,12 @@ class CachePlan:
             try:
                 if _too_big(result.kernel):
                     raise ValueError("too big")
+                # stored with its files as the key's placeholders; a hit puts the hitting kernel's back
+                to_key = {f: file_placeholder(i) for i, f in enumerate(self.files)}
                 meta = {"s": round(seconds, 9), "passes": result.timings,
-                        "warnings": [_warning_json(w) for w in result.warnings],
+                        "warnings": [_warning_json(w, to_key) for w in result.warnings],
                         "pipeline": result.pipeline, "notes": result.notes}
-                entries.append((key, pack("kernel", key, meta, result.kernel)))
+                entries.append((key, pack("kernel", key, meta, move_files(result.kernel, to_key))))
             except (Unserialisable, TypeError, ValueError) as exc:
                 self.why_not = "result too big to store" if str(exc) == "too big" else "result has no exact form"
                 self.kernel = "bypass"
@@ -140,13 +145,14 @@ class CachePlan:
         if self.why_not is not None:
             return None
         try:
+            ir_hash, self.files = exact_hash_without_files(kernel)  # where the source lives is not in the key
             return keys.make_key("kernel", {
                 **base,
                 "options": self.options.cache_key(),
                 "unroll": bool(self.unroll),
                 "passes": [[p.name, str(p.version), p.scope, self.reg.provider.get(p.name, "?")]
                            for p in select(self.options, self.reg)],
-                "ir": exact_hash(kernel),
+                "ir": ir_hash,
             })
         except (Unserialisable, NotCanonical, TypeError, ValueError):
             self.why_not = "IR has no exact form"
@@ -162,7 +168,9 @@ class CachePlan:
         try:
             if not isinstance(ir, Kernel):
                 raise TypeError("not a kernel")
-            result = PipelineResult(ir, list(meta["passes"]), [_warning_from_json(w) for w in meta["warnings"]],
+            back = {file_placeholder(i): f for i, f in enumerate(self.files)}
+            result = PipelineResult(move_files(ir, back), list(meta["passes"]),
+                                    [_warning_from_json(w, back) for w in meta["warnings"]],
                                     list(meta["pipeline"]), dict(meta["notes"]))
         except (KeyError, TypeError, ValueError):
             self.store.count("corrupt")

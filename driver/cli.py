@@ -26,9 +26,23 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # plain help: rich mode labels every flag "<bool>"
 )
 
 EXIT_USER, EXIT_USAGE, EXIT_BUDGET, EXIT_INTERNAL = 1, 2, 3, 4
+
+
+def _version(value: bool) -> None:
+    if value:
+        from .cache.keys import compiler_version
+        typer.echo(f"nkicc {compiler_version()}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", is_eager=True, callback=_version,
+                                       help="Print nkicc's version and exit")) -> None:
+    """Compile NKI kernels with loops kept rolled, and simulate them."""
 
 
 def _fail(err: NkiccError) -> None:
@@ -45,6 +59,43 @@ def _writing(path: str, flag: str, mode: str = "w"):
     except OSError as exc:
         _fail(NkiccError("E205", f"cannot write {flag} {path}: {exc.strerror or exc}", None,
                          "give a path in a folder that exists and is writable"))
+
+
+def _check_writable(path: Optional[str], flag: str) -> None:
+    """E205 now, for an output file that could not be written later: a missing
+    or read-only folder, or a folder in the file's place."""
+    if not path:
+        return
+    folder = os.path.dirname(os.path.abspath(path))
+    why = ("No such file or directory" if not os.path.isdir(folder) else
+           "Is a directory" if os.path.isdir(path) else
+           "Permission denied" if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK))
+           else None)
+    if why:
+        _fail(NkiccError("E205", f"cannot write {flag} {path}: {why}", None,
+                         "give a path in a folder that exists and is writable"))
+
+
+def _choice(flag: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise NkiccError("E201", f"bad value {value!r} for {flag}", None, f"use {flag} {'|'.join(allowed)}")
+
+
+def _npz_path(output: Optional[str]) -> Optional[str]:
+    """The file np.savez(output) writes."""
+    return output if not output or output.endswith(".npz") else output + ".npz"
+
+
+def _npz_specs(inputs: str) -> dict[str, TensorSpec]:
+    """Specs of the arrays in an --inputs FILE.npz (empty for random/ones or a
+    file that cannot be read: _inputs reports that)."""
+    if inputs in ("random", "ones") or not os.path.isfile(inputs):
+        return {}
+    try:
+        with np.load(inputs) as data:
+            return {k: TensorSpec.of_array(data[k]) for k in data.files}
+    except (OSError, ValueError, AttributeError, TypeError, NkiccError):
+        return {}
 
 
 def _warn(compiled) -> None:
@@ -69,8 +120,10 @@ def _const_value(text: str):
         return text
 
 
-def _resolve(target: str, args: list[str], consts: list[str]):
-    """Load FILE::KERNEL and split its parameters into tensor specs and constants."""
+def _resolve(target: str, args: list[str], consts: list[str], from_inputs: dict | None = None):
+    """Load FILE::KERNEL and split its parameters into tensor specs and constants.
+    `from_inputs`: specs of the arrays of an --inputs FILE.npz, used for
+    parameters with neither --arg nor an annotation."""
     from .loader import load_kernel
     from .trace import inspect_unwrap
 
@@ -94,6 +147,8 @@ def _resolve(target: str, args: list[str], consts: list[str]):
             continue
         elif p.name in defaults:
             specs[p.name] = defaults[p.name]
+        elif from_inputs and p.name in from_inputs:
+            specs[p.name] = from_inputs[p.name]
         elif p.default is p.empty:
             missing.append(p.name)
     if missing:
@@ -140,13 +195,24 @@ def _pass_options(target, enable, disable, opt, time_passes, before, after, veri
                        time_passes=time_passes, print_ir_before=split_names(before),
                        print_ir_after=split_names(after), verify_each=verify_each, max_compile_time=max_time,
                        max_compile_memory_mb=_memory_mb(max_memory), no_plugins=split_names(no_plugin),
-                       plugins=split_names(plugin))
+                       plugins=_plugin_names(plugin))
 
 
-def _build(target_spec, arg, const, options, cache=None):
+def _plugin_names(values) -> tuple[str, ...]:
+    """-p values, comma lists split; an empty one is a mistake, not nothing."""
+    from .passes import split_names
+
+    if any(not n.strip() for v in values for n in str(v).split(",")):
+        raise NkiccError("E303", "empty plugin module name (-p '')", None,
+                         "give an import name or a plugin file, e.g. -p ./devpass.py")
+    # a plugin file by its absolute path: a reproducer replays it from any folder
+    return tuple(os.path.abspath(n) if n.endswith(".py") or "/" in n else n for n in split_names(values))
+
+
+def _build(target_spec, arg, const, options, cache=None, from_inputs=None):
     from .api import BudgetError, _compile
 
-    fn, specs, constants = _resolve(target_spec, arg, const)
+    fn, specs, constants = _resolve(target_spec, arg, const, from_inputs)
     try:
         return _compile(fn, specs, constants, None, passes=options, printer=typer.echo, cache=cache)
     except BudgetError as exc:
@@ -165,7 +231,7 @@ def _time_table(report: dict) -> list[str]:
 
 @app.command("compile")
 def compile_cmd(
-    target_spec: str = typer.Argument(..., metavar="FILE.py::KERNEL", help="The kernel: FILE.py::KERNEL"),
+    target_spec: str = typer.Argument(..., metavar="FILE.py[::KERNEL]", help="The kernel: FILE.py::KERNEL, or FILE.py when it holds one kernel"),
     arg: List[str] = ARG, const: List[str] = CONST, target: Optional[str] = TARGET,
     enable_pass: List[str] = ENABLE, disable_pass: List[str] = DISABLE, opt: int = OPT,
     time_passes: bool = TIME_PASSES, print_ir_before: List[str] = PRINT_BEFORE,
@@ -256,7 +322,7 @@ def _inputs(compiled, how: str, seed: int) -> dict[str, np.ndarray]:
 
 @app.command("simulate")
 def simulate_cmd(
-    target_spec: str = typer.Argument(..., metavar="FILE.py::KERNEL", help="The kernel: FILE.py::KERNEL"),
+    target_spec: str = typer.Argument(..., metavar="FILE.py[::KERNEL]", help="The kernel: FILE.py::KERNEL, or FILE.py when it holds one kernel"),
     arg: List[str] = ARG, const: List[str] = CONST, target: Optional[str] = TARGET,
     enable_pass: List[str] = ENABLE, disable_pass: List[str] = DISABLE, opt: int = OPT,
     no_plugin: List[str] = NO_PLUGIN, plugin: List[str] = PLUGIN,
@@ -274,25 +340,25 @@ def simulate_cmd(
 ):
     """Compile a kernel and run it on the simulator; print output shapes and statistics."""
     try:
-        options = _pass_options(target, enable_pass, disable_pass, opt, False, (), (), False, 600.0, None,
-                                no_plugin, plugin)
-        compiled = _build(target_spec, arg, const, options, cache=False if no_cache else None)
-        arrays = _inputs(compiled, inputs, seed)
-        _warn(compiled)
-        if simulator not in ("machine", "reference") or timing not in ("on", "off"):
-            raise NkiccError("E201", f"--simulator {simulator} --timing {timing}", None,
-                             "--simulator machine|reference, --timing on|off")
+        _choice("--simulator", simulator, ("machine", "reference"))
+        _choice("--timing", timing, ("on", "off"))
         if trace_file and (simulator != "machine" or timing == "off"):
             raise NkiccError("E201", "--trace needs --simulator machine and --timing on", None)
+        # every file asked for is checked before the compile and the (long) simulation, not after
+        for path, flag in ((trace_file, "--trace"), (sim_json, "--sim-json"), (_npz_path(output), "--output")):
+            _check_writable(path, flag)
+        options = _pass_options(target, enable_pass, disable_pass, opt, False, (), (), False, 600.0, None,
+                                no_plugin, plugin)
+        compiled = _build(target_spec, arg, const, options, cache=False if no_cache else None,
+                          from_inputs=_npz_specs(inputs))
+        arrays = _inputs(compiled, inputs, seed)
+        _warn(compiled)
         compiled.simulator, compiled.timing, compiled.trace_path = simulator, timing == "on", trace_file
-        if trace_file:
-            with _writing(trace_file, "--trace"):
-                pass  # fail before a long simulation, not after it
         result = compiled.run(**arrays)
     except NkiccError as err:
         _fail(err)
     outs = result if isinstance(result, tuple) else (() if result is None else (result,))
-    for name, value in zip(compiled.ir.outputs, outs):
+    for name, value in zip(compiled.output_names, outs):
         v = np.asarray(value, dtype=np.float64)
         nan = int(np.isnan(v).sum())
         finite = v[np.isfinite(v)]
@@ -305,9 +371,8 @@ def simulate_cmd(
             with _writing(sim_json, "--sim-json") as f:
                 f.write(compiled.sim.to_json(indent=2))
     if output:
-        path = output if output.endswith(".npz") else output + ".npz"  # what np.savez(path) would write
-        with _writing(path, "--output", "wb") as f:
-            np.savez(f, **dict(zip(compiled.ir.outputs, outs)))
+        with _writing(_npz_path(output), "--output", "wb") as f:
+            np.savez(f, **dict(zip(compiled.output_names, outs)))
 
 
 @app.command("run", context_settings={"allow_extra_args": True, "ignore_unknown_options": True,
@@ -328,8 +393,10 @@ def run_cmd(
 
     if not os.path.isfile(script):
         _fail(NkiccError("E200", f"no such script: {script}", None, "give the path to a .py file"))
-    if timing not in ("on", "off"):
-        _fail(NkiccError("E201", f"--timing {timing}", None, "--timing on|off"))
+    try:
+        _choice("--timing", timing, ("on", "off"))
+    except NkiccError as err:
+        _fail(err)
     enable_nki_alias()
     sys.argv = [script, *ctx.args]
     folder = os.path.dirname(os.path.abspath(script))
@@ -379,7 +446,7 @@ def passes_cmd(
     from .passes import order, registry, split_names
 
     try:
-        reg = registry(split_names(no_plugin), split_names(plugin))
+        reg = registry(split_names(no_plugin), _plugin_names(plugin))
     except NkiccError as err:
         _fail(err)
     rows = [("name", "default", "scope", "cost", "version", "provided by", "description")]
@@ -404,13 +471,20 @@ def explain_cmd(code: str = typer.Argument(..., help="An error or warning code, 
 
 @app.command("reproduce")
 def reproduce_cmd(path: str = typer.Argument(..., help="A reproducer file written when a pass crashed")):
-    """Replay a reproducer: the recorded IR through the recorded pipeline and options."""
-    from .reproduce import replay
+    """Replay a reproducer: the recorded IR through the recorded pipeline and options;
+    a crash prints the pass's traceback (the one recorded first is in the file's "traceback")."""
+    from .reproduce import PassCrash, replay
 
     try:
         replay(path, printer=typer.echo)
     except NkiccError as err:
         _fail(err)
+    except PassCrash as crash:
+        typer.echo(crash.summary(), err=True)
+        typer.echo(crash.traceback_text().rstrip("\n"), err=True)
+        typer.echo(f"  this is a bug in {crash.provider}, not in the kernel; the traceback recorded when it "
+                   f"first crashed is under \"traceback\" in {path}", err=True)
+        raise typer.Exit(EXIT_INTERNAL)
     typer.echo("the reproducer ran without the recorded error")
 
 

@@ -107,7 +107,9 @@ CODES: dict[str, tuple[str, str]] = {
              "opened or written: the folder must exist and be writable."),
     "E301": ("unknown pass", "`nkicc passes` lists every pass the installed plugins provide."),
     "E302": ("bad pass options", "See `nkicc compile --help`."),
-    "E303": ("plugin module cannot be imported", "Install the plugin package or fix the module name."),
+    "E303": ("plugin module cannot be imported",
+             "-p takes an import name (pkg.devpass; the current folder is not on the import path, add it to "
+             "PYTHONPATH) or a plugin file (-p ./devpass.py). Install the plugin package or fix the name."),
     "E304": ("two plugins declare the same pass", "Uninstall one, or disable it with --no-plugin NAME."),
     "E305": ("required pass disabled", "verify and the backend's required passes always run."),
     "E306": ("pass ordering cycle", "The after/before declarations of some passes contradict each other."),
@@ -144,6 +146,11 @@ CODES: dict[str, tuple[str, str]] = {
              "NKI 0.6 replaces `for i in nl.dynamic_range(...)` with nl.fori_loop(lower, upper, body) and "
              "nl.while_loop(init, body); dynamic_range still works and warns, as the vendor's compiler does. "
              "docs/loops.md shows the migration."),
+    "W104": ("the kernel returns nothing",
+             "A kernel's results are the nl.shared_hbm tensors it returns. One that returns nothing (no return "
+             "statement, or `return None`) has no result: every instruction is dead, dce removes it, and a call "
+             "returns None. It is a warning rather than an error because such a kernel is legal NKI and often a "
+             "kernel in the middle of being written; add `return out`."),
     "W201": ("matmul accumulates onto PSUM a copy or memset initialised",
              "On NeuronCore-v2/v3, accumulating nc_matmul results onto PSUM that a non-matmul instruction "
              "wrote is undefined; nkicc's simulator gives the sum. The psum-legalize pass (on by default) "

@@ -56,9 +56,10 @@ def load_module(path: str) -> types.ModuleType:
 
 
 def load_kernel(target: str):
-    """`path/to/file.py::kernel` -> the kernel object."""
+    """`path/to/file.py::kernel` -> the kernel object; `path/to/file.py` when
+    the file defines exactly one `@nkicc.jit` kernel."""
     if "::" not in target:
-        raise NkiccError("E200", f"cannot tell the kernel in {target!r}", None, "write FILE.py::KERNEL")
+        return _only_kernel(target, load_module(target))
     path, name = target.rsplit("::", 1)
     module = load_module(path)
     if not hasattr(module, name):
@@ -67,3 +68,18 @@ def load_kernel(target: str):
         hint = f"did you mean {near[0]}?" if near else f"kernels in the file: {', '.join(candidates) or 'none'}"
         raise NkiccError("E200", f"{path} has no kernel named {name!r}", None, hint)
     return getattr(module, name)
+
+
+def _only_kernel(path: str, module: types.ModuleType):
+    from .api import JitKernel
+
+    # kernels defined in the file itself, not ones it imported
+    kernels = {k: v for k, v in vars(module).items()
+               if isinstance(v, JitKernel) and getattr(v.fn, "__module__", None) == module.__name__}
+    if len(kernels) == 1:
+        return next(iter(kernels.values()))
+    if not kernels:
+        raise NkiccError("E200", f"{path} has no @nkicc.jit kernel", None,
+                         "write FILE.py::KERNEL to name a plain function, or decorate the kernel with @nkicc.jit")
+    raise NkiccError("E200", f"{path} holds {len(kernels)} kernels", None,
+                     f"write {path}::KERNEL, KERNEL one of {', '.join(kernels)}")

@@ -54,7 +54,7 @@ class Pass:
 
 @dataclass(frozen=True)
 class Target:
-    """A NeuronCore generation (NKI_SPEC section 5)."""
+    """A NeuronCore generation: its memories and engines."""
     name: str
     sbuf_partition_bytes: int
     psum_partition_bytes: int = 16 * 1024

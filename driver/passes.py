@@ -7,6 +7,7 @@ import dataclasses
 import difflib
 import importlib
 import importlib.metadata
+import importlib.util
 import os
 import sys
 import time
@@ -121,11 +122,7 @@ def _load(no_plugins: set[str], plugins: tuple[str, ...], autoload: bool) -> Reg
     for modname in plugins:
         if modname in no_plugins:
             continue
-        try:
-            plugin = importlib.import_module(modname)
-        except ImportError as exc:
-            raise NkiccError("E303", f"cannot import plugin module {modname!r}: {exc}", None,
-                             "give an importable module name") from None
+        plugin = _import_plugin(modname)
         if pm.get_plugin(modname) is None:
             pm.register(plugin, name=modname)
             dist_of[plugin] = f"module {modname}"
@@ -144,6 +141,39 @@ def _load(no_plugins: set[str], plugins: tuple[str, ...], autoload: bool) -> Reg
         for t in batch or ():
             targets[t.name] = t
     return Registry(pm, passes, provider, targets)
+
+
+def _import_plugin(spec: str):
+    """A plugin module given by import name (`devpass`, `pkg.devpass`) or by
+    file (`./devpass.py`, `plugins/devpass.py`)."""
+    hint = ("give an import name (the current folder is not on the import path: add its folder to "
+            "PYTHONPATH) or the plugin's file, e.g. -p ./devpass.py")
+    if not spec.strip():
+        raise NkiccError("E303", "empty plugin module name", None, hint)
+    if spec.endswith(".py") or "/" in spec or os.sep in spec:
+        path = os.path.abspath(spec)
+        if not os.path.isfile(path):
+            raise NkiccError("E303", f"no plugin file {spec}", None, "give the path to a .py file")
+        name = "nkicc_plugin_" + "".join(c if c.isalnum() else "_" for c in os.path.splitext(path)[0])
+        module_spec = importlib.util.spec_from_file_location(name, path)
+        try:
+            plugin = importlib.util.module_from_spec(module_spec)
+            sys.modules[name] = plugin  # what dataclasses and pickling in the plugin look up
+            module_spec.loader.exec_module(plugin)
+        except Exception as exc:
+            sys.modules.pop(name, None)
+            raise NkiccError("E303", f"importing plugin file {spec} raised {type(exc).__name__}: {exc}", None,
+                             "fix the plugin") from None
+        return plugin
+    if spec.startswith("."):
+        raise NkiccError("E303", f"plugin module {spec!r} is a relative import name", None, hint)
+    try:
+        return importlib.import_module(spec)
+    except ImportError as exc:
+        raise NkiccError("E303", f"cannot import plugin module {spec!r}: {exc}", None, hint) from None
+    except Exception as exc:
+        raise NkiccError("E303", f"importing plugin module {spec!r} raised {type(exc).__name__}: {exc}", None,
+                         "fix the plugin") from None
 
 
 def _normal(name: str) -> str:

@@ -11,18 +11,35 @@ def peak_rss_mb() -> float:
     return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
 
 
+def attempts_text(n: int) -> str:
+    """Why a trace took more than one attempt, said where the count is shown."""
+    if n == 1:
+        return "1 attempt"
+    return f"{n} attempts: one more per loop it split or traced concretely"
+
+
 def summary_lines(report: dict) -> list[str]:
     loops = report["loops"]
     return [
         f"kernel {report['kernel']}: traced in {report['trace_s'] * 1000:.1f} ms "
-        f"({report['trace_attempts']} attempt{'s' if report['trace_attempts'] != 1 else ''}), "
+        f"({attempts_text(report['trace_attempts'])}), "
         f"total {report['total_s'] * 1000:.1f} ms, peak RSS {report['peak_rss_mb']:.0f} MB",
         f"  instructions: {report['instructions_rolled']:,} rolled, "
         f"{report['instructions_unrolled']:,} if static loops were unrolled, "
         f"{report['instructions_executed']:,} executed",
         f"  loops: {loops['rolled']} rolled, {loops['split']} split, {loops['concrete']} traced concretely, "
-        f"{loops['dynamic']} dynamic",
+        f"{loops['dynamic']} dynamic" + _after_passes(report),
     ] + cache_lines(report)
+
+
+def _after_passes(report: dict) -> str:
+    """The trace's loop counts are what the tracer made; a pass such as unroll
+    changes the compiled program, so say what is left of it."""
+    n = report.get("static_loops")
+    if not n or n["traced"] == n["compiled"]:
+        return ""
+    return (f" (after the passes: {n['compiled']} static loop{'s' if n['compiled'] != 1 else ''}, "
+            f"{report['instructions_compiled']:,} instructions)")
 
 
 def cache_lines(report: dict) -> list[str]:

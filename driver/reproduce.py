@@ -35,12 +35,16 @@ class PassCrash(Exception):
                 f"{type(self.error).__name__}: {self.error}")
 
 
+    def traceback_text(self) -> str:
+        return "".join(traceback.format_exception(self.error))
+
+
 def write(crash: PassCrash, directory: str | None = None) -> str:
     options = dataclasses.asdict(crash.options)
     data = {
         "format": FORMAT, "version": VERSION, "pass": crash.pass_name, "provider": crash.provider,
         "error": f"{type(crash.error).__name__}: {crash.error}",
-        "traceback": "".join(traceback.format_exception(crash.error)),
+        "traceback": crash.traceback_text(),
         "target": crash.target, "options": options, "ir": to_json(crash.kernel),
     }
     text = json.dumps(data, indent=1)

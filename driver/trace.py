@@ -203,6 +203,8 @@ def trace_kernel(fn, tensor_args: dict[str, TensorSpec], constants: dict, name: 
                 if err.loc == kernel_loc:  # point at the kernel's return statement when it has one
                     err.loc = Loc(kernel_loc.file, _source_lines(fn)[1] or kernel_loc.line)
                 raise
+            if not outputs:
+                _warn_no_return(builder, fn, kernel_loc)
             kernel = builder.finish(outputs, list(tensor_args), kernel_loc)
         check_affine_loops(kernel, builder.affine_vars)
         seconds = time.perf_counter() - start
@@ -212,6 +214,18 @@ def trace_kernel(fn, tensor_args: dict[str, TensorSpec], constants: dict, name: 
                            list(builder.warnings.values()))
     raise NkiccError("E180", f"tracing did not settle after {MAX_ATTEMPTS} attempts", kernel_loc,
                      "the kernel branches on loop indices in too many places; use smaller static loops")
+
+
+def _warn_no_return(builder: Builder, fn, kernel_loc: Loc) -> None:
+    """A kernel that returns nothing keeps nothing: every instruction is dead and
+    dce removes it. A warning, not an error: the kernel traces and runs (NKI
+    accepts it too), and a kernel being written is often in this state."""
+    line = _source_lines(fn)[1]
+    loc = Loc(kernel_loc.file, line) if line else kernel_loc
+    what = "returns None" if line else "has no return statement"
+    builder.warnings[("W104", loc)] = NkiccError(
+        "W104", f"kernel {fn.__name__} {what}: nothing it computes is kept, and the passes remove its work", loc,
+        "return the nl.shared_hbm tensor(s) it writes")
 
 
 @functools.lru_cache(maxsize=256)
@@ -260,13 +274,13 @@ def _outputs(result, builder: Builder, loc: Loc) -> list[str]:
             raise NkiccError("E104", f"the kernel returns a {type(item).__name__}; kernels return HBM tensors", loc,
                              "return tensors made with nl.ndarray(..., buffer=nl.shared_hbm)")
         if item.decl.on_chip:
-            raise NkiccError("E104", f"the kernel returns {item.name}, which lives in {item.buffer}", loc,
+            raise NkiccError("E104", f"the kernel returns {item.shown}, which lives in {item.buffer}", loc,
                              "store the tile into an nl.shared_hbm tensor and return that")
         if item.decl.role == "arg":
-            raise NkiccError("E104", f"the kernel returns its argument {item.name}", loc,
+            raise NkiccError("E104", f"the kernel returns its argument {item.shown}", loc,
                              "return a new nl.shared_hbm tensor")
         if builder.grid and item.buffer != "shared_hbm":
-            raise NkiccError("E104", f"the kernel launched on a grid returns {item.name}, which lives in "
+            raise NkiccError("E104", f"the kernel launched on a grid returns {item.shown}, which lives in "
                                      f"{item.buffer}; each program would have its own", loc,
                              "return tensors made with nl.ndarray(..., buffer=nl.shared_hbm)")
         names.append(item.name)

@@ -65,7 +65,7 @@ def _missing_import(exc: ImportError) -> NkiccError | None:
     else:        # `import nki.isa.X` / `from nki.X import Y`: no such module
         what = module
     return NkiccError("E160", f"{what} is not supported by nkicc (or is not NKI)", loc,
-                      "see NKI_SPEC section 4 for the operations nkicc provides")
+                      "docs/api.md lists the operations nkicc provides")
 
 
 def _served_by_nkicc(module: str) -> bool:

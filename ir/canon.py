@@ -117,11 +117,11 @@ class Summaries:
         return m
 
     def decl(self, d: TensorDecl) -> str:
-        """Digest of a declaration without its name and location."""
+        """Digest of a declaration without its names (name, label) and location."""
         m = self._decls.get(id(d))
         if m is not None and m[0] is d:
             return m[1]
-        text = digest(_dumps(encode(dataclasses.replace(d, name="", loc=None))))
+        text = digest(_dumps(encode(dataclasses.replace(d, name="", loc=None, label=""))))
         self._decls[id(d)] = (d, text)
         return text
 

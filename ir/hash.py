@@ -88,7 +88,7 @@ class NotCanonical(Exception):
 # field may hold a name.
 KNOWN_FIELDS = {
     "Loc": ("file", "line"),
-    "TensorDecl": ("name", "shape", "dtype", "buffer", "role", "loc", "address"),
+    "TensorDecl": ("name", "shape", "dtype", "buffer", "role", "loc", "address", "label"),
     "ScalarOffset": ("register", "tensor", "offset"),
     "Access": ("tensor", "offset", "pattern", "scalar", "scalar_scale"),
     "Const": ("value",),
@@ -221,6 +221,7 @@ class Renaming:
         return Block(tuple(self.stmt(s) for s in b.stmts))
 
     def decl(self, t: TensorDecl) -> TensorDecl:
+        # the label is a name: canonical forms leave it out, like the name itself
         return TensorDecl(self.tensor(t.name), t.shape, t.dtype, t.buffer, t.role, self.loc(t.loc), t.address)
 
 
@@ -265,6 +266,83 @@ def exact_hash(kernel: Kernel) -> str:
         from .serialize import encode
         # the encoding's dicts have one key (or a fixed order): no need to sort
         return "j" + digest(json.dumps(encode(kernel), separators=(",", ":")))
+
+
+def file_placeholder(i: int) -> str:
+    return f"<source file {i}>"
+
+
+def exact_hash_without_files(kernel: Kernel) -> tuple[str, tuple[str, ...]]:
+    """exact_hash with the source files of its locations replaced by
+    placeholders (the n-th file met is file_placeholder(n)), and those files in
+    that order. Lines stay in: they decide messages. The files do not decide
+    what the kernel computes, and where code lives can change from run to run
+    while the code does not (a notebook cell's file is named after the kernel
+    process): the kernel-level cache key uses this, and a stored result gets
+    its files back with move_files."""
+    import copyreg
+    import io
+    import pickle
+
+    files: dict[str, str] = {}
+
+    def reduce_loc(loc: Loc):
+        new = files.get(loc.file)
+        if new is None:
+            new = files[loc.file] = file_placeholder(len(files))
+        return Loc, (new, loc.line)
+
+    buf = io.BytesIO()
+    pickler = pickle.Pickler(buf, protocol=5)
+    pickler.dispatch_table = {**copyreg.dispatch_table, Loc: reduce_loc}  # a C callback per location, no IR walk
+    try:
+        pickler.dump(kernel)
+        text = "p" + hashlib.blake2b(buf.getvalue(), digest_size=16).hexdigest()
+    except (pickle.PicklingError, TypeError, AttributeError):
+        files.clear()
+        for loc in _locs(kernel):
+            if loc.file not in files:
+                files[loc.file] = file_placeholder(len(files))
+        text = exact_hash(move_files(kernel, files))
+    return text, tuple(files)
+
+
+def _locs(kernel: Kernel):
+    if kernel.loc is not None:
+        yield kernel.loc
+    for t in kernel.tensors:
+        if t.loc is not None:
+            yield t.loc
+    for s in kernel.body.walk():
+        loc = getattr(s, "loc", None)
+        if loc is not None:
+            yield loc
+
+
+def move_files(kernel: Kernel, mapping: dict[str, str]) -> Kernel:
+    """The kernel with the file of every location renamed by `mapping` (files
+    not in it are kept)."""
+    import dataclasses
+
+    def loc(l: Loc | None) -> Loc | None:
+        if l is None or l.file not in mapping:
+            return l
+        return Loc(mapping[l.file], l.line)
+
+    def block(b: Block) -> Block:
+        out = []
+        for s in b.stmts:
+            if type(s) is Op:
+                out.append(s if s.loc is None or s.loc.file not in mapping else dataclasses.replace(s, loc=loc(s.loc)))
+            elif type(s) is Loop:
+                out.append(dataclasses.replace(s, body=block(s.body), loc=loc(s.loc)))
+            else:
+                out.append(s)
+        return Block(tuple(out))
+
+    tensors = tuple(t if t.loc is None or t.loc.file not in mapping else dataclasses.replace(t, loc=loc(t.loc))
+                    for t in kernel.tensors)
+    return dataclasses.replace(kernel, tensors=tensors, body=block(kernel.body), loc=loc(kernel.loc))
 
 
 def region_hash(loop: Loop, decls: dict[str, TensorDecl]) -> str:

@@ -134,9 +134,7 @@ def _error(loop: Loop, w: _Use, x: _Use, d: int, decls: Mapping[str, TensorDecl]
     other = f"k{d:+d}" if d else "k"
     wline = f"line {w.op.loc.line}" if w.op.loc else "another line"
     decl = decls.get(x.access.tensor)
-    name = x.access.tensor
-    if decl is not None and decl.role != "arg" and decl.loc is not None:
-        name = f"{name} (made at line {decl.loc.line})"
+    name = decl.described() if decl is not None else x.access.tensor
     if x.write:
         what = (f"{x.op.opcode} in iteration k writes elements of {name} that the {w.op.opcode} at {wline} "
                 f"also writes in iteration {other}")

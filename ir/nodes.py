@@ -39,6 +39,21 @@ class TensorDecl:
     loc: Loc | None = None
     # byte offset inside every partition of its buffer, set by the allocator
     address: int | None = None
+    # the name the kernel's author knows it by: the parameter, the name= of the
+    # allocation, else the variable the allocation was assigned to (`out = nl.ndarray(...)`);
+    # "" when none. `name` stays the unique name the IR refers to it by (`out`, `out.3`).
+    label: str = ""
+
+    @property
+    def user_name(self) -> str:
+        return self.label or self.name
+
+    def described(self) -> str:
+        """How messages, reports and traces name it: `out (made at line 12)`,
+        or a parameter's name."""
+        if self.role == "arg" or self.loc is None:
+            return self.user_name
+        return f"{self.user_name} (made at line {self.loc.line})"
 
     @property
     def on_chip(self) -> bool:

@@ -21,7 +21,13 @@ from .control import fori_loop, while_loop
 from .objects import NKIObject
 from .ranges import affine_range, dynamic_range, no_reorder, sequential_range, static_range
 from .spmd import num_programs, program_id, program_ndim
-from .tensor import DynSlice, NkiTensor, Tensor, ds, unsupported_name
+from .tensor import DynSlice, NkiTensor, Tensor, ds
+from .tensor import unsupported_name as _unsupported_name
+
+
+def __dir__():
+    # the bf16/fp8 dtypes exist although they are made on first use
+    return sorted(set(globals()) | set(dtypes.LAZY))
 
 
 def __getattr__(name: str):
@@ -32,4 +38,4 @@ def __getattr__(name: str):
         return bool_
     if name.startswith("_"):
         raise AttributeError(f"module 'nkicc.language' has no attribute {name!r}")
-    raise unsupported_name("nl", name)
+    raise _unsupported_name("nl", name)

@@ -7,7 +7,8 @@ import operator
 from ..ir import NkiccError
 from . import dtypes
 from .tensor import Tensor, require_builder
-from .tracing import SymInt, user_loc
+from .naming import assigned_name
+from .tracing import SymInt, user_frame, user_loc
 
 
 
@@ -108,11 +109,15 @@ def new_tensor(shape, dtype, buffer="sbuf", name="", loc=None) -> Tensor:
             raise NkiccError("E133", f"PSUM tile of shape {list(shape)} needs {free_bytes} bytes per partition; "
                                      f"a bank holds {PSUM_BANK_BYTES}", loc,
                              "at most 512 fp32 values per partition in one PSUM tile")
-    label = str(name) if name else ""
+    # the user's name for it: name=, else the variable the kernel assigns it to
+    label = str(name) if name else assigned_name(user_frame(2))
     return Tensor(b, b.new_tensor(shape, dt, buf, label, "local", loc))
 
 
 def ndarray(shape, dtype, buffer=sbuf, name="", address=None, **_hints) -> Tensor:
+    """A new tensor, uninitialised: on chip (nl.sbuf, nl.psum; dimension 0 is the partition dimension, at
+    most 128) or in HBM (nl.shared_hbm for the kernel's outputs). `name` defaults to the variable it is
+    assigned to; `address` is ignored (the alloc pass places tiles)."""
     return new_tensor(shape, dtype, buffer, name, user_loc(2))
 
 
@@ -127,14 +132,17 @@ def _filled(shape, dtype, buffer, name, value, loc) -> Tensor:
 
 
 def zeros(shape, dtype, buffer=sbuf, name="", **_hints) -> Tensor:
+    """A new on-chip tile filled with 0."""
     return _filled(shape, dtype, buffer, name, 0.0, user_loc(2))
 
 
 def ones(shape, dtype, buffer=sbuf, name="", **_hints) -> Tensor:
+    """A new on-chip tile filled with 1."""
     return _filled(shape, dtype, buffer, name, 1.0, user_loc(2))
 
 
 def full(shape, fill_value, dtype, buffer=sbuf, name="", **_hints) -> Tensor:
+    """A new on-chip tile filled with the number `fill_value`."""
     loc = user_loc(2)
     try:
         value = float(fill_value)
@@ -144,14 +152,17 @@ def full(shape, fill_value, dtype, buffer=sbuf, name="", **_hints) -> Tensor:
 
 
 def zeros_like(x: Tensor, dtype=None, buffer=None, name="", **_hints) -> Tensor:
+    """nl.zeros with the shape (and, unless given, dtype and buffer) of `x`."""
     return _filled(x.shape, dtype or x.dtype, buffer or x.buffer, name, 0.0, user_loc(2))
 
 
 def ones_like(x: Tensor, dtype=None, buffer=None, name="", **_hints) -> Tensor:
+    """nl.ones with the shape (and, unless given, dtype and buffer) of `x`."""
     return _filled(x.shape, dtype or x.dtype, buffer or x.buffer, name, 1.0, user_loc(2))
 
 
 def empty_like(x: Tensor, dtype=None, buffer=None, name="", **_hints) -> Tensor:
+    """nl.ndarray with the shape (and, unless given, dtype and buffer) of `x`."""
     return new_tensor(x.shape, dtype or x.dtype, buffer or x.buffer, name, user_loc(2))
 
 

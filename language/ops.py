@@ -66,6 +66,7 @@ def _broadcast_shape(a: Tensor, b: Tensor, loc) -> tuple[int, ...]:
 # --- memory ---------------------------------------------------------------------
 
 def load(src, dtype=None, mask=None, name="", **_hints) -> Tensor:
+    """A new SBUF tile holding `src` (an HBM tensor or a slice of one), cast to `dtype` if given."""
     loc = user_loc(2)
     src = _tile(src, "nl.load source", loc)
     out = new_tensor(src.shape, dtype or src.dtype, "sbuf", name, loc)
@@ -74,12 +75,14 @@ def load(src, dtype=None, mask=None, name="", **_hints) -> Tensor:
 
 
 def store(dst, value, mask=None, **_hints) -> None:
+    """Write the tile `value` into `dst` (an HBM tensor or a slice of one of the same shape)."""
     loc = user_loc(2)
     dst, value = _tile(dst, "nl.store dst", loc), _tile(value, "nl.store value", loc)
     isa.dma_copy(dst, value)
 
 
 def load_transpose2d(src, dtype=None, mask=None, name="", **_hints) -> Tensor:
+    """nl.load of the transpose of a 2-d HBM slice: a new SBUF tile [cols, rows]."""
     loc = user_loc(2)
     src = _tile(src, "nl.load_transpose2d source", loc)
     if len(src.shape) != 2:
@@ -93,6 +96,7 @@ def load_transpose2d(src, dtype=None, mask=None, name="", **_hints) -> Tensor:
 
 
 def copy(x, dtype=None, name="", **_hints) -> Tensor:
+    """A new SBUF tile with the values of tile `x`, cast to `dtype` if given."""
     loc = user_loc(2)
     x = _tile(x, "nl.copy source", loc)
     out = new_tensor(x.shape, dtype or x.dtype, "sbuf", name, loc)
@@ -118,6 +122,8 @@ def _binary(op: str):
         isa.tensor_scalar(out, tile, op, scalar, reverse0=not xt)
         return out
     fn.__name__ = op
+    fn.__doc__ = (f"Element-wise {op} of x and y into a new SBUF tile: two tiles (broadcast against "
+                  f"each other), or a tile and a number.")
     fn._nki_op = op
     return fn
 
@@ -130,6 +136,7 @@ def _unary(op: str):
         isa.activation(out, op, x)
         return out
     fn.__name__ = op
+    fn.__doc__ = f"Element-wise {op} of tile x into a new SBUF tile (an activation instruction)."
     fn._nki_op = op
     return fn
 
@@ -160,6 +167,7 @@ invert._nki_op = "invert"
 
 
 def where(condition, x, y, dtype=None, name="", **_hints) -> Tensor:
+    """x where condition is non-zero, else y, into a new SBUF tile; x and y are tiles or numbers."""
     loc = user_loc(2)
     condition = _tile(condition, "nl.where condition", loc)
     tiles = [t for t in (condition, x, y) if isinstance(t, Tensor)]
@@ -181,15 +189,17 @@ def _reduce_shape(x: Tensor, axes, keepdims: bool) -> tuple[int, ...]:
     return tuple(d for i, d in enumerate(x.shape) if i not in axes)
 
 
-def _reduce(op: str, name: str):
+def _reduce(op: str, nl_name: str):
     def fn(x, axis, dtype=None, keepdims=False, mask=None, name="", **_hints) -> Tensor:
         loc = user_loc(2)
-        x = _tile(x, f"nl.{name} operand", loc)
+        x = _tile(x, f"nl.{nl_name} operand", loc)
         axes = _axes(axis, len(x.shape), loc)
         out = new_tensor(_reduce_shape(x, axes, keepdims), _out_dtype(dtype, x), "sbuf", name, loc)
         isa.tensor_reduce(out, op, x, axes)
         return out
-    fn.__name__ = name
+    fn.__name__ = nl_name
+    fn.__doc__ = (f"The {nl_name} of tile x along `axis` (a free axis or a tuple of them) into a new SBUF "
+                  f"tile; keepdims keeps the reduced axes with size 1.")
     return fn
 
 
@@ -212,6 +222,7 @@ def all(x, axis, dtype=None, mask=None, name="", **_hints) -> Tensor:  # noqa: A
 
 
 def mean(x, axis, dtype=None, keepdims=False, mask=None, name="", **_hints) -> Tensor:
+    """The mean of tile x along `axis` into a new SBUF tile."""
     loc = user_loc(2)
     x = _tile(x, "nl.mean operand", loc)
     axes = _axes(axis, len(x.shape), loc)
@@ -223,6 +234,7 @@ def mean(x, axis, dtype=None, keepdims=False, mask=None, name="", **_hints) -> T
 
 
 def var(x, axis, dtype=None, keepdims=False, mask=None, name="", **_hints) -> Tensor:
+    """The (population) variance of tile x along `axis` into a new SBUF tile, computed in fp32."""
     loc = user_loc(2)
     x = _tile(x, "nl.var operand", loc)
     m = mean(x, axis, dtype="float32", keepdims=True)
@@ -232,6 +244,7 @@ def var(x, axis, dtype=None, keepdims=False, mask=None, name="", **_hints) -> Te
 
 
 def softmax(x, axis=-1, dtype=None, name="", **_hints) -> Tensor:
+    """exp(x - max) / sum(exp(x - max)) along `axis` into a new SBUF tile, computed in fp32."""
     loc = user_loc(2)
     x = _tile(x, "nl.softmax operand", loc)
     m = max(x, axis, dtype="float32", keepdims=True)
@@ -340,6 +353,7 @@ def broadcast_to(x, shape, dtype=None, **_hints) -> Tensor:
 
 
 def expand_dims(x, axis, **_hints) -> Tensor:
+    """A view of tile x with a new size-1 dimension at `axis` (no copy)."""
     loc = user_loc(2)
     x = _tile(x, "nl.expand_dims operand", loc)
     pattern = list(x.access.pattern)

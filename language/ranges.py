@@ -67,19 +67,19 @@ class LoopRange:
 
 
 class static_range(LoopRange):
-    pass
+    """A loop NKI unrolls; nkicc keeps it rolled wherever the body allows."""
 
 
 class affine_range(LoopRange):
-    pass
+    """A loop whose iterations are independent (checked: E190); kept rolled."""
 
 
 class sequential_range(LoopRange):
-    pass
+    """A loop whose iterations may depend on each other (a running sum); kept rolled."""
 
 
 class range(LoopRange):  # noqa: A001 - replaces the builtin inside traced kernels
-    pass
+    """Python's range inside a traced kernel: a static loop."""
 
 
 class dynamic_range(LoopRange):

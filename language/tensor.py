@@ -29,6 +29,7 @@ class DynSlice:
 
 
 def ds(start, size) -> DynSlice:
+    """A slice of `size` elements from `start` (which may depend on loop indices): `t[nl.ds(i * 128, 128), :]`."""
     size = as_affine(size, "nl.ds size")
     if not size.is_const:
         raise NkiccError("E102", "nl.ds size must be a compile-time constant", user_loc(2),
@@ -95,6 +96,11 @@ class NkiTensor(TensorOperand):
     @property
     def name(self) -> str:
         return self.decl.name
+
+    @property
+    def shown(self) -> str:
+        """The user's name for it, with the line it was made at (messages)."""
+        return self.decl.described()
 
     @property
     def itemsize(self) -> int:
@@ -433,7 +439,7 @@ def _scalar_offset(t: "NkiTensor", what: str, loc) -> ScalarOffset:
     if not (t.decl.on_chip or t.decl.buffer == "reg"):
         raise NkiccError("E120", f"{what} must live on SBUF or be a register", loc)
     if not t.decl.dtype.startswith(("int", "uint")):
-        raise NkiccError("E103", f"{what} must be an integer tile (int32), {t.name} is {t.decl.dtype}", loc,
+        raise NkiccError("E103", f"{what} must be an integer tile (int32), {t.shown} is {t.decl.dtype}", loc,
                          "keep runtime offsets in an nl.int32 tile")
     return ScalarOffset(tensor=t.access.tensor, offset=t.access.offset)
 
@@ -465,7 +471,7 @@ def _check_range(start: Affine, size: int, stride: int, num: int, trips, dim: in
     lo, hi = start.bounds(trips)
     last = hi + (size - 1) * stride
     if lo < 0 or last >= num:
-        raise NkiccError("E101", f"index out of bounds on dimension {dim} of {t.decl.name} "
+        raise NkiccError("E101", f"index out of bounds on dimension {dim} of {t.shown} "
                                  f"(size {num}): reaches [{lo}, {last}]", loc,
                          "check the slice bounds and the loop trip counts")
 
@@ -473,7 +479,7 @@ def _check_range(start: Affine, size: int, stride: int, num: int, trips, dim: in
 def check_access_bounds(access: Access, decl: TensorDecl, trips, loc) -> None:
     lo, hi = extent(access, trips, decl)
     if lo < 0 or hi >= decl.size:
-        raise NkiccError("E101", f"access pattern on {decl.name} reaches elements [{lo}, {hi}] "
+        raise NkiccError("E101", f"access pattern on {decl.described()} reaches elements [{lo}, {hi}] "
                                  f"of a tensor with {decl.size}", loc,
                          "check the pattern's steps and counts and the offset")
 
@@ -492,7 +498,7 @@ class UnsupportedName(NkiccError, AttributeError):
 
 def unsupported_name(module: str, name: str) -> UnsupportedName:
     return UnsupportedName("E160", f"{module}.{name} is not supported by nkicc (or is not NKI)", user_loc(3),
-                           "see NKI_SPEC section 4 for the operations nkicc provides")
+                           "docs/api.md lists the operations nkicc provides")
 
 
 def require_builder(what: str) -> Builder:

@@ -8,6 +8,7 @@ body is free of Python side effects) is the driver's; it is handed in as a
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import functools
 import itertools
 import operator
@@ -44,14 +45,20 @@ def is_nkicc_file(filename: str) -> bool:
     return filename.startswith(_package_dirs(loaded))
 
 
-def user_loc(depth: int = 2) -> Loc | None:
-    """File and line of the innermost frame outside nkicc."""
+def user_frame(depth: int = 2):
+    """The innermost frame outside nkicc (None: there is none)."""
     f = sys._getframe(depth)
     while f is not None:
         if not is_nkicc_file(f.f_code.co_filename):
-            return Loc(f.f_code.co_filename, f.f_lineno)
+            return f
         f = f.f_back
     return None
+
+
+def user_loc(depth: int = 2) -> Loc | None:
+    """File and line of the innermost frame outside nkicc."""
+    f = user_frame(depth + 1)
+    return None if f is None else Loc(f.f_code.co_filename, f.f_lineno)
 
 
 # --- retries -----------------------------------------------------------------
@@ -152,7 +159,7 @@ class Builder:
         unique = base if base not in self.decls else f"{base}.{next(self._names)}"
         while unique in self.decls:
             unique = f"{base}.{next(self._names)}"
-        decl = TensorDecl(unique, tuple(int(d) for d in shape), dtype, buffer, role, loc)
+        decl = TensorDecl(unique, tuple(int(d) for d in shape), dtype, buffer, role, loc, label=name)
         self.decls[unique] = decl
         self.tensor_frame[unique] = frame
         if role == "local":
@@ -229,8 +236,7 @@ class Builder:
         return level(0)
 
     def set_role(self, name: str, role: str) -> None:
-        d = self.decls[name]
-        self.decls[name] = TensorDecl(d.name, d.shape, d.dtype, d.buffer, role, d.loc)
+        self.decls[name] = dataclasses.replace(self.decls[name], role=role)
 
     def warn(self, code: str, message: str, loc: Loc | None) -> None:
         self.warnings.setdefault((code, loc), NkiccError(code, message, loc))

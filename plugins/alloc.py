@@ -318,7 +318,7 @@ def allocate(kernel, ctx):
     tensors = tuple(dataclasses.replace(t, address=placed[t.name]) if t.name in placed else t
                     for t in kernel.tensors)
     kernel = dataclasses.replace(kernel, tensors=tensors)
-    sizes = sorted(((partition_bytes(t), t.name, t.buffer) for t in tensors if t.on_chip), reverse=True)
+    sizes = sorted(((partition_bytes(t), t.described(), t.buffer) for t in tensors if t.on_chip), reverse=True)
     ctx.note("sbuf_peak_bytes_per_partition", peaks.get("sbuf", 0))
     ctx.note("psum_peak_bytes_per_partition", peaks.get("psum", 0))
     ctx.note("capacity_bytes_per_partition", capacity)
@@ -345,11 +345,11 @@ def _spill_one(kernel, buffer, failed, items, numbering, decls):
         except (_CannotSpill, NkiccError):
             continue
         d = decls[victim]
-        return new, {"tensor": victim, "from": buffer, "to": "hbm" if buffer == "sbuf" else "sbuf",
+        return new, {"tensor": d.described(), "from": buffer, "to": "hbm" if buffer == "sbuf" else "sbuf",
                      "bytes_per_partition": partition_bytes(d), "shape": list(d.shape),
                      "estimated_traffic_bytes": _spill_cost(victim, kernel, numbering, decls),
                      "loc": str(d.loc) if d.loc else None}
-    raise NkiccError("E400", f"{buffer.upper()} is over capacity where {failed} is allocated and no live tensor "
+    raise NkiccError("E400", f"{buffer.upper()} is over capacity where {decls[failed].described()} is allocated and no live tensor "
                              "can be spilled", decls[failed].loc, "use smaller tiles")
 
 

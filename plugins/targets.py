@@ -1,4 +1,4 @@
-"""The NeuronCore generations nkicc knows (NKI_SPEC section 5)."""
+"""The NeuronCore generations nkicc knows."""
 from nkicc.pass_api import Target, hookimpl
 
 TRN1 = Target("trn1", sbuf_partition_bytes=192 * 1024, pe_ghz=2.8, dve_ghz=1.12, act_ghz=1.4, pool_ghz=1.4,

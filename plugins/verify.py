@@ -32,15 +32,15 @@ def check_access(a: Access, op: Op, decls, trips, write: bool) -> None:
     lo, hi = extent(a, trips, decl)
     if lo < 0 or (hi >= decl.size and (write or not decl.on_chip)):
         raise NkiccError("E101", f"{op.opcode} {'writes' if write else 'reads'} elements [{lo}, {hi}] of "
-                                 f"{a.tensor}, which has {decl.size}", op.loc,
+                                 f"{decl.described()}, which has {decl.size}", op.loc,
                          "check the slice bounds and the loop trip counts")
     if decl.on_chip and a.pattern:
         if a.pattern[0][1] > PMAX:
-            raise NkiccError("E110", f"{op.opcode} accesses {a.pattern[0][1]} partitions of {a.tensor}; at most {PMAX}",
+            raise NkiccError("E110", f"{op.opcode} accesses {a.pattern[0][1]} partitions of {decl.described()}; at most {PMAX}",
                              op.loc, "tile the partition dimension by 128")
         # the start rule binds the compute engines' SBUF/PSUM ports; DMA writes and reads any partition
         if ops.get(op.opcode).family != "dma" and not _partition_start_ok(a, decl, trips):
-            raise NkiccError("E111", f"{op.opcode} accesses {a.tensor} from a partition that is not a legal start "
+            raise NkiccError("E111", f"{op.opcode} accesses {decl.described()} from a partition that is not a legal start "
                                      f"for {a.pattern[0][1]} partitions", op.loc,
                              "start at partition 0 (65-128 partitions), 0/64 (33-64) or 0/32/64/96 (<=32)")
 
@@ -75,7 +75,7 @@ def verify(kernel, ctx):
                     if s.opcode == "nc_matmul":
                         init = psum_init.get(a.tensor)
                         if init is not None and s.attr("accumulate") is not False:
-                            ctx.warn("W201", f"nc_matmul accumulates onto PSUM {a.tensor} that a {init[0]} at line "
+                            ctx.warn("W201", f"nc_matmul accumulates onto PSUM {decls[a.tensor].described()} that a {init[0]} at line "
                                              f"{init[1].line if init[1] else '?'} initialised; undefined on "
                                              "NeuronCore-v2/v3 (psum-legalize rewrites the copy-in/matmul/copy-out "
                                              "form; for a zeroed accumulator drop the memset and let the first "

@@ -39,7 +39,7 @@ from .report import DMA_DIRECTIONS, EngineStats, SimReport
 from ..ir.ops.collectives import group_of
 from .comm import RankComm, single
 from .timing import COMPUTE_ENGINES, CostTable, cost_ns, cost_table, traffic_bytes
-from .trace import DEFAULT_MAX_EVENTS, TraceRecorder
+from .trace import DEFAULT_MAX_EVENTS, TraceRecorder, loop_label
 
 _accumulate = ReferenceMachine._accumulate  # the accumulate=None rule, one implementation
 _INF = float("inf")
@@ -214,7 +214,7 @@ class MachineSimulator:
         touched = {n for n in self.tensors if self.neighbours[n] in written}
         for p in self.plans:
             p.hz_reads = [acc for acc in p.hz_reads if acc.t.name in touched]
-        self.tracer = TraceRecorder(kernel.name, getattr(target, "name", "?"), max_trace_events) \
+        self.tracer = TraceRecorder(kernel.name, getattr(target, "name", "?"), max_trace_events, self.decls) \
             if self.tracing else None
 
     # --- setup ---------------------------------------------------------------------------
@@ -227,12 +227,12 @@ class MachineSimulator:
                 continue
             d = t.decl
             if d.address is None:
-                raise NkiccError("E172", f"on-chip tensor {d.name} has no address: the kernel is not lowered",
+                raise NkiccError("E172", f"on-chip tensor {d.described()} has no address: the kernel is not lowered",
                                  d.loc, "compile it with the alloc pass (nkicc.compile does) before the machine "
                                         "simulator, or use the reference simulator")
             end = d.address + t.F * dtypes.itemsize(d.dtype)  # device bytes
             if d.address < 0 or end > limits[d.buffer] or t.P > tg.partitions:
-                raise NkiccError("E172", f"{d.buffer} tensor {d.name} [{t.P} partitions, bytes {d.address}.."
+                raise NkiccError("E172", f"{d.buffer} tensor {d.described()} [{t.P} partitions, bytes {d.address}.."
                                          f"{end}) does not fit the {d.buffer} of {tg.name} ({tg.partitions} x "
                                          f"{limits[d.buffer]} bytes)", d.loc, "an allocator bug")
 
@@ -277,7 +277,7 @@ class MachineSimulator:
                 if guard is not None:
                     items.append((3, (s.var, self._compile_op(guard, loop_vars + (s.var,)), body, len(loop_vars))))
                 else:
-                    items.append((2, (s.var, s.trip, body, len(loop_vars))))
+                    items.append((2, (s.var, s.trip, body, len(loop_vars), loop_label(s), s.start, s.step)))
         return items
 
     @staticmethod
@@ -443,7 +443,7 @@ class MachineSimulator:
         t = acc.t
         if e + acc.lo_span < 0 or (e + acc.hi_span >= t.size and (write or not t.onchip)):
             raise NkiccError("E170", f"{op.opcode} accesses elements [{e + acc.lo_span}, {e + acc.hi_span}] of "
-                                     f"{t.name} (size {t.size}) at run time", op.loc,
+                                     f"{t.decl.described()} (size {t.size}) at run time", op.loc,
                              "the runtime scalar offset is out of range: check how it is updated")
         return e
 
@@ -563,7 +563,7 @@ class MachineSimulator:
         self._spans: list[list[float]] = []
         if self.tracing:
             self.tracer = TraceRecorder(self.kernel.name, getattr(self.target, "name", "?"),
-                                        self.tracer.max_events)
+                                        self.tracer.max_events, self.decls)
         with single_threaded_blas(), np.errstate(all="ignore"):  # semantics.compute's contract
             self._block(self._program)
         names = self.kernel.outputs + written_args(self.kernel)  # and the inputs the kernel updated
@@ -627,7 +627,7 @@ class MachineSimulator:
         env.pop(var, None)
 
     def _loop(self, spec) -> None:
-        var, trip, body, depth = spec
+        var, trip, body, depth, label, start, step = spec
         env = self.env
         if self.tracing:
             spans, tracer = self._spans, self.tracer
@@ -637,7 +637,7 @@ class MachineSimulator:
                 self._block(body)
                 lo, hi = spans.pop()
                 if lo <= hi:
-                    tracer.loop(var, t, lo, hi, depth)
+                    tracer.loop(label, t, lo, hi, depth, start, step)
                     if spans:
                         outer = spans[-1]
                         if lo < outer[0]:
@@ -865,8 +865,8 @@ class MachineSimulator:
         raise NkiccError(
             "E171",
             f"{kind} hazard: {p.opcode} (id {p.id}, {p.loc_str}) on {self.engines[p.ekey]} {mine} "
-            f"{acc.t.name} at {start:.1f} ns{where}, before {other.opcode} (id {other.id}, {other.loc_str}) "
-            f"on {self.engines[other.ekey]} that {verb} {rec[7].t.name} finishes at {rec_finish:.1f} ns",
+            f"{acc.t.decl.described()} at {start:.1f} ns{where}, before {other.opcode} (id {other.id}, {other.loc_str}) "
+            f"on {self.engines[other.ekey]} that {verb} {rec[7].t.decl.described()} finishes at {rec_finish:.1f} ns",
             p.op.loc, f"a semaphore is missing: op {p.id} must wait for op {other.id} (a schedule bug)")
 
     # --- results -------------------------------------------------------------------------

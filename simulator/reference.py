@@ -166,7 +166,7 @@ class ReferenceMachine:
         if read and lo >= 0 and self.decls[a.tensor].on_chip:
             return start  # reading past a tile's end: see view()
         if lo < 0 or hi >= size:
-            raise NkiccError("E170", f"{op.opcode} accesses elements [{lo}, {hi}] of {a.tensor} "
+            raise NkiccError("E170", f"{op.opcode} accesses elements [{lo}, {hi}] of {self.decls[a.tensor].described()} "
                                      f"(size {size}) at run time", op.loc,
                              "the runtime scalar offset is out of range: check how it is updated")
         return start
@@ -297,4 +297,4 @@ def check_defined(kernel: Kernel, inputs: dict[str, np.ndarray], outputs: dict[s
 
 
 def _named(decl: TensorDecl) -> str:
-    return f"{decl.name} (made at line {decl.loc.line})" if decl.loc is not None and decl.role != "arg" else decl.name
+    return decl.described()

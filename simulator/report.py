@@ -4,8 +4,8 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 
-TIMING_NOTE = ("timings are estimates from nkicc's cost table (nkicc/simulator/timing.py, "
-               "NKI_SPEC section 6), not measurements of hardware")
+TIMING_NOTE = ("timings are estimates from nkicc's cost table (nkicc/simulator/timing.py), "
+               "not measurements of hardware")
 
 DMA_DIRECTIONS = ("hbm->sbuf", "sbuf->hbm", "hbm->hbm", "sbuf->sbuf", "other")
 

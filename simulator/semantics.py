@@ -2,7 +2,7 @@
 (nkicc.ir.ops), and how results are written. Shared by every simulator so that
 the reference interpreter and the machine model cannot disagree on arithmetic.
 
-Arithmetic is fp32 (NKI_SPEC 3): inputs are widened to float32 and results
+Arithmetic is fp32 (as on the engines): inputs are widened to float32 and results
 cast to the destination dtype. Operands arrive as numpy views already cut out
 of memory; writes go through `store`.
 """

@@ -3,8 +3,10 @@
 The file is Chrome trace-event JSON (https://ui.perfetto.dev opens it, as does
 chrome://tracing): one track (a thread of process 1) per engine and per DMA
 queue, one complete ("X") event per executed instruction (name: the opcode;
-args: kernel file:line, op id, loop iteration indices), and loop iterations as
-complete events on "loop" tracks (one per loop variable, more where its
+args: kernel file:line, op id, the tensors it writes by the kernel's names,
+loop iteration indices), and loop iterations as
+complete events on "loop" tracks (one per source loop, named with the loop's
+variable as the kernel writes it and its file:line; more tracks where its
 iterations overlap in time). Times are
 the simulator's estimates (see timing.py). The number of events is capped
 (`max_events`); the file's metadata says when the cap cut it short.
@@ -12,19 +14,38 @@ the simulator's estimates (see timing.py). The number of events is capped
 from __future__ import annotations
 
 import json
+import linecache
+import os
+import re
 
 DEFAULT_MAX_EVENTS = 200_000
 PID = 1
 LOOP_TID = 1000  # loop tracks come after the engine and DMA queue tracks
 
 
+_FOR = re.compile(r"^\s*(?:async\s+)?for\s+([A-Za-z_]\w*)\s+in\b")
+
+
+def loop_label(loop) -> tuple[str, str]:
+    """(variable, "file.py:LINE") of an IR loop as the kernel's source writes it:
+    the `for NAME in` of its line; else the IR's variable without the suffixes
+    passes add (`i7.mb1.mb1` -> `i7`)."""
+    var = loop.var.split(".", 1)[0]
+    if loop.loc is None:
+        return var, "?"
+    m = _FOR.match(linecache.getline(loop.loc.file, loop.loc.line))
+    return (m.group(1) if m else var), f"{os.path.basename(loop.loc.file)}:{loop.loc.line}"
+
+
 class TraceRecorder:
-    def __init__(self, kernel_name: str, target_name: str, max_events: int = DEFAULT_MAX_EVENTS) -> None:
+    def __init__(self, kernel_name: str, target_name: str, max_events: int = DEFAULT_MAX_EVENTS,
+                 decls: dict | None = None) -> None:
         self.kernel_name = kernel_name
+        self.decls = decls or {}  # tensor declarations: instructions name what they write as the kernel does
         self.target_name = target_name
         self.max_events = max_events
         self.ops: list[tuple] = []     # (plan, start_ns, finish_ns, iteration tuple)
-        self.loops: list[tuple] = []   # (var, iteration, start_ns, finish_ns, depth)
+        self.loops: list[tuple] = []   # ((var, file:line), iteration, start_ns, finish_ns, depth)
         self.dropped = 0
 
     @property
@@ -44,11 +65,14 @@ class TraceRecorder:
             return
         self.ops.append((plan, start, finish, iters, tid))
 
-    def loop(self, var: str, t: int, start: float, finish: float, depth: int) -> None:
+    def loop(self, label: tuple[str, str], t: int, start: float, finish: float, depth: int,
+             first: int = 0, step: int = 1) -> None:
+        """Iteration t of an IR loop; the source's index is first + step * t (a
+        split loop's piece starts past 0)."""
         if len(self.ops) + len(self.loops) >= self.max_events:
             self.dropped += 1
             return
-        self.loops.append((var, t, start, finish, depth))
+        self.loops.append((label, first + step * t, start, finish, depth))
 
     def to_dict(self, track_names: dict[int, str]) -> dict:
         """track_names: tid -> name for every engine / DMA queue track."""
@@ -58,20 +82,28 @@ class TraceRecorder:
             events.append({"name": "thread_name", "ph": "M", "pid": PID, "tid": tid, "args": {"name": name}})
             events.append({"name": "thread_sort_index", "ph": "M", "pid": PID, "tid": tid,
                            "args": {"sort_index": tid}})
+        writes: dict[int, str] = {}
         for plan, start, finish, iters, tid in self.ops:
             args = {"loc": plan.loc_str, "id": plan.id}
+            w = writes.get(plan.id)
+            if w is None:
+                w = writes[plan.id] = ", ".join(dict.fromkeys(
+                    self.decls[a.tensor].described() for a in plan.op.outs if a.tensor in self.decls))
+            if w:
+                args["writes"] = w
             if iters:
                 args["iter"] = ",".join(f"{v}={i}" for v, i in zip(plan.loop_vars, iters))
             events.append({"name": plan.opcode, "cat": plan.engine, "ph": "X", "pid": PID, "tid": tid,
                            "ts": start / 1000.0, "dur": (finish - start) / 1000.0, "args": args})
-        # loop iterations: complete events on "loop" tracks, one set per loop variable;
+        # loop iterations: complete events on "loop" tracks, one set per source loop
+        # (the pieces a split or multi-buffered loop became share its tracks);
         # iterations of a loop may overlap in time (the next one's loads start early),
         # so each goes to the first lane of its loop that is free by then
-        by_var: dict[str, list] = {}
+        by_loop: dict[tuple, list] = {}
         for rec in self.loops:
-            by_var.setdefault(rec[0], []).append(rec)
+            by_loop.setdefault(rec[0], []).append(rec)
         tid = LOOP_TID
-        for var, recs in by_var.items():
+        for (var, where), recs in by_loop.items():
             lanes: list[float] = []  # end time of each lane's last iteration
             first_tid = tid
             for _, t, start, finish, depth in sorted(recs, key=lambda r: (r[2], r[3])):
@@ -79,7 +111,7 @@ class TraceRecorder:
                 if lane is None:
                     lane = len(lanes)
                     lanes.append(finish)
-                    name = f"loop {var}" + (f" ({lane + 1})" if lane else "")
+                    name = f"loop {var} at {where}" + (f" (overlap {lane})" if lane else "")
                     events.append({"name": "thread_name", "ph": "M", "pid": PID, "tid": tid, "args": {"name": name}})
                     events.append({"name": "thread_sort_index", "ph": "M", "pid": PID, "tid": tid,
                                    "args": {"sort_index": tid}})
@@ -87,7 +119,7 @@ class TraceRecorder:
                 lanes[lane] = finish
                 events.append({"name": f"{var}={t}", "cat": "loop", "ph": "X", "pid": PID, "tid": first_tid + lane,
                                "ts": start / 1000.0, "dur": (finish - start) / 1000.0,
-                               "args": {"loop": var, "iteration": t, "depth": depth}})
+                               "args": {"loop": var, "at": where, "iteration": t, "depth": depth}})
         return {
             "traceEvents": events,
             "displayTimeUnit": "ns",

@@ -160,8 +160,10 @@ def _summary_templates():
     out = []
     for line in m.group(1).strip().splitlines():
         line = re.sub(r"^kernel \S+:", "kernel \0:", line.strip())
+        line = re.sub(r"\(\d+ attempts[^)]*\)", "\2", line)  # "(1 attempt)" has no explanation
         pat = re.escape(re.sub(r"\d[\d,]*(?:\.\d+)?", "\1", line))
-        pat = pat.replace("\0", r"\S+").replace("\1", r"\d[\d,]*(?:\.\d+)?").replace("attempts", "attempts?")
+        pat = pat.replace("\0", r"\S+").replace("\1", r"\d[\d,]*(?:\.\d+)?")
+        pat = pat.replace("\2", r"\(\d+ attempts?(?:: [^)]*)?\)")
         out.append(pat)
     return m.group(1).strip().splitlines(), out
 

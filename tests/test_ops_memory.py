@@ -1,4 +1,4 @@
-"""Conformance: data movement, tensor creation and views (NKI_SPEC 3, 4)."""
+"""Conformance: data movement, tensor creation and views (docs/api.md)."""
 import ml_dtypes
 import numpy as np
 import pytest
@@ -528,7 +528,7 @@ def test_ap_scalar_offset_hbm(rng, dtype):
 
 
 def test_ap_scalar_offset_sbuf_and_runtime_update(rng):
-    # the idiom of NKI_SPEC 4: tensor_scalar(idx, idx, nl.add, step) moves a window at run time
+    # the NKI idiom: tensor_scalar(idx, idx, nl.add, step) moves a window at run time
     @nkicc.jit
     def k(a, idx):
         out = nl.ndarray((4, 128, 3, 7), dtype=a.dtype, buffer=nl.shared_hbm)

@@ -342,29 +342,45 @@ def test_budget_stops_unroll_with_exit_3(tmp_path, budget):
 
 
 @pytest.fixture(scope="module")
-def footprint_plugin():
-    """Install the example third-party plugin package into this environment."""
-    from conftest import EXAMPLES
-    pkg = EXAMPLES / "plugins" / "nkicc-footprint"
-    pip = [sys.executable, "-m", "pip", "-q"]
-    r = subprocess.run(pip + ["install", "--no-deps", str(pkg)], capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.fail(f"installing the example plugin failed: {r.stderr}")
-    yield
-    subprocess.run(pip + ["uninstall", "-y", "nkicc-footprint"], capture_output=True, text=True)
+def footprint_plugin(tmp_path_factory):
+    """The example third-party plugin package, installed into a temporary folder
+    (never into this environment): the environment for subprocesses that see it,
+    with plugin autoload on (the suite turns it off, see conftest)."""
+    from conftest import EXAMPLES, install_to_target
+    target = install_to_target(EXAMPLES / "plugins" / "nkicc-footprint", tmp_path_factory)
+    path = os.pathsep.join([str(target)] + [v for k, v in os.environ.items() if k == "PYTHONPATH" and v])
+    return {"PYTHONPATH": path, "NKICC_DISABLE_PLUGIN_AUTOLOAD": "0"}
 
 
 def test_third_party_plugin_is_listed_and_runs(footprint_plugin):
-    r = cli("passes")
+    r = cli("passes", env=footprint_plugin)
     line = next(line for line in r.stdout.splitlines() if line.startswith("footprint-report"))
     assert line.split()[1] == "off" and "nkicc-footprint" in line
-    r = cli("compile", KERNEL_FILE, *SPEC, "--enable-pass", "footprint-report")
+    r = cli("compile", KERNEL_FILE, *SPEC, "--enable-pass", "footprint-report", env=footprint_plugin)
     assert r.returncode == 0, r.stderr
     assert "note[footprint-report] sbuf_kib_per_partition: 0.6" in r.stdout
-    r = cli("passes", env={"NKICC_DISABLE_PLUGIN_AUTOLOAD": "1"})
+    r = cli("passes", env={**footprint_plugin, "NKICC_DISABLE_PLUGIN_AUTOLOAD": "1"})
     assert "footprint-report" not in r.stdout and "verify" in r.stdout
-    r = cli("passes", "--no-plugin", "footprint")
+    r = cli("passes", "--no-plugin", "footprint", env=footprint_plugin)
     assert "footprint-report" not in r.stdout
+    r = cli("passes")  # the suite's own environment: autoload off, the plugin not installed here
+    assert "footprint-report" not in r.stdout
+
+
+def test_suite_passes_with_a_third_party_opt_in_pass_installed(footprint_plugin):
+    """A user with an opt-in pass installed (here: on PYTHONPATH, autoload as the
+    user has it) still gets a green suite: conftest turns autoload off."""
+    env = {**os.environ, **footprint_plugin}
+    env.pop("NKICC_DISABLE_PLUGIN_AUTOLOAD")  # as in the user's shell
+    from conftest import REPO
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                        "tests/test_passes.py::test_defaults_and_levels"], capture_output=True, text=True,
+                       cwd=REPO, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    # and without the isolation the plugin is seen, so the check above means something
+    r = subprocess.run([sys.executable, "-c", "from nkicc.passes import registry; print(sorted(registry().passes))"],
+                       capture_output=True, text=True, env=env)
+    assert "footprint-report" in r.stdout, r.stdout + r.stderr
 
 
 def test_crashing_pass_writes_a_reproducer_that_replays(tmp_path):

@@ -28,7 +28,7 @@ def free(t) -> int:
 
 def on_chip(t: TensorOperand, what: str) -> None:
     if not t.decl.on_chip:
-        raise NkiccError("E120", f"{what} must be on SBUF or PSUM, but {t.name} is in {t.buffer}", None,
+        raise NkiccError("E120", f"{what} must be on SBUF or PSUM, but {t.shown} is in {t.buffer}", None,
                          "nl.load it into SBUF first")
     if t.shape and t.shape[0] > PMAX:
         raise NkiccError("E110", f"{what} spans {t.shape[0]} partitions; at most {PMAX}", None,

@@ -95,7 +95,7 @@ def dma_copy(dst, src, priority=None, oob_mode=enums.oob_mode.error, dge_mode=en
     _check_copy("dma_copy", dst, src)
     enums.member_name(oob_mode, enums.oob_mode, "oob_mode")
     enums.member_name(dge_mode, enums.dge_mode, "dge_mode")
-    # a DMA between different dtypes converts through fp32 (NKI_SPEC 4)
+    # a DMA between different dtypes converts through fp32
     return Emit([dst], [src], {"cast": "float32"} if dst.decl.dtype != src.decl.dtype else {})
 
 

@@ -49,10 +49,10 @@ def nc_matmul(dst, stationary, moving, accumulate=None, is_stationary_onezero=Fa
     mv = tensor(moving, "nc_matmul moving")
     for t, what in ((st, "stationary"), (mv, "moving")):
         if t.buffer != "sbuf":
-            raise NkiccError("E131", f"nc_matmul {what} must be in SBUF, {t.name} is in {t.buffer}", None,
+            raise NkiccError("E131", f"nc_matmul {what} must be in SBUF, {t.shown} is in {t.buffer}", None,
                              "copy it to SBUF with nisa.tensor_copy")
     if dst.buffer != "psum":
-        raise NkiccError("E131", f"nc_matmul dst must be in PSUM, {dst.name} is in {dst.buffer}", None,
+        raise NkiccError("E131", f"nc_matmul dst must be in PSUM, {dst.shown} is in {dst.buffer}", None,
                          "allocate the result with buffer=nl.psum")
     k, m, k2, n = st.shape[0], free(st), mv.shape[0], free(mv)
     if k != k2:

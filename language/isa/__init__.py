@@ -30,7 +30,7 @@ def _free_limits(opcode: str, tensors, loc) -> None:
     for t in tensors:
         limit = FREE_MAX.get(t.buffer)
         if limit is not None and free(t) > limit:
-            raise NkiccError("E134", f"{opcode} accesses {free(t)} elements per partition of {t.name} in "
+            raise NkiccError("E134", f"{opcode} accesses {free(t)} elements per partition of {t.shown} in "
                                      f"{t.buffer}; one instruction handles at most {limit}", loc,
                              f"split the free dimension into pieces of at most {limit} elements")
 
