@@ -14,8 +14,10 @@ def peak_rss_mb() -> float:
 def summary_lines(report: dict) -> list[str]:
     loops = report["loops"]
     return [
-        f"kernel {report['kernel']}: traced in {report['trace_s'] * 1000:.1f} ms "
-        f"({report['trace_attempts']} attempt{'s' if report['trace_attempts'] != 1 else ''}), "
+        f"kernel {report['kernel']}: " + (
+            "not traced (a source-level cache hit), " if report["trace_attempts"] == 0 else
+            f"traced in {report['trace_s'] * 1000:.1f} ms "
+            f"({report['trace_attempts']} attempt{'s' if report['trace_attempts'] != 1 else ''}), ") +
         f"total {report['total_s'] * 1000:.1f} ms, peak RSS {report['peak_rss_mb']:.0f} MB",
         f"  instructions: {report['instructions_rolled']:,} rolled, "
         f"{report['instructions_unrolled']:,} if static loops were unrolled, "
@@ -32,6 +34,8 @@ def cache_lines(report: dict) -> list[str]:
     if c["kernel"] == "bypass" and not c["regions_total"]:
         return [f"  cache: bypassed ({c.get('reason', '?')})"]
     what = f"kernel {c['kernel']}" + (f" ({c['reason']})" if c.get("reason") else "")
+    if c.get("source") == "hit":
+        what += " (source hit: not traced)"
     regions = f", regions {c['regions_hit']}/{c['regions_total']} hit" if c["regions_total"] else ""
     return [f"  cache: {what}{regions}, compile {report['compile_s'] * 1000:.1f} ms, saved {c['saved_s'] * 1000:.1f} ms"]
 
