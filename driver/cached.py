@@ -12,6 +12,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import sqlite3
 import time
 
 from .cache import env, keys, source
@@ -125,7 +126,7 @@ class CachePlan:
             if trace is not None:
                 store.put_many(self._source_entry(key, trace), tag=tag)
             return found
-        self.session = RegionSession(store, base, dict(self.reg.provider), tag)
+        self.session = RegionSession(store, base, dict(self.reg.provider), tag, costs=self._costs())
         t0 = time.perf_counter()
         with self.session:
             result = run_pipeline(kernel, self.options, self.reg, self.target, printer)
@@ -236,6 +237,16 @@ class CachePlan:
                 "passes": [[p.name, str(p.version), p.scope, self.reg.provider.get(p.name, "?")]
                            for p in select(self.options, self.reg)]}
 
+    def _costs(self) -> dict:
+        """The counters (the region level reads the passes' measured costs from them)."""
+        counters = getattr(self.store, "counters", None)
+        if counters is None:
+            return {}
+        try:
+            return counters.read()
+        except (OSError, sqlite3.Error):  # advisory: a broken stats file costs the region level, not the compile
+            return {}
+
     def _key(self, kernel: Kernel, base: dict) -> str | None:
         if self.why_not is not None:
             return None
@@ -269,7 +280,7 @@ class CachePlan:
         """The report's cache section; writes this compile's counters."""
         s = self.session
         info = {"kernel": self.kernel, "regions_hit": s.hit if s else 0, "regions_total": s.total if s else 0,
-                "saved_s": round(self.saved_s, 6), "source": self.source}
+                "regions_skipped": s.skipped if s else 0, "saved_s": round(self.saved_s, 6), "source": self.source}
         if self.kernel == "bypass":
             info["reason"] = self.why_not or "?"
         if self.source == "bypass" and self.source_why and self.source_why != info.get("reason"):
@@ -285,8 +296,11 @@ class CachePlan:
             if s is not None:
                 bypassed = sum(s.bypass.values())
                 store.count("region.hit", s.hit)
-                store.count("region.miss", s.total - s.hit - bypassed)
+                store.count("region.miss", s.total - s.hit - bypassed - s.skipped)
+                store.count("region.skipped", s.skipped)
                 store.count("region.bypass", bypassed)
+                for name, value in s.measured.items():
+                    store.count(name, value)
                 for why, n in s.bypass.items():
                     store.count(f"region.bypass.{why}", n)
             store.count("saved_s", self.saved_s)
