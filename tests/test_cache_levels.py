@@ -14,12 +14,12 @@ import pytest
 
 import nkicc
 from conftest import REPO
-from nkicc.cache.stats import Counters
 from nkicc.cache.store import PROBE, forget_stores
 from nkicc.ir import serialize
-from nkicc.passes import PassOptions, registry
+from nkicc.passes import PassOptions
 
 import cache_kernels as ck
+from test_cache import load_module, seed_costs
 
 TESTS = REPO / "tests"
 
@@ -286,25 +286,7 @@ def test_a_module_with_state_of_its_own_is_never_keyed(cache_dir):
 
 # --- the region level's cost gate ----------------------------------------------------------------
 
-def region_passes() -> list[str]:
-    return [p.name for p in registry().passes.values() if p.scope == "region"]
-
-
-def seed_costs(cache_dir, lookup_s: float, pass_s_per_stmt: float) -> None:
-    """Pretend earlier compiles measured these costs (the counters the gate reads)."""
-    costs = {"cost.lookup.s": lookup_s, "cost.lookup.n": 1}
-    for name in region_passes():
-        costs[f"cost.{name}.s"] = pass_s_per_stmt
-        costs[f"cost.{name}.stmts"] = 1
-    forget_stores()
-    os.makedirs(cache_dir, exist_ok=True)
-    counters = Counters(str(cache_dir))
-    counters.add(costs)
-    counters.close()
-
-
 def edited_stages(tmp_path):
-    from test_cache import load_module
     source = (TESTS / "cache_kernels.py").read_text()
     path = tmp_path / "cache_kernels_edited.py"
     path.write_text(source.replace(ck.STAGE1_LINE, ck.STAGE1_EDIT))
