@@ -291,6 +291,8 @@ class CachePlan:
             store.count("compiles")
             store.count(f"kernel.{self.kernel}")
             store.count(f"source.{self.source}")
+            if self.source == "bypass" and self.source_why and self.source_why.startswith("incomplete"):
+                store.count("source.bypass.incomplete")
             if self.kernel == "bypass":
                 store.count(f"kernel.bypass.{info['reason']}")
             if s is not None:
