@@ -221,7 +221,8 @@ def test_second_compile_is_a_kernel_hit_with_the_same_result(cache_dir):
         assert warm.report[key] == cold.report[key], key
     np.testing.assert_allclose(warm.run(x), ck.reference_stages(x), rtol=1e-5, atol=1e-6)
     off = nkicc.compile(ck.stages, x, cache=False)
-    assert off.report["cache"] == {"kernel": "bypass", "regions_hit": 0, "regions_total": 0, "saved_s": 0.0, "source": "bypass", "regions_skipped": 0,
+    assert off.report["cache"] == {"kernel": "bypass", "regions_hit": 0, "regions_total": 0, "saved_s": 0.0,
+                                   "source": "bypass", "regions_skipped": 0,
                                    "reason": "disabled (--no-cache)"}
     assert off.ir == warm.ir
 
