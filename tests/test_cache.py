@@ -267,6 +267,7 @@ def test_observing_options_bypass_the_kernel_level(cache_dir):
 
 @pytest.mark.parametrize("damage", ["flip", "truncate"])
 def test_damaged_entries_are_misses_evicted_and_counted(cache_dir, damage):
+    force_region_level(cache_dir)  # every region is looked up (and so read) on the second compile
     x = x_stages()
     first = nkicc.compile(ck.stages, x)
     raw = raw_cache(cache_dir)
