@@ -29,6 +29,7 @@ walk order), so a hit can point the stored locations at the current files.
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import functools
 import hashlib
 import linecache
@@ -38,6 +39,8 @@ import sysconfig
 import types
 
 import numpy as np
+
+from nkicc.ir import Loc
 
 from . import keys
 
@@ -290,10 +293,6 @@ def relocate(node, files: dict[str, str]):
     """`node` (IR, or a tuple/list of it) with every Loc whose file is a key
     of `files` pointing at the mapped file instead: a hit on code that now
     lives elsewhere (a restarted notebook's cell) reports the current file."""
-    import dataclasses
-
-    from nkicc.ir import Loc
-
     memo: dict[int, object] = {}
 
     def walk(x):

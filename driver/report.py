@@ -14,10 +14,8 @@ def peak_rss_mb() -> float:
 def summary_lines(report: dict) -> list[str]:
     loops = report["loops"]
     return [
-        f"kernel {report['kernel']}: " + (
-            "not traced (a source-level cache hit), " if report["trace_attempts"] == 0 else
-            f"traced in {report['trace_s'] * 1000:.1f} ms "
-            f"({report['trace_attempts']} attempt{'s' if report['trace_attempts'] != 1 else ''}), ") +
+        f"kernel {report['kernel']}: traced in {report['trace_s'] * 1000:.1f} ms "
+        f"({report['trace_attempts']} attempt{'s' if report['trace_attempts'] != 1 else ''}), "
         f"total {report['total_s'] * 1000:.1f} ms, peak RSS {report['peak_rss_mb']:.0f} MB",
         f"  instructions: {report['instructions_rolled']:,} rolled, "
         f"{report['instructions_unrolled']:,} if static loops were unrolled, "
