@@ -106,6 +106,18 @@ def _object_kind(obj) -> str:
     return _module_kind(m)
 
 
+def _by_name(obj) -> bool:
+    """Whether `obj` is what its module and qualified name lead to. Functions a
+    factory makes (`_binary.<locals>.fn` is nl.add, nl.subtract, ...) share a
+    name, so a name alone does not tell them apart."""
+    x = sys.modules.get(getattr(obj, "__module__", None) or "")
+    for part in (getattr(obj, "__qualname__", None) or "<none>").split("."):
+        x = getattr(x, "__dict__", {}).get(part) if x is not None else None
+        if x is None:
+            return False
+    return x is obj
+
+
 class _Walk:
     def __init__(self) -> None:
         self.files: list[str] = []        # co_filename of each walked user function, in walk order
@@ -152,11 +164,13 @@ class _Walk:
             mod = getattr(v, "__module__", None) or getattr(owner, "__name__", "") or ""
             if mod in IMPURE_MODULES or mod.partition(".")[0] in IMPURE_MODULES:
                 raise Incomplete(f"{mod}.{v.__name__} (state that changes by itself)")
+            if not (mod == "builtins" or getattr(sys.modules.get(mod), v.__name__, None) is v):
+                raise Incomplete(f"the builtin {mod}.{v.__qualname__}, which its name does not identify")
             return ["builtin", mod, v.__qualname__]
         if isinstance(v, type):
             kind = _object_kind(v)
-            if kind == "user":
-                raise Incomplete(f"the class {v.__qualname__}")
+            if kind == "user" or not _by_name(v):
+                raise Incomplete(f"the class {v.__module__}.{v.__qualname__}")
             return ["class", kind, v.__module__, v.__qualname__, _root_version(v.__module__)]
         if isinstance(v, functools.partial):
             return ["partial", self.value(v.func, depth + 1), self.value(v.args, depth + 1),
@@ -187,7 +201,11 @@ class _Walk:
             mod = f.__module__ or ""
             if mod in IMPURE_MODULES or mod.partition(".")[0] in IMPURE_MODULES:
                 raise Incomplete(f"{mod}.{f.__qualname__} (state that changes by itself)")
-            return ["function", kind, mod, f.__qualname__, _root_version(mod) if kind == "library" else None]
+            if _by_name(f):
+                return ["function", kind, mod, f.__qualname__, _root_version(mod) if kind == "library" else None]
+            if kind == "library":
+                raise Incomplete(f"the function {mod}.{f.__qualname__}, which its name does not identify")
+            # one of nkicc's, made by a factory (nl.add): walked like the user's own, closure included
         seen = self.functions.get(id(f))
         if seen is not None:
             return ["ref", seen]

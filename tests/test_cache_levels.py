@@ -333,3 +333,25 @@ def test_an_expensive_region_pass_is_served_by_the_cache_after_an_edit(cache_dir
     functions = list(ck.STAGE_FUNCTIONS)
     functions[1] = lambda t: t * 5.0
     np.testing.assert_allclose(c.run(x), ck.reference_stages(x, functions), rtol=1e-5, atol=1e-6)
+
+
+def test_functions_that_share_a_name_are_told_apart(cache_dir):
+    # nl.add and nl.subtract are made by one factory (the same qualified name): a kernel that closes
+    # over one of them must not hit the other's entry
+    import nkicc.language as nl
+
+    def make(op):
+        @nkicc.jit
+        def apply(x):
+            out = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.shared_hbm, name="out")
+            for j in nl.affine_range(4):
+                t = nl.load(x[:, j * 16:(j + 1) * 16])
+                nl.store(out[:, j * 16:(j + 1) * 16], value=op(t, 2.0))
+            return out
+        return apply
+
+    x = x64(12)
+    for op, want in ((nl.add, x + 2.0), (nl.subtract, x - 2.0), (nl.multiply, x * 2.0), (nl.add, x + 2.0)):
+        c = nkicc.compile(make(op), x)
+        np.testing.assert_allclose(c.run(x), want, rtol=1e-6)
+    assert c.report["cache"]["source"] == "hit"  # the second nl.add: its own entry again
