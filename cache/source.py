@@ -44,11 +44,18 @@ from nkicc.ir import Loc
 
 from . import keys
 
-# state that changes without the kernel's code changing: never keyed on
+# state that changes without the kernel's code changing (the clock, randomness, the
+# environment, files): never keyed on
 IMPURE_MODULES = frozenset({"os", "sys", "time", "random", "secrets", "uuid", "datetime", "socket", "subprocess",
-                            "threading", "multiprocessing", "numpy.random", "importlib", "inspect", "gc"})
+                            "threading", "multiprocessing", "numpy.random", "importlib", "inspect", "gc",
+                            "pathlib", "io", "shutil", "glob", "tempfile", "pickle", "csv", "sqlite3", "urllib",
+                            "http", "linecache", "fileinput", "mmap", "h5py", "requests"})
+IMPURE_FUNCTIONS = frozenset({"numpy.load", "numpy.loadtxt", "numpy.fromfile", "numpy.genfromtxt", "numpy.memmap",
+                              "numpy.save", "json.load"})
 IMPURE_BUILTINS = frozenset({"open", "input", "__import__", "eval", "exec", "compile", "globals", "locals", "vars",
                              "id", "hash", "breakpoint", "memoryview", "object"})
+# names with which code reaches a module's attributes without naming them
+DYNAMIC_ACCESS = frozenset({"getattr", "__dict__", "__getattribute__", "__getattr__"})
 OWN_ROOTS = ("nkicc", "nki")
 
 
@@ -125,6 +132,7 @@ class _Walk:
         self.parts: list = []
         self.modules: dict[str, types.ModuleType] = {}
         self.names: set[str] = set()      # every name any walked code uses (for module attributes)
+        self.dynamic = False              # walked code reads attributes by computed names (getattr)
         self.keep: list = []              # objects walked (their ids must stay theirs)
 
     # --- values -----------------------------------------------------------------------
@@ -172,6 +180,10 @@ class _Walk:
             if kind == "user" or not _by_name(v):
                 raise Incomplete(f"the class {v.__module__}.{v.__qualname__}")
             return ["class", kind, v.__module__, v.__qualname__, _root_version(v.__module__)]
+        if isinstance(v, np.ufunc):
+            if getattr(np, v.__name__, None) is not v:
+                raise Incomplete(f"the numpy ufunc {v.__name__}, which its name does not identify")
+            return ["ufunc", v.__name__]
         if isinstance(v, functools.partial):
             return ["partial", self.value(v.func, depth + 1), self.value(v.args, depth + 1),
                     self.value(v.keywords, depth + 1)]
@@ -199,7 +211,8 @@ class _Walk:
         kind = "user" if root else _object_kind(f)
         if kind != "user":
             mod = f.__module__ or ""
-            if mod in IMPURE_MODULES or mod.partition(".")[0] in IMPURE_MODULES:
+            if (mod in IMPURE_MODULES or mod.partition(".")[0] in IMPURE_MODULES
+                    or f"{mod.partition('.')[0]}.{f.__name__}" in IMPURE_FUNCTIONS):
                 raise Incomplete(f"{mod}.{f.__qualname__} (state that changes by itself)")
             if _by_name(f):
                 return ["function", kind, mod, f.__qualname__, _root_version(mod) if kind == "library" else None]
@@ -248,6 +261,9 @@ class _Walk:
 
     def code(self, code: types.CodeType, names: set[str]):
         names.update(code.co_names)
+        names.update(c for c in code.co_consts if type(c) is str and c.isidentifier())  # getattr(h, "scale")
+        if DYNAMIC_ACCESS & set(code.co_names):
+            self.dynamic = True
         consts = []
         for c in code.co_consts:
             consts.append(self.code(c, names) if isinstance(c, types.CodeType) else self.value(c))
@@ -282,6 +298,10 @@ class _Walk:
         done: set[tuple[str, str]] = set()
         while True:
             todo = [(mn, n) for mn in sorted(self.modules) for n in sorted(self.names) if (mn, n) not in done]
+            if self.dynamic:  # attributes by computed names: every attribute of the user's modules
+                todo += [(mn, n) for mn, m in sorted(self.modules.items()) if _module_kind(m) == "user"
+                         for n in sorted(m.__dict__) if not n.startswith("__") and (mn, n) not in done
+                         and (mn, n) not in todo]
             if not todo:
                 return out
             for mn, n in todo:
@@ -289,7 +309,8 @@ class _Walk:
                 m = self.modules[mn]
                 if n not in m.__dict__:
                     continue
-                if mn in IMPURE_MODULES or mn.partition(".")[0] in IMPURE_MODULES:
+                if (mn in IMPURE_MODULES or mn.partition(".")[0] in IMPURE_MODULES
+                        or f"{mn.partition('.')[0]}.{n}" in IMPURE_FUNCTIONS):
                     raise Incomplete(f"{mn}.{n} (state that changes by itself)")
                 out.append([mn, n, self.value(m.__dict__[n])])
 

@@ -355,3 +355,28 @@ def test_functions_that_share_a_name_are_told_apart(cache_dir):
         c = nkicc.compile(make(op), x)
         np.testing.assert_allclose(c.run(x), want, rtol=1e-6)
     assert c.report["cache"]["source"] == "hit"  # the second nl.add: its own entry again
+
+
+def test_a_helper_reached_by_a_computed_name_is_keyed(cache_dir, modules):
+    import lvl_helpers
+
+    @nkicc.jit
+    def dynamic(x):
+        out = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.shared_hbm, name="out")
+        for j in nl.affine_range(4):
+            t = nl.load(x[:, j * 16:(j + 1) * 16])
+            nl.store(out[:, j * 16:(j + 1) * 16], value=getattr(lvl_helpers, "sc" + "ale")(t))
+        return out
+
+    import nkicc.language as nl
+    x = x64(13)
+    nkicc.compile(dynamic, x)
+    assert nkicc.compile(dynamic, x).report["cache"]["source"] == "hit"
+    original = lvl_helpers.scale
+    lvl_helpers.scale = lvl_helpers.bump  # what getattr finds now
+    try:
+        c = nkicc.compile(dynamic, x)
+        assert c.report["cache"]["source"] == "miss"
+        np.testing.assert_allclose(c.run(x), x + 1.0, rtol=1e-6)
+    finally:
+        lvl_helpers.scale = original
