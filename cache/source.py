@@ -153,8 +153,8 @@ class _Walk:
         if t is slice or t is range:
             return [t.__name__, self.value((v.start, v.stop, v.step), depth + 1)]
         if isinstance(v, np.ndarray):
-            if v.dtype.hasobject:
-                raise Incomplete("a numpy array of Python objects")
+            if type(v) is not np.ndarray or v.dtype.hasobject:  # (a subclass may carry more: a mask)
+                raise Incomplete(f"a {type(v).__qualname__} of {v.dtype}")
             data = np.ascontiguousarray(v)
             return ["ndarray", v.dtype.str, list(v.shape), hashlib.blake2b(data.tobytes(), digest_size=16).hexdigest()]
         if isinstance(v, np.generic):
@@ -235,6 +235,7 @@ class _Walk:
             "defaults": self.value(f.__defaults__),
             "kwdefaults": self.value(f.__kwdefaults__),
             "closure": [[n, self.cell(c)] for n, c in zip(code.co_freevars, f.__closure__ or ())],
+            "attributes": self.value(dict(f.__dict__)),  # helper.scale = 3; functools.wraps's __wrapped__
         }
         self.names |= names
         g = f.__globals__

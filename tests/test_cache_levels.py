@@ -380,3 +380,28 @@ def test_a_helper_reached_by_a_computed_name_is_keyed(cache_dir, modules):
         np.testing.assert_allclose(c.run(x), x + 1.0, rtol=1e-6)
     finally:
         lvl_helpers.scale = original
+
+
+def test_an_attribute_of_a_helper_function_is_keyed(cache_dir):
+    import nkicc.language as nl
+
+    def scale(t):
+        return nl.multiply(t, scale.factor)
+
+    scale.factor = 2.0
+
+    @nkicc.jit
+    def uses_attribute(x):
+        out = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.shared_hbm, name="out")
+        for j in nl.affine_range(4):
+            t = nl.load(x[:, j * 16:(j + 1) * 16])
+            nl.store(out[:, j * 16:(j + 1) * 16], value=scale(t))
+        return out
+
+    x = x64(14)
+    nkicc.compile(uses_attribute, x)
+    assert nkicc.compile(uses_attribute, x).report["cache"]["source"] == "hit"
+    scale.factor = 3.0
+    c = nkicc.compile(uses_attribute, x)
+    assert c.report["cache"]["source"] == "miss"
+    np.testing.assert_allclose(c.run(x), x * 3.0, rtol=1e-6)
