@@ -22,8 +22,10 @@ where the pass's measured time on it was above the lookup cost. The
 expectation is the pass's measured seconds per statement (from every earlier
 compile that used this cache folder, kept as counters `cost.<pass>.s` and
 `cost.<pass>.stmts`) times the block's statements; the lookup cost is the
-measured mean of earlier lookups (`cost.lookup.s` / `cost.lookup.n`). A pass
-cheaper than a lookup (all of nkicc's built-in region passes on most bodies)
+measured mean of earlier lookups (`cost.lookup.s` / `cost.lookup.n`); the
+same rule decides what is stored, so that no entry is written that no lookup
+would read (before a pass has measurements, its measured time on the region
+decides). A pass cheaper than a lookup (all of nkicc's built-in region passes on most bodies)
 just runs: such a region is counted as skipped, neither keyed nor stored.
 
 A region is not stored (a bypass, counted with its reason) when its result
@@ -162,7 +164,10 @@ class RegionSession:
         seconds = time.perf_counter() - t0
         self._measure(f"cost.{p.name}.s", seconds)
         self._measure(f"cost.{p.name}.stmts", stmts)
-        if keyed is None and seconds <= self.lookup_s:  # cheaper than a lookup: not worth an entry
+        if keyed is None and (rate is not None or seconds <= self.lookup_s):
+            # cheaper than a lookup: not worth an entry. With measurements, the same rule as the
+            # lookup's decides (an entry that no lookup would read is not written); without them
+            # (a new cache folder), this run's time does
             self.skipped += 1
             return out
         if warnings is not None and len(warnings) != n_warn:
