@@ -3,7 +3,7 @@ trace, the kernel level around the pass pipeline, the region level inside it
 (passes.run_region_pass).
 
     plan = CachePlan.prepare(options, reg, target, cache=..., unroll=...)   # opens the store
-    warm = plan.warm(fn, specs, constants, name, grid)   # source hit: (result, trace), no trace
+    warm = plan.warm(fn, specs, constants, name, grid, program)  # source hit: (result, trace), no trace
     pipeline = plan.pipeline(kernel, printer, trace)     # hit: the stored result; miss: run + store
     report["cache"] = plan.finish()               # counters, the report's cache section
 """
@@ -152,8 +152,8 @@ class CachePlan:
 
     # --- the source level --------------------------------------------------------------------
 
-    def warm(self, fn, specs: dict, constants: dict, name: str | None,
-             grid: tuple[int, ...] | None) -> tuple[PipelineResult, TraceResult] | None:
+    def warm(self, fn, specs: dict, constants: dict, name: str | None, grid: tuple[int, ...] | None,
+             program: tuple[int, ...] | None = None) -> tuple[PipelineResult, TraceResult] | None:
         """The stored result for what the trace would read, without tracing;
         None: trace (and `pipeline` stores the mapping for next time)."""
         if self.store is None or self.why_not is not None:
@@ -168,7 +168,7 @@ class CachePlan:
                 what, self.files = source.fingerprint(fn, constants)
                 self.source_key = keys.make_key("source", {
                     **self._compile_parts(base), "source": what, "name": name,
-                    "grid": list(grid) if grid else None,
+                    "grid": list(grid) if grid else None, "program": list(program) if program else None,
                     "specs": [[k, str(v)] for k, v in specs.items()]})
             except source.Incomplete as exc:
                 self.source_why = f"incomplete: {exc}"

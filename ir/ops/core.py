@@ -27,7 +27,7 @@ from ..nodes import Access, Op, TensorDecl
 ENTRY_POINT_GROUP = "nkicc.instructions"
 # nkicc's own families, imported when the installed metadata does not list them
 # (a source tree on sys.path that was never pip-installed)
-BUILTIN_FAMILIES = ("dma", "matmul", "elementwise", "reduce")
+BUILTIN_FAMILIES = ("dma", "matmul", "elementwise", "reduce", "activation", "select", "control", "collectives")
 
 
 class TensorOperand(abc.ABC):
@@ -58,6 +58,31 @@ class Emit:
 
 
 @dataclass(frozen=True)
+class EngineState:
+    """Registers an engine keeps between instructions, one value per partition
+    (the Scalar Engine's reduce registers, the Vector Engine's accumulators).
+    An instruction that uses them names them as an operand, so that every
+    analysis sees the dependence through them like any other."""
+    name: str
+    dtype: str = "float32"
+    partitions: int = 128
+
+    def rows(self, count: int) -> "StateRef":
+        return StateRef(self, count)
+
+
+@dataclass(frozen=True)
+class StateRef:
+    """An operand: the first `count` partitions of an engine's registers."""
+    state: EngineState
+    count: int
+
+
+ACT_REGS = EngineState("act.reduce_regs")
+DVE_ACC = EngineState("dve.accumulators")
+
+
+@dataclass(frozen=True)
 class CostContext:
     """Everything a cost rule may read: tensor declarations, the target
     (clocks, DMA bandwidth), the cost table and the engine the op runs on."""
@@ -65,6 +90,7 @@ class CostContext:
     target: object
     table: object
     engine: str
+    ranks: int = 1  # ranks of the simulation (collectives over "all ranks")
 
     def ghz(self) -> float:
         t = self.target
@@ -123,6 +149,15 @@ class OpDef:
     traffic: Callable[[Op, Mapping[str, TensorDecl]], int] | None = None
     # the free-size limit of compute engines applies (DMAs have none)
     free_limited: bool = True
+    # exported as nisa.<name>; False for what the tracer emits itself (loop control)
+    public: bool = True
+    # steers execution (a runtime loop's head): never removed, moved or reordered
+    control: bool = False
+    # across ranks: collective(op, inputs by rank, me, group) -> [(output index, values)], run by the
+    # simulators through their communicator instead of `compute`
+    collective: Callable | None = None
+    # the public module that exports it: "isa" (nisa) or "collectives" (nki.collectives)
+    module: str = "isa"
 
     @property
     def doc(self) -> str:
@@ -134,17 +169,20 @@ class OpDef:
 
 def instruction(*, family: str, compute: Callable, engine="dve", cost: Callable | None = None,
                 accumulates: Callable | None = None, verify: Callable | None = None,
-                traffic: Callable | None = None, free_limited: bool = True) -> Callable[[Callable], OpDef]:
+                traffic: Callable | None = None, free_limited: bool = True,
+                public: bool = True, control: bool = False, collective: Callable | None = None,
+                module: str = "isa") -> Callable[[Callable], OpDef]:
     """Decorator: the decorated function is the trace rule, its name the opcode."""
     def make(trace: Callable) -> OpDef:
         return OpDef(trace.__name__, family, trace, compute, engine, cost or _elementwise_cost,
-                     accumulates or _never, verify, traffic, free_limited)
+                     accumulates or _never, verify, traffic, free_limited, public, control, collective, module)
     return make
 
 
 # --- the table -----------------------------------------------------------------
 
 _table: dict[str, OpDef] | None = None
+_modules: list[object] = []  # the family modules the table came from
 
 
 def _family_modules() -> Iterable[object]:
@@ -167,6 +205,7 @@ def table() -> dict[str, OpDef]:
     if _table is None:
         found: dict[str, OpDef] = {}
         for mod in _family_modules():
+            _modules.append(mod)
             for d in vars(mod).values():
                 if isinstance(d, OpDef):
                     other = found.get(d.name)
@@ -176,6 +215,13 @@ def table() -> dict[str, OpDef]:
                     found[d.name] = d
         _table = found
     return _table
+
+
+def family_files() -> list[tuple[str, str | None]]:
+    """(module, source file) of every instruction family loaded: what a cache
+    key must cover besides nkicc's own source."""
+    table()
+    return [(m.__name__, getattr(m, "__file__", None)) for m in _modules]
 
 
 def get(opcode: str) -> OpDef:
