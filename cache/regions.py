@@ -24,8 +24,9 @@ compile that used this cache folder, kept as counters `cost.<pass>.s` and
 `cost.<pass>.stmts`) times the block's statements; the lookup cost is the
 measured mean of earlier lookups (`cost.lookup.s` / `cost.lookup.n`); the
 same rule decides what is stored, so that no entry is written that no lookup
-would read (before a pass has measurements, its measured time on the region
-decides). A pass cheaper than a lookup (all of nkicc's built-in region passes on most bodies)
+would read (for a pass with no measurements yet, the rule is applied with
+this compile's measurements once the pass has run on every block). A pass
+cheaper than a lookup (all of nkicc's built-in region passes on most bodies)
 just runs: such a region is counted as skipped, neither keyed nor stored.
 
 A region is not stored (a bypass, counted with its reason) when its result
@@ -87,6 +88,7 @@ class RegionSession:
                 p = name[len("cost."):-len(".stmts")]
                 self.rates[p] = costs.get(f"cost.{p}.s", 0.0) / value
         self.measured: dict[str, float] = {}  # this compile's cost counters (written by finish)
+        self._deferred: list[tuple] = []  # results of a pass with no measurements yet (see _settle)
         self.bypass: dict[str, int] = {}
         self.pending: list[tuple[str, bytes]] = []
         self.fresh: dict[str, tuple] = {}
@@ -99,6 +101,9 @@ class RegionSession:
 
     def __exit__(self, *exc) -> None:
         _active.reset(self._token)
+        if exc[0] is None:
+            self._settle()
+        self._deferred = []
         self.summaries.clear()
 
     def _bypass(self, why: str) -> None:
@@ -124,6 +129,7 @@ class RegionSession:
         return key, renaming
 
     def run(self, p, block, region, ctx):
+        self._settle(p.name)
         self.total += 1
         if getattr(p, "cacheable", True) is False:
             self._bypass("pass not cacheable")
@@ -164,10 +170,7 @@ class RegionSession:
         seconds = time.perf_counter() - t0
         self._measure(f"cost.{p.name}.s", seconds)
         self._measure(f"cost.{p.name}.stmts", stmts)
-        if keyed is None and (rate is not None or seconds <= self.lookup_s):
-            # cheaper than a lookup: not worth an entry. With measurements, the same rule as the
-            # lookup's decides (an entry that no lookup would read is not written); without them
-            # (a new cache folder), this run's time does
+        if keyed is None and rate is not None:  # cheaper than a lookup by the lookup's own rule: no entry
             self.skipped += 1
             return out
         if warnings is not None and len(warnings) != n_warn:
@@ -176,10 +179,17 @@ class RegionSession:
         if _snapshot(notes, p.name) != notes_before:
             self._bypass("pass wrote a note")
             return out
+        if keyed is None:  # no measurements of this pass yet: decided once it has run on every block
+            self._deferred.append((p, block, region, ctx, out, seconds, stmts))
+            return out
+        self._store(p, block, region, ctx, out, seconds, keyed)
+        return out
+
+    def _store(self, p, block, region, ctx, out, seconds: float, keyed=None) -> None:
         if keyed is None:
             keyed = self._key(p, block, region, ctx)
             if keyed is None:
-                return out
+                return
         key, renaming = keyed
         try:
             stored = encode_output(out, block, renaming, self.summaries)
@@ -190,7 +200,21 @@ class RegionSession:
             self._bypass("output names something new")
         except (Unserialisable, TypeError, ValueError, AttributeError):
             self._bypass("output has no exact form")
-        return out
+
+    def _settle(self, running: str | None = None) -> None:
+        """The stores of a pass that had no measurements, once it ran on every
+        block: by the rule later lookups will use (its seconds per statement,
+        measured now, times the block's statements above the lookup cost), so
+        that what is stored is what they will look for."""
+        if not self._deferred or self._deferred[0][0].name == running:
+            return
+        items, self._deferred = self._deferred, []
+        rate = sum(i[5] for i in items) / max(sum(i[6] for i in items), 1)
+        for p, block, region, ctx, out, seconds, stmts in items:
+            if rate * stmts > self.lookup_s:
+                self._store(p, block, region, ctx, out, seconds)
+            else:
+                self.skipped += 1
 
     def report(self) -> dict:
         return {"regions_hit": self.hit, "regions_total": self.total, "regions_skipped": self.skipped}
