@@ -263,12 +263,12 @@ def plot_cache(data: dict, path) -> str:
     groups = []  # (label, {bar: seconds})
     for r in data.get("seeds") or []:
         groups.append((r["seed"].split("::")[0].replace(".py", ""),
-                       {"cache off": r["off_s"], "cold": r["cold_s"], "warm (kernel hit)": r["warm_s"]}))
+                       {"cache off": r["off_s"], "cold": r["cold_s"], "warm (source hit)": r["warm_s"]}))
     for r in data.get("edits") or []:
         groups.append((r["kernel"].split("/")[-1].replace(".py", ""),
-                       {"cache off": r["off_s"], "cold": r["cold_s"], "warm (kernel hit)": r["warm_s"],
+                       {"cache off": r["off_s"], "cold": r["cold_s"], "warm (source hit)": r["warm_s"],
                         "after one edit": r["edit_s"]}))
-    bars = ["cache off", "cold", "warm (kernel hit)", "after one edit"]
+    bars = ["cache off", "cold", "warm (source hit)", "after one edit"]
     colors = ["tab:gray", "tab:blue", "tab:green", "tab:orange"]
     fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(groups) + 2), 3.8))
     width = 0.2
@@ -564,8 +564,8 @@ class CacheBench(Bench):
                       "present.", ""]
         lines += [
             "compile_s per kernel (log scale): with the cache off, cold (empty cache folder), warm (the same "
-            "kernel again in a new process: a kernel-level hit) and, for the edited kernels, after one loop body "
-            "was edited (region-level hits).",
+            "kernel again in a new process: a source-level hit, no trace) and, for the edited kernels, after one "
+            "loop body was edited.",
             "",
             self.image(plot_cache, data, "cache.png", "compile cache: cache off, cold, warm and one edit"),
             "",

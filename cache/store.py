@@ -19,7 +19,7 @@ from .stats import Counters
 
 DEFAULT_SIZE = 2 * 2**30  # 2 GiB
 EVICTION = "least-recently-used"
-KINDS = ("kernel", "region")
+KINDS = ("kernel", "region", "source")
 PROBE = "nkicc-probe"  # the one key that is not an entry (written when a store opens)
 OFF_VALUES = ("0", "false", "no", "off")
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .ir import Kernel, Loop, NkiccError, count_instructions, dtypes, format_kernel
+from .ir import Counts, Kernel, Loop, NkiccError, count_instructions, dtypes, format_kernel
 from .simulator.reference import poison
 from .simulator import run_reference
 from .simulator.reference import check_defined
@@ -55,7 +55,9 @@ class CompiledKernel:
     constants: dict
     trace: TraceResult
     compile_s: float = 0.0
-    traced_ir: Kernel | None = None
+    # the kernel as traced; after a source-level cache hit nothing was traced, and
+    # `traced_ir` traces on first use (_retrace)
+    _traced_ir: Kernel | None = field(default=None, repr=False)
     target: str = DEFAULT_TARGET
     report: dict = field(default_factory=dict)
     # How run() simulates: "machine" (the lowered program on the NeuronCore model: the
@@ -71,6 +73,14 @@ class CompiledKernel:
     # a multi-core launch: one compiled program per core (kernel[2] whose
     # programs meet at sendrecv / core_barrier / collectives), run at once
     cores: list | None = field(default=None, repr=False)
+    _retrace: object = field(default=None, repr=False, compare=False)
+
+    @property
+    def traced_ir(self) -> Kernel | None:
+        if self._traced_ir is None and self._retrace is not None:
+            traced = self._retrace()
+            self._traced_ir = self.trace.kernel = traced.kernel
+        return self._traced_ir
 
     def run(self, *arrays, **named) -> np.ndarray | tuple[np.ndarray, ...] | None:
         inputs = dict(zip(self.ir.args, arrays))
@@ -188,16 +198,25 @@ def _compile(fn, specs: dict[str, TensorSpec], constants: dict, name: str | None
     reg = registry(options.no_plugins, options.plugins)
     target = resolve_target(options.target, reg)
     plan = CachePlan.prepare(options, reg, target, cache=cache, unroll=unroll)
-    result = trace_kernel(fn, specs, constants, name, unroll=unroll, grid=grid, program=program,
-                          nc_version=target.nc_version)
     t0 = time.perf_counter()
-    try:
-        pipeline = plan.pipeline(result.kernel, printer)
-    except BudgetExceeded as exc:
-        raise BudgetError(exc) from None
+    warm = plan.warm(fn, specs, constants, name, grid, program)  # a source-level hit: no trace
     compile_s = time.perf_counter() - t0
-    compiled = CompiledKernel(result.kernel.name, pipeline.kernel, specs, constants, result, compile_s,
-                              traced_ir=result.kernel, target=target.name)
+    if warm is not None:
+        pipeline, result = warm
+    else:
+        result = trace_kernel(fn, specs, constants, name, unroll=unroll, grid=grid, program=program,
+                              nc_version=target.nc_version)
+        t0 = time.perf_counter()
+        try:
+            pipeline = plan.pipeline(result.kernel, printer, trace=result)
+        except BudgetExceeded as exc:
+            raise BudgetError(exc) from None
+        compile_s += time.perf_counter() - t0
+    compiled = CompiledKernel(pipeline.kernel.name if warm else result.kernel.name, pipeline.kernel, specs,
+                              constants, result, compile_s, _traced_ir=result.kernel, target=target.name)
+    if warm is not None:
+        compiled._retrace = lambda: trace_kernel(fn, specs, constants, name, unroll=unroll, grid=grid,
+                                                 program=program, nc_version=target.nc_version)
     compiled.target_spec = target
     compiled.report = build_report(compiled, pipeline)
     compiled.report["cache"] = plan.finish()
@@ -239,13 +258,13 @@ def resolve_target(name: str | None, reg) -> Target:
 
 
 def build_report(c: CompiledKernel, pipeline: PipelineResult) -> dict:
-    counts = count_instructions(c.traced_ir)
+    counts = count_instructions(c.traced_ir) if c.trace.counts is None else Counts(*c.trace.counts)
     return {
         "kernel": c.name,
         "args": {k: str(v) for k, v in c.specs.items()},
         "constants": {k: repr(v) for k, v in c.constants.items()},
         "trace_s": round(c.trace.seconds, 6),
-        "trace_attempts": c.trace.attempts,
+        "trace_attempts": c.trace.attempts if c.trace.kernel is not None else 0,
         "compile_s": round(c.compile_s, 6),
         "total_s": round(c.trace.seconds + c.compile_s, 6),
         "peak_rss_mb": round(peak_rss_mb(), 1),

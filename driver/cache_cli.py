@@ -50,12 +50,13 @@ def collect_stats() -> dict:
         "entries": 0 if store is None else store.entry_count(),
         "bytes": 0 if store is None else store.volume(),
         "size_limit": size_from_env(),
+        "source": {k: int(counters.get(f"source.{k}", 0)) for k in ("hit", "miss", "bypass")},
         "kernel": {k: int(counters.get(f"kernel.{k}", 0)) for k in ("hit", "miss", "bypass")},
-        "region": {k: int(counters.get(f"region.{k}", 0)) for k in ("hit", "miss", "bypass")},
+        "region": {k: int(counters.get(f"region.{k}", 0)) for k in ("hit", "miss", "bypass", "skipped")},
         "bypass_reasons": {
             level: {name[len(f"{level}.bypass."):]: int(v) for name, v in sorted(counters.items())
                     if name.startswith(f"{level}.bypass.")}
-            for level in ("kernel", "region")
+            for level in ("source", "kernel", "region")
         },
         "evictions": int(counters.get("evictions", 0)),
         "pruned": int(counters.get("pruned", 0)),
@@ -84,11 +85,12 @@ def stats_cmd(as_json: bool = typer.Option(False, "--json", help="Print the stat
         typer.echo(json.dumps(s, indent=2))
         return
     typer.echo(f"cache {s['path']}: {s['entries']} entries, {_bytes(s['bytes'])} of {_bytes(s['size_limit'])}")
-    for level in ("kernel", "region"):
+    for level in ("source", "kernel", "region"):
         c = s[level]
         looked = c["hit"] + c["miss"]
         rate = f" ({100 * c['hit'] / looked:.0f}% of lookups hit)" if looked else ""
-        typer.echo(f"  {level} level: {c['hit']} hits, {c['miss']} misses, {c['bypass']} bypasses{rate}")
+        skipped = f", {c['skipped']} run without it (cheaper than a lookup)" if "skipped" in c else ""
+        typer.echo(f"  {level} level: {c['hit']} hits, {c['miss']} misses, {c['bypass']} bypasses{skipped}{rate}")
         for why, n in s["bypass_reasons"][level].items():
             typer.echo(f"    bypass {why}: {n}")
     typer.echo(f"  evictions: {s['evictions']}, pruned: {s['pruned']}, corrupt entries: {s['corrupt']}, "

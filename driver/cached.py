@@ -1,23 +1,28 @@
-"""Compiling through the cache (nkicc.cache): the kernel level around the
-pass pipeline, the region level inside it (passes.run_region_pass).
+"""Compiling through the cache (nkicc.cache): the source level before the
+trace, the kernel level around the pass pipeline, the region level inside it
+(passes.run_region_pass).
 
     plan = CachePlan.prepare(options, reg, target, cache=..., unroll=...)   # opens the store
-    pipeline = plan.pipeline(kernel, printer)     # hit: the stored result; miss: run + store
+    warm = plan.warm(fn, specs, constants, name, grid, program)  # source hit: (result, trace), no trace
+    pipeline = plan.pipeline(kernel, printer, trace)     # hit: the stored result; miss: run + store
     report["cache"] = plan.finish()               # counters, the report's cache section
 """
 from __future__ import annotations
 
 import gc
+import json
+import os
+import sqlite3
 import time
 
-from .cache import env, keys
+from .cache import env, keys, source
 from .cache.format import pack
 from .cache.regions import RegionSession
 from .cache.store import Store, enabled_by_env, open_store
-from .ir import Kernel, Loc, Loop, NkiccError, NotCanonical
-from .ir.hash import exact_hash_without_files, file_placeholder, move_files
+from .ir import Kernel, Loc, Loop, NkiccError, NotCanonical, count_instructions, exact_hash
 from .ir.serialize import Unserialisable
 from .passes import PassOptions, PipelineResult, Registry, run_pipeline, select
+from .trace import TraceResult
 
 _bases: dict[tuple, tuple] = {}
 
@@ -47,15 +52,15 @@ def _too_big(kernel: Kernel) -> bool:
     return False
 
 
-def _warning_json(w, files: dict) -> list:
+def _warning_json(w) -> list:
     loc = getattr(w, "loc", None)
     return [getattr(w, "code", "W000"), getattr(w, "message", str(w)),
-            None if loc is None else [files.get(loc.file, loc.file), loc.line], getattr(w, "hint", "")]
+            None if loc is None else [loc.file, loc.line], getattr(w, "hint", "")]
 
 
-def _warning_from_json(d, files: dict) -> NkiccError:
+def _warning_from_json(d) -> NkiccError:
     code, message, loc, hint = d
-    return NkiccError(code, message, None if loc is None else Loc(files.get(loc[0], loc[0]), loc[1]), hint)
+    return NkiccError(code, message, None if loc is None else Loc(loc[0], loc[1]), hint)
 
 
 class CachePlan:
@@ -70,8 +75,10 @@ class CachePlan:
         self.kernel = "bypass"
         self.saved_s = 0.0
         self.session: RegionSession | None = None
-        # the traced kernel's source files, in the order the key's placeholders number them
-        self.files: tuple[str, ...] = ()
+        self.source = "bypass"          # the source level: hit, miss or bypass
+        self.source_why: str | None = None
+        self.source_key: str | None = None
+        self.files: list[str] = []      # the files of the walked functions (source.fingerprint)
 
     @staticmethod
     def prepare(options: PassOptions, reg: Registry, target, cache: bool | None = None,
@@ -99,7 +106,7 @@ class CachePlan:
 
     # --- the compile -----------------------------------------------------------------------
 
-    def pipeline(self, kernel: Kernel, printer=print) -> PipelineResult:
+    def pipeline(self, kernel: Kernel, printer=print, trace: TraceResult | None = None) -> PipelineResult:
         store = self.store
         if store is None:
             return run_pipeline(kernel, self.options, self.reg, self.target, printer)
@@ -116,8 +123,10 @@ class CachePlan:
             if gc_was_on:
                 gc.enable()
         if found is not None:
+            if trace is not None:
+                store.put_many(self._source_entry(key, trace), tag=tag)
             return found
-        self.session = RegionSession(store, base, dict(self.reg.provider), tag)
+        self.session = RegionSession(store, base, dict(self.reg.provider), tag, costs=self._costs())
         t0 = time.perf_counter()
         with self.session:
             result = run_pipeline(kernel, self.options, self.reg, self.target, printer)
@@ -127,12 +136,12 @@ class CachePlan:
             try:
                 if _too_big(result.kernel):
                     raise ValueError("too big")
-                # stored with its files as the key's placeholders; a hit puts the hitting kernel's back
-                to_key = {f: file_placeholder(i) for i, f in enumerate(self.files)}
                 meta = {"s": round(seconds, 9), "passes": result.timings,
-                        "warnings": [_warning_json(w, to_key) for w in result.warnings],
+                        "warnings": [_warning_json(w) for w in result.warnings],
                         "pipeline": result.pipeline, "notes": result.notes}
-                entries.append((key, pack("kernel", key, meta, move_files(result.kernel, to_key))))
+                entries.append((key, pack("kernel", key, meta, result.kernel)))
+                if trace is not None:
+                    entries += self._source_entry(key, trace)
             except (Unserialisable, TypeError, ValueError) as exc:
                 self.why_not = "result too big to store" if str(exc) == "too big" else "result has no exact form"
                 self.kernel = "bypass"
@@ -141,19 +150,108 @@ class CachePlan:
         self.saved_s = self.session.saved_s
         return result
 
+    # --- the source level --------------------------------------------------------------------
+
+    def warm(self, fn, specs: dict, constants: dict, name: str | None, grid: tuple[int, ...] | None,
+             program: tuple[int, ...] | None = None) -> tuple[PipelineResult, TraceResult] | None:
+        """The stored result for what the trace would read, without tracing;
+        None: trace (and `pipeline` stores the mapping for next time)."""
+        if self.store is None or self.why_not is not None:
+            self.source_why = self.why_not or "cache off"
+            return None
+        base, _ = _base(self.reg, self.target)
+        gc_was_on = gc.isenabled()
+        gc.disable()
+        try:
+            t0 = time.perf_counter()
+            try:
+                what, self.files = source.fingerprint(fn, constants)
+                self.source_key = keys.make_key("source", {
+                    **self._compile_parts(base), "source": what, "name": name,
+                    "grid": list(grid) if grid else None, "program": list(program) if program else None,
+                    "specs": [[k, str(v)] for k, v in specs.items()]})
+            except source.Incomplete as exc:
+                self.source_why = f"incomplete: {exc}"
+                return None
+            except (TypeError, ValueError) as exc:
+                self.source_why = f"incomplete: {type(exc).__name__}"
+                return None
+            self.source = "miss"
+            found = self.store.get(self.source_key, "source")
+            if found is None:
+                return None
+            meta, _ = found
+            try:
+                t = meta["trace"]
+                stored_files = list(meta["files"])
+                kernel_key = str(meta["kernel"])
+                if len(stored_files) != len(self.files):
+                    raise ValueError("files")
+                trace = TraceResult(None, int(t["attempts"]), 0.0, dict(t["loops"]), dict(t["decisions"]),
+                                    [_warning_from_json(w) for w in t["warnings"]])
+                counts = [int(n) for n in t["counts"]]
+                traced_s = float(t["s"])
+            except (KeyError, TypeError, ValueError):
+                self.store.count("corrupt")
+                self.store.delete(self.source_key)
+                return None
+            result = self._lookup(kernel_key)
+            if result is None:  # the kernel entry is gone: trace, and both are stored again
+                self.kernel = "bypass"
+                return None
+            moved = {old: new for old, new in zip(stored_files, self.files) if old != new}
+            if moved:  # the same code in another file (a restarted notebook): point at it
+                result.kernel = source.relocate(result.kernel, moved)
+                for w in result.warnings + trace.warnings:  # (fresh objects, read from the entries)
+                    if getattr(w, "loc", None) is not None and w.loc.file in moved:
+                        w.loc = Loc(moved[w.loc.file], w.loc.line)
+                trace.decisions = {k: {_moved(s, moved): v for s, v in d.items()} for k, d in trace.decisions.items()}
+                names = {**moved, **{os.path.basename(a): os.path.basename(b) for a, b in moved.items()}}
+                result.notes = json.loads(_moved(json.dumps(result.notes), names))
+            trace.counts = counts
+            self.source = "hit"
+            self.saved_s = max(self.saved_s + traced_s - (time.perf_counter() - t0), 0.0)
+            return result, trace
+        finally:
+            if gc_was_on:
+                gc.enable()
+
+    def _source_entry(self, kernel_key: str, trace: TraceResult) -> list[tuple[str, bytes]]:
+        if self.source_key is None or trace.kernel is None:
+            return []
+        counts = count_instructions(trace.kernel)
+        meta = {"kernel": kernel_key, "files": self.files, "trace": {
+            "attempts": trace.attempts, "s": round(trace.seconds, 9), "loops": trace.loops,
+            "decisions": trace.decisions, "warnings": [_warning_json(w) for w in trace.warnings],
+            "counts": [counts.rolled, counts.unrolled, counts.executed]}}
+        try:
+            return [(self.source_key, pack("source", self.source_key, meta))]
+        except (TypeError, ValueError):
+            return []
+
+    # --- the kernel level --------------------------------------------------------------------
+
+    def _compile_parts(self, base: dict) -> dict:
+        """What both the source and the kernel key hold besides the kernel."""
+        return {**base, "options": self.options.cache_key(), "unroll": bool(self.unroll),
+                "passes": [[p.name, str(p.version), p.scope, self.reg.provider.get(p.name, "?")]
+                           for p in select(self.options, self.reg)]}
+
+    def _costs(self) -> dict:
+        """The counters (the region level reads the passes' measured costs from them)."""
+        counters = getattr(self.store, "counters", None)
+        if counters is None:
+            return {}
+        try:
+            return counters.read()
+        except (OSError, sqlite3.Error):  # advisory: a broken stats file costs the region level, not the compile
+            return {}
+
     def _key(self, kernel: Kernel, base: dict) -> str | None:
         if self.why_not is not None:
             return None
         try:
-            ir_hash, self.files = exact_hash_without_files(kernel)  # where the source lives is not in the key
-            return keys.make_key("kernel", {
-                **base,
-                "options": self.options.cache_key(),
-                "unroll": bool(self.unroll),
-                "passes": [[p.name, str(p.version), p.scope, self.reg.provider.get(p.name, "?")]
-                           for p in select(self.options, self.reg)],
-                "ir": ir_hash,
-            })
+            return keys.make_key("kernel", {**self._compile_parts(base), "ir": exact_hash(kernel)})
         except (Unserialisable, NotCanonical, TypeError, ValueError):
             self.why_not = "IR has no exact form"
             return None
@@ -168,9 +266,7 @@ class CachePlan:
         try:
             if not isinstance(ir, Kernel):
                 raise TypeError("not a kernel")
-            back = {file_placeholder(i): f for i, f in enumerate(self.files)}
-            result = PipelineResult(move_files(ir, back), list(meta["passes"]),
-                                    [_warning_from_json(w, back) for w in meta["warnings"]],
+            result = PipelineResult(ir, list(meta["passes"]), [_warning_from_json(w) for w in meta["warnings"]],
                                     list(meta["pipeline"]), dict(meta["notes"]))
         except (KeyError, TypeError, ValueError):
             self.store.count("corrupt")
@@ -184,26 +280,40 @@ class CachePlan:
         """The report's cache section; writes this compile's counters."""
         s = self.session
         info = {"kernel": self.kernel, "regions_hit": s.hit if s else 0, "regions_total": s.total if s else 0,
-                "saved_s": round(self.saved_s, 6)}
+                "regions_skipped": s.skipped if s else 0, "saved_s": round(self.saved_s, 6), "source": self.source}
         if self.kernel == "bypass":
             info["reason"] = self.why_not or "?"
+        if self.source == "bypass" and self.source_why and self.source_why != info.get("reason"):
+            info["source_reason"] = self.source_why
         store = self.store
         if store is not None:
             store.touch_read()
             store.count("compiles")
             store.count(f"kernel.{self.kernel}")
+            store.count(f"source.{self.source}")
+            if self.source == "bypass" and self.source_why and self.source_why.startswith("incomplete"):
+                store.count("source.bypass.incomplete")
             if self.kernel == "bypass":
                 store.count(f"kernel.bypass.{info['reason']}")
             if s is not None:
                 bypassed = sum(s.bypass.values())
                 store.count("region.hit", s.hit)
-                store.count("region.miss", s.total - s.hit - bypassed)
+                store.count("region.miss", s.total - s.hit - bypassed - s.skipped)
+                store.count("region.skipped", s.skipped)
                 store.count("region.bypass", bypassed)
+                for name, value in s.measured.items():
+                    store.count(name, value)
                 for why, n in s.bypass.items():
                     store.count(f"region.bypass.{why}", n)
             store.count("saved_s", self.saved_s)
             store.flush()
         return info
+
+
+def _moved(text: str, moved: dict[str, str]) -> str:
+    for old, new in moved.items():
+        text = text.replace(old, new)
+    return text
 
 
 def kernel_key(kernel: Kernel, options: PassOptions | None = None, reg: Registry | None = None, target=None,

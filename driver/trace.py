@@ -96,12 +96,13 @@ class RetryPolicy:
 
 @dataclass
 class TraceResult:
-    kernel: Kernel
+    kernel: Kernel | None  # None after a source-level cache hit (nothing was traced)
     attempts: int
     seconds: float
     loops: dict
     decisions: dict
     warnings: list
+    counts: list | None = None  # [rolled, unrolled, executed] of the traced kernel, kept by a cache hit
 
 
 def _traced_function(fn: types.FunctionType) -> types.FunctionType:

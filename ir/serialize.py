@@ -100,7 +100,8 @@ def encode_table(v: Any) -> dict:
     {"#": position}, children before parents. `loads` reads it back with
     every repeated node built once."""
     table: list = []
-    index: dict = {}
+    index: dict = {}   # an entry's printed form -> its position: equal nodes are stored once
+    seen: dict = {}    # id(node) -> position: a node shared by several parents is encoded once
 
     def enc(x):
         t = type(x)
@@ -113,19 +114,18 @@ def encode_table(v: Any) -> dict:
             if t is dict:
                 return {"dict": [[enc(k), enc(y)] for k, y in x.items()]}
             return encode(x)
-        try:
-            i = index.get(x)
-        except TypeError:  # an unhashable attribute value: store it unshared
-            i = None
-            key = None
-        else:
-            key = x
+        i = seen.get(id(x))
         if i is None:
+            # keyed by the entry, whose children are already positions: a shallow key (hashing
+            # the node itself would hash its whole subtree at every level), and one that tells
+            # 1, 1.0 and True apart, which node equality does not
             entry = {t.__name__: [enc(y) for y in getter(x)]}
-            i = len(table)
-            table.append(entry)
-            if key is not None:
-                index[key] = i
+            key = repr(entry)
+            i = index.get(key)
+            if i is None:
+                i = index[key] = len(table)
+                table.append(entry)
+            seen[id(x)] = i
         return {"#": i}
 
     root = enc(v)

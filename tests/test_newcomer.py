@@ -454,7 +454,7 @@ def test_notebook_runs_twice_then_hits_after_a_restart(tmp_path, monkeypatch):
                 client.execute_cell(nb.cells[i], i)
             runs.append((_outputs(nb.cells[first_compile]), _outputs(nb.cells[edit])))
     (first, edit1), (second, edit2) = runs
-    assert "'kernel': 'miss'" in first and re.search(r"regions hit after the edit: [1-9]\d* of", edit1), edit1
+    assert "'kernel': 'miss'" in first and re.search(r"regions hit after the edit: \d+, run without the cache", edit1), edit1
     assert "'kernel': 'hit'" in second and "'kernel': 'hit'" in edit2
 
     restarted = nbformat.read(NOTEBOOK, as_version=4)  # a new kernel process: another cell file name
