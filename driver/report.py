@@ -31,7 +31,8 @@ def cache_lines(report: dict) -> list[str]:
         return []
     if c["kernel"] == "bypass" and not c["regions_total"]:
         return [f"  cache: bypassed ({c.get('reason', '?')})"]
-    what = f"kernel {c['kernel']}" + (f" ({c['reason']})" if c.get("reason") else "")
+    what = f"kernel {c['kernel']}" + (f" ({c['reason']})" if c.get("reason") else "") + \
+        (" (remote)" if c.get("tier") == "remote" else "")
     regions = f", regions {c['regions_hit']}/{c['regions_total']} hit" if c["regions_total"] else ""
     return [f"  cache: {what}{regions}, compile {report['compile_s'] * 1000:.1f} ms, saved {c['saved_s'] * 1000:.1f} ms"]
 
