@@ -462,7 +462,7 @@ def open_store(directory: str | None = None, size_limit: int | None = None, back
     directory = directory or default_directory()
     size_limit = size_limit if size_limit is not None else size_from_env()
     url = url_from_env()
-    key = (directory, size_limit, backend_factory is not None, url)
+    key = (directory, size_limit, url)  # the factories are asked once, when the store opens
     store = _stores.get(key)
     if store is None:
         backend = None

@@ -74,7 +74,9 @@ def collect_stats() -> dict:
     return out
 
 
-REMOTE_COUNTERS = ("hit", "miss", "refused", "corrupt", "errors", "stores", "backfills")
+# stats name -> counter name (remote.*)
+REMOTE_COUNTERS = {"hits": "hit", "misses": "miss", "refused": "refused", "corrupt": "corrupt", "errors": "errors",
+                   "written": "stores", "written_back": "backfills"}
 
 
 def _remote_stats(counters: dict) -> dict | None:
@@ -84,7 +86,7 @@ def _remote_stats(counters: dict) -> dict | None:
     from .cache.store import warn_once
 
     url = url_from_env()
-    mine = {k: int(counters.get(f"remote.{k}", 0)) for k in REMOTE_COUNTERS}
+    mine = {k: int(counters.get(f"remote.{c}", 0)) for k, c in REMOTE_COUNTERS.items()}
     if url is None and not any(mine.values()):
         return None
     out = {"url": None if url is None else redact(url), **mine}
@@ -138,9 +140,9 @@ def stats_cmd(as_json: bool = typer.Option(False, "--json", help="Print the stat
     if r is not None:
         held = (f"{r['entries']} entries, {_bytes(r['bytes'])}" if "entries" in r
                 else f"unreachable ({r['error']})" if "error" in r else "size unknown")
-        typer.echo(f"  remote tier {r['url'] or '(none configured now)'}: {r['hit']} hits, {r['miss']} misses, "
+        typer.echo(f"  remote tier {r['url'] or '(none configured now)'}: {r['hits']} hits, {r['misses']} misses, "
                    f"{held}; {r['refused']} refused, {r['corrupt']} corrupt, {r['errors']} errors; "
-                   f"{r['stores']} written, {r['backfills']} written back locally")
+                   f"{r['written']} written, {r['written_back']} written back locally")
 
 
 @cache_app.command("clear")

@@ -180,7 +180,7 @@ def test_a_second_process_with_an_empty_local_cache_hits_redis_for_every_kernel(
     stats = subprocess.run([sys.executable, "-m", "nkicc", "cache", "stats", "--json"], capture_output=True,
                            text=True, env=subprocess_env(tmp_path / "machine2", redis_server.url), timeout=120)
     s = json.loads(stats.stdout)
-    assert s["remote"]["url"] == redis_server.url and s["remote"]["hit"] == 5 and s["remote"]["entries"] == 5
+    assert s["remote"]["url"] == redis_server.url and s["remote"]["hits"] == 5 and s["remote"]["entries"] == 5
     assert s["remote"]["bytes"] == sum(redis_server.client().strlen(k) for k in remote_keys(redis_server))
     assert s["local"]["misses"] == 5 and s["local"]["entries"] >= 5 and s["local"]["bytes"] > 0
 
