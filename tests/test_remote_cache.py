@@ -458,3 +458,24 @@ def test_the_ci_redis_server_serves_as_the_shared_tier(tmp_path):
     compile_all(tmp_path / "m1", url, seed=11)
     warm, _ = compile_all(tmp_path / "m2", url, seed=12)
     assert all(r["tier"] == "remote" for r in warm)
+
+
+def test_nkicc_run_takes_remote_cache(redis_server, tmp_path):
+    script = tmp_path / "script.py"
+    script.write_text(textwrap.dedent('''
+        import sys
+        import numpy as np
+        import nkicc
+        import cache_kernels as ck
+        x = np.random.default_rng(int(sys.argv[1])).standard_normal((128, 64)).astype(np.float32)
+        for amount in (0.5, 1.5):
+            c = nkicc.compile(ck.shift, x, amount=amount)
+            assert np.allclose(c.run(x), x + np.float32(amount), rtol=1e-6)
+        print("ok")
+    '''))
+    for seed, machine in enumerate(("m1", "m2")):
+        p = nkicc_cli("run", "--remote-cache", redis_server.url, str(script), str(seed),
+                      env=subprocess_env(tmp_path / machine, ""))
+        assert p.returncode == 0 and p.stdout.strip() == "ok", p.stdout + p.stderr
+    c = counters(tmp_path / "m2")
+    assert (c["remote.hit"], c["local.miss"], c.get("remote.miss", 0)) == (2, 2, 0)
