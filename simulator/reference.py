@@ -19,7 +19,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from ..ir import Access, Alloc, Block, Kernel, NkiccError, Op, TensorDecl
-from ..ir import dtypes
+from ..ir import dtypes, ops
 from . import semantics
 from ._blas import single_threaded_blas
 
@@ -141,7 +141,7 @@ class ReferenceMachine:
 
     def op(self, op: Op) -> None:
         self.executed += 1
-        if self.defined is not None and op.opcode == "nc_matmul" and op.attr("accumulate") is True:
+        if self.defined is not None and op.attr("accumulate") is True and ops.of(op).accumulates(op):
             a = op.outs[0]
             start = self.start(a, op)
             self._check_defined(a, op, start, start + sum(s * (n - 1) for s, n in a.pattern) + 1)
@@ -154,7 +154,7 @@ class ReferenceMachine:
             mask = self.written.get(dst_access.tensor)
             if mask is not None:
                 wmask = strided(mask, self.start(dst_access, op), dst_access.pattern)
-                if op.opcode == "nc_matmul":
+                if ops.of(op).accumulates(op):
                     values = self._accumulate(op.attr("accumulate"), dst, wmask, values)
                 wmask[...] = True
             if np.ndim(values) == 0:
