@@ -394,13 +394,13 @@ def test_passwords_work_and_never_show(tmp_path):
         assert third.returncode == 0, third.stderr
         assert counters(tmp_path / "m4")["remote.hit"] == 1
         outputs += [second.stdout, second.stderr, third.stdout, third.stderr]
-        for env_url in (url, f"redis://127.0.0.1:{server.port}/0?password=Def4ult-pw-x9"):
-            for fmt in ([], ["--json"]):
-                stats = nkicc_cli("cache", "stats", *fmt, env=subprocess_env(tmp_path / "m2", env_url))
-                assert stats.returncode == 0, stats.stderr
-                outputs += [stats.stdout, stats.stderr]
-        assert "remote tier redis://alice:***@127.0.0.1" in outputs[-8] and ": 1 hits" in outputs[-8], outputs[-8]
-        assert f"remote tier redis://127.0.0.1:{server.port}/0: 1 hits" in outputs[-4], outputs[-4]
+        for env_url, fmt in ((url, []), (f"redis://127.0.0.1:{server.port}/0?password=Def4ult-pw-x9", ["--json"])):
+            stats = nkicc_cli("cache", "stats", *fmt, env=subprocess_env(tmp_path / "m2", env_url))
+            assert stats.returncode == 0, stats.stderr
+            outputs += [stats.stdout, stats.stderr]
+        assert "remote tier redis://alice:***@127.0.0.1" in outputs[-4] and ": 1 hits" in outputs[-4], outputs[-4]
+        remote = json.loads(outputs[-2])["remote"]
+        assert (remote["url"], remote["hits"], remote["entries"]) == (f"redis://127.0.0.1:{server.port}/0", 1, 1)
         wrong = nkicc_cli("compile", kernel, env=subprocess_env(
             tmp_path / "m3", f"redis://alice:Wr0ng-pw-z3@127.0.0.1:{server.port}/0"))
         assert wrong.returncode == 0, wrong.stderr
@@ -428,12 +428,17 @@ def test_rediss_url_over_tls(tmp_path):
         pytest.skip(f"this redis-server has no TLS: {exc}")
     try:
         url = f"{server.url}?ssl_ca_certs={cert}"
-        cold, err = compile_all(tmp_path / "m1", url, seed=3)
-        assert "warning" not in err
-        warm, _ = compile_all(tmp_path / "m2", url, seed=4)
-        assert all(r["tier"] == "remote" for r in warm)
-        plain, err = compile_all(tmp_path / "m3", f"redis://127.0.0.1:{server.port}/0", seed=5)
-        assert all(r["kernel"] == "miss" for r in plain) and err.count("warning[W502]") == 1
+        runs = []
+        for machine, u in (("m1", url), ("m2", url), ("m3", f"redis://127.0.0.1:{server.port}/0")):
+            p = subprocess.run([sys.executable, "-c", SEQUENCE], input="0.5\n", capture_output=True, text=True,
+                               env=subprocess_env(tmp_path / machine, u), timeout=300)
+            assert p.returncode == 0, p.stderr
+            runs.append((json.loads(p.stdout), p.stderr))
+        assert all(r["ok"] for r, _ in runs)
+        assert [(r["kernel"], r.get("tier")) for r, _ in runs] == [("miss", None), ("hit", "remote"), ("miss", None)]
+        assert "warning" not in runs[0][1] + runs[1][1]
+        assert runs[2][1].count("warning[W502]") == 1           # plain redis:// to a TLS port: one warning
+        assert len(server.client(ssl=True, ssl_ca_certs=str(cert)).keys(PREFIX + "*")) == 1
     finally:
         server.stop()
 
