@@ -9,7 +9,9 @@ Redis), local (a new process on the same local cache: a local kernel hit)
 and remote (a new process on an empty local cache, Redis warm: a remote
 hit, written back). Reported: compile_s (the lookup, or the passes) and
 trace_s, the best of --repeat processes; the ratios are against cold.
---seeds adds the full-size seeds of ../shared/workloads when present.
+--seeds adds the full-size seed_mm2_static of ../shared/workloads (or
+--workloads PATH) when present. The first remote hit of a process also pays
+for importing redis-py and connecting.
 """
 from __future__ import annotations
 
@@ -25,10 +27,10 @@ import tempfile
 import time
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
-WORKLOADS = REPO.parent / "shared" / "workloads"
+WORKLOADS = REPO.parent / "shared" / "workloads"  # or --workloads PATH
 EXAMPLES = [(str(REPO / "examples" / "matmul.py") + "::" + k, []) for k in ("matmul_tiled", "matmul_hoisted")]
 MM = ["At=float32[4096,32768]", "B=float32[4096,16384]", "D=float32[16384,4096]"]
-SEEDS = [(str(WORKLOADS / "seed_mm2_static.py") + "::mm2", MM)]
+SEED = ("seed_mm2_static.py", "mm2", MM)
 
 WORKER = '''
 import json, sys
@@ -60,12 +62,14 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--seeds", action="store_true")
+    ap.add_argument("--workloads", default=str(WORKLOADS), help="the folder of the seed kernels")
     a = ap.parse_args()
+    seeds = [(str(pathlib.Path(a.workloads) / SEED[0]) + "::" + SEED[1], SEED[2])]
     server = shutil.which("redis-server")
     if server is None:
         print("skipped: redis-server is not installed")
         return
-    kernels = EXAMPLES + (SEEDS if a.seeds and WORKLOADS.is_dir() else [])
+    kernels = EXAMPLES + (seeds if a.seeds and pathlib.Path(a.workloads).is_dir() else [])
     tmp = tempfile.mkdtemp(prefix="nkicc-bench-remote-")
     port = free_port()
     proc = subprocess.Popen([server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
