@@ -484,3 +484,27 @@ def test_nkicc_run_takes_remote_cache(redis_server, tmp_path):
         assert p.returncode == 0 and p.stdout.strip() == "ok", p.stdout + p.stderr
     c = counters(tmp_path / "m2")
     assert (c["remote.hit"], c["local.miss"], c.get("remote.miss", 0)) == (2, 2, 0)
+
+
+def test_a_plugin_can_serve_another_scheme_through_the_same_hook(tmp_path, monkeypatch):
+    import dict_tier_plugin
+    import legacy_backend_plugin
+    dict_tier_plugin.TABLE.clear()
+    legacy_backend_plugin.ASKED.clear()
+    monkeypatch.setenv("NKICC_REMOTE_CACHE", "dict://team")
+    monkeypatch.setenv("NKICC_CACHE_SECRET", "s")
+    x = shift_input(5)
+    reports = []
+    for machine in ("m1", "m2"):
+        monkeypatch.setenv("NKICC_CACHE_DIR", str(tmp_path / machine))
+        forget_stores()
+        c = nkicc.compile(ck.shift, x, amount=6.5, passes={"plugins": ("dict_tier_plugin", "legacy_backend_plugin")})
+        np.testing.assert_allclose(c.run(x), x + np.float32(6.5), rtol=1e-6)
+        reports.append(c.report["cache"])
+    forget_stores()
+    assert [(r["kernel"], r.get("tier")) for r in reports] == [("miss", None), ("hit", "remote")]
+    (name, value), = dict_tier_plugin.TABLE.items()
+    assert name.startswith(PREFIX) and value.startswith(b"nkicc-signed 1 ")
+    assert counters(tmp_path / "m2")["remote.hit"] == 1
+    # the implementation without `remote` was asked for each local tier, never for the shared one
+    assert legacy_backend_plugin.ASKED == [str(tmp_path / "m1"), str(tmp_path / "m2")]
