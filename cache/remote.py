@@ -139,10 +139,16 @@ def open_envelope(secret: bytes | None, name: str, value: bytes) -> bytes:
 class RemoteTier:
     """The shared tier of one Store. `count(name)` is the Store's counter;
     every outcome of a lookup is counted as remote.hit, remote.miss,
-    remote.corrupt, remote.refused or remote.errors."""
+    remote.corrupt, remote.refused or remote.errors.
 
-    def __init__(self, backend, url: str, secret: bytes | None, count, warn) -> None:
-        self.backend = backend
+    The backend is made (`factory(url)`: the hook) at the first lookup that
+    misses locally or the first write, so a process whose lookups all hit
+    locally never imports a client library or connects."""
+
+    def __init__(self, factory, url: str, secret: bytes | None, count, warn) -> None:
+        self._factory = factory
+        self._url = url
+        self._made = None
         self.name = redact(url)
         self.secret = secret
         self.count = count
@@ -150,6 +156,23 @@ class RemoteTier:
         self._passwords = _passwords(url)
         self.off: str | None = None
         self.last_problem: str | None = None
+
+    @property
+    def backend(self):
+        if self._made is None and self.off is None:
+            try:
+                made = self._factory(self._url) if self._factory is not None else None
+            except Exception as exc:
+                self._fail("open", exc)
+                return None
+            if made is None:
+                self.off = "no backend"
+                self._warn(f"remote:{self.name}", f"no cache backend for {self.name} (nkicc knows redis:// and "
+                                                  "rediss://; a plugin can add others); compiling with the local "
+                                                  "cache only", code="W502")
+                return None
+            self._made = made
+        return self._made
 
     def scrub(self, text: str) -> str:
         for p in self._passwords:
@@ -167,8 +190,11 @@ class RemoteTier:
         if self.off is not None or kind not in KINDS:
             return None
         name = NAMESPACE + key
+        backend = self.backend
+        if backend is None:
+            return None
         try:
-            value = self.backend.get(name)
+            value = backend.get(name)
         except Exception as exc:  # anything: a compile never fails for the shared tier
             self._fail("read", exc)
             return None
@@ -197,10 +223,10 @@ class RemoteTier:
             return 0
         mine = [(NAMESPACE + key, sign(self.secret, NAMESPACE + key, bytes(entry))) for key, entry in items
                 if key.startswith(_PREFIXES)]
-        if not mine:
+        if not mine or self.backend is None:
             return 0
         try:
-            self.backend.set_many(mine)
+            self._made.set_many(mine)
         except Exception as exc:
             self._fail("write", exc)
             return 0
@@ -209,9 +235,10 @@ class RemoteTier:
 
     def usage(self) -> dict:
         """{"entries", "bytes"} in the tier now, or {"error": ...}; for `nkicc cache stats`."""
+        backend = self.backend
         if self.off is not None:
             return {"error": self.off}
-        usage = getattr(self.backend, "usage", None)
+        usage = getattr(backend, "usage", None)
         if usage is None:
             return {}
         try:
@@ -222,7 +249,7 @@ class RemoteTier:
         return {"entries": int(entries), "bytes": int(size)}
 
     def close(self) -> None:
-        close = getattr(self.backend, "close", None)
+        close = getattr(self._made, "close", None)
         if close is not None:
             try:
                 close()
@@ -231,23 +258,11 @@ class RemoteTier:
 
 
 def open_tier(url: str, factory, warn, count) -> RemoteTier | None:
-    """The tier for `url` from `factory(url)` (the hook), or None with one warning."""
+    """The tier for `url`, its backend from `factory(url)` (the hook); None,
+    with one warning, when its secret is configured but cannot be read."""
     shown = redact(url)
     secret, problem = load_secret()
     if problem is not None:
         warn(f"remote-secret:{shown}", f"{problem}; not using the remote cache {shown}", code="W502")
         return None
-    try:
-        backend = factory(url) if factory is not None else None
-    except Exception as exc:
-        text = f"{type(exc).__name__}: {exc}"
-        for p in _passwords(url):
-            text = text.replace(p, "***")
-        warn(f"remote:{shown}", f"remote cache {shown} cannot be used ({text}); compiling with the local cache only",
-             code="W502")
-        return None
-    if backend is None:
-        warn(f"remote:{shown}", f"no cache backend for {shown} (nkicc knows redis:// and rediss://; a plugin can "
-                                "add others); compiling with the local cache only", code="W502")
-        return None
-    return RemoteTier(backend, url, secret, count, warn)
+    return RemoteTier(factory, url, secret, count, warn)

@@ -166,6 +166,8 @@ def test_remote_hit_backfills_the_local_tier(tiers, redis_server):
     again = compile_shift(0.75, 3)
     assert (again["kernel"], again["tier"]) == ("hit", "local")
     assert counters(b)["local.hit"] == 1
+    from nkicc.cache.store import open_store
+    assert open_store().remote._made is None                # a local hit never opened a connection
 
 
 def test_a_second_process_with_an_empty_local_cache_hits_redis_for_every_kernel(redis_server, tmp_path):
@@ -330,7 +332,7 @@ def _hammer(url: str, writer: int, rounds: int, keys: list[str], results) -> Non
     def count(name, n=1):
         counts[name] = counts.get(name, 0) + n
 
-    tier = remote_mod.RemoteTier(RedisBackend(url), url, b"shared secret", count, lambda *a, **k: None)
+    tier = remote_mod.RemoteTier(RedisBackend, url, b"shared secret", count, lambda *a, **k: None)
     rng = np.random.default_rng(writer)
     bad = 0
     for r in range(rounds):
