@@ -18,9 +18,11 @@ and a value without one, or with a wrong one, is refused (counted, never used).
 Without a secret, entries are stored as they are and an envelope's signature
 cannot be checked (the entry's own checksum still is).
 
-The tier is never fatal: the first error (refused connection, timeout, failed
-authentication, anything the backend raises) turns it off for the process
-with one warning (W502) and compiles go on with the local tier. The URL is
+The tier is never fatal: an error (refused connection, timeout, failed
+authentication, anything the backend raises) turns it off with one warning
+(W502) for the process, and compiles go on with the local tier. A long-lived
+process (a sweep's worker) tries the server again, once, every
+RETRY_AFTER_S, silently; a server that is back is used again. The URL is
 only ever shown without its password (`redact`).
 
 A tier's backend comes from the `nkicc_cache_backend` hook called with
@@ -34,6 +36,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
+import time
 import urllib.parse
 
 from .format import FORMAT, CorruptEntry, unpack
@@ -45,6 +48,7 @@ KINDS = ("kernel",)  # a round trip per region lookup would cost more than most 
 URL_ENV = "NKICC_REMOTE_CACHE"
 SECRET_ENV = "NKICC_CACHE_SECRET"
 SECRET_FILE_ENV = "NKICC_CACHE_SECRET_FILE"
+RETRY_AFTER_S = 60.0  # a failed server is tried again after this long (one attempt, no new warning)
 
 
 _PREFIXES = tuple(f"nkicc-{kind}-" for kind in KINDS)
@@ -155,6 +159,7 @@ class RemoteTier:
         self._warn = warn
         self._passwords = _passwords(url)
         self.off: str | None = None
+        self._retry_at: float | None = None  # when a failed server may be tried again (time.monotonic)
         self.last_problem: str | None = None
 
     @property
@@ -162,8 +167,8 @@ class RemoteTier:
         if self._made is None and self.off is None:
             try:
                 made = self._factory(self._url) if self._factory is not None else None
-            except Exception as exc:
-                self._fail("open", exc)
+            except Exception as exc:  # a bad URL, a missing client library: trying again will not help
+                self._fail("open", exc, retry=False)
                 return None
             if made is None:
                 self.off = "no backend"
@@ -179,15 +184,24 @@ class RemoteTier:
             text = text.replace(p, "***")
         return text
 
-    def _fail(self, doing: str, exc: BaseException) -> None:
+    def _usable(self) -> bool:
+        if self.off is None:
+            return True
+        if self._retry_at is not None and time.monotonic() >= self._retry_at:
+            self.off, self._retry_at = None, None  # one more attempt; a failure turns it off again
+            return True
+        return False
+
+    def _fail(self, doing: str, exc: BaseException, retry: bool = True) -> None:
         self.count("remote.errors")
         self.off = self.scrub(f"{doing}: {type(exc).__name__}: {exc}")
+        self._retry_at = time.monotonic() + RETRY_AFTER_S if retry else None
         self._warn(f"remote:{self.name}", f"remote cache {self.name} failed ({self.off}); "
                                           "compiling with the local cache only", code="W502")
 
     def get(self, key: str, kind: str):
         """(meta, ir, entry bytes) of a good entry, else None (counted)."""
-        if self.off is not None or kind not in KINDS:
+        if kind not in KINDS or not self._usable():
             return None
         name = NAMESPACE + key
         backend = self.backend
@@ -219,7 +233,7 @@ class RemoteTier:
 
     def put_many(self, items: list[tuple[str, bytes]]) -> int:
         """Store (key, entry) pairs of the kinds the tier holds; returns how many."""
-        if self.off is not None:
+        if not self._usable():
             return 0
         mine = [(NAMESPACE + key, sign(self.secret, NAMESPACE + key, bytes(entry))) for key, entry in items
                 if key.startswith(_PREFIXES)]

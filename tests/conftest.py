@@ -37,14 +37,16 @@ needs_redis = pytest.mark.skipif(REDIS_SERVER is None, reason="redis-server is n
 class RedisProcess:
     """One redis-server of a test's own, on a free loopback port, nothing saved."""
 
-    def __init__(self, folder: pathlib.Path, *args: str, tls: tuple | None = None) -> None:
+    def __init__(self, folder: pathlib.Path, *args: str, tls: tuple | None = None, port: int | None = None) -> None:
         import socket
         import subprocess
         import time
 
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
+        if port is None:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+        self.port = port
         self.folder = folder
         folder.mkdir(parents=True, exist_ok=True)
         # tls = (cert, key, ca): TLS only, on the port

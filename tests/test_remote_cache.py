@@ -256,6 +256,24 @@ def test_a_hung_redis_costs_a_bounded_wait_once(tiers, redis_server, capfd):
     assert err.count("warning[W502]") == 1 and "Timeout" in err, err
 
 
+def test_a_restarted_redis_is_used_again_without_a_second_warning(tiers, redis_server, tmp_path, monkeypatch,
+                                                                   capfd):
+    monkeypatch.setattr(remote_mod, "RETRY_AFTER_S", 1.0)
+    d = tiers("a")
+    redis_server.stop()
+    assert compile_shift(7.0, 1)["kernel"] == "miss"       # fails: off, one warning
+    assert compile_shift(7.25, 2)["kernel"] == "miss"      # off: not even tried
+    back = RedisProcess(tmp_path / "redis-again", port=redis_server.port)
+    try:
+        time.sleep(1.1)
+        assert compile_shift(7.5, 3)["kernel"] == "miss"   # tried again: works, the entry goes to Redis
+        assert len(back.client().keys(PREFIX + "*")) == 1
+    finally:
+        back.stop()
+    assert counters(d)["remote.errors"] == 1 and counters(d)["remote.stores"] == 1
+    assert capfd.readouterr().err.count("warning[W502]") == 1
+
+
 def _damages(good: bytes, other: bytes) -> dict[str, bytes]:
     head, _, body = good.partition(b"\n")
     return {
