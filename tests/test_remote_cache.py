@@ -480,9 +480,14 @@ def test_an_unknown_scheme_warns_once_and_compiles(tiers, capfd):
 @pytest.mark.skipif(not os.environ.get("NKICC_TEST_REDIS"), reason="NKICC_TEST_REDIS is not set (.ci/run sets it)")
 def test_the_ci_redis_server_serves_as_the_shared_tier(tmp_path):
     url = os.environ["NKICC_TEST_REDIS"]
-    compile_all(tmp_path / "m1", url, seed=11)
-    warm, _ = compile_all(tmp_path / "m2", url, seed=12)
-    assert all(r["tier"] == "remote" for r in warm)
+    runs = []
+    for machine in ("m1", "m2"):
+        p = subprocess.run([sys.executable, "-c", SEQUENCE], input="8.5\n9.5\n", capture_output=True, text=True,
+                           env=subprocess_env(tmp_path / machine, url), timeout=300)
+        assert p.returncode == 0 and "warning" not in p.stderr, p.stderr
+        runs.append([json.loads(line) for line in p.stdout.splitlines()])
+    assert all(r["ok"] for rs in runs for r in rs)
+    assert [r.get("tier") for r in runs[1]] == ["remote", "remote"]   # m1 wrote them (or found them there)
 
 
 def test_nkicc_run_takes_remote_cache(redis_server, tmp_path):
