@@ -160,7 +160,6 @@ class RemoteTier:
         self._passwords = _passwords(url)
         self.off: str | None = None
         self._retry_at: float | None = None  # when a failed server may be tried again (time.monotonic)
-        self.last_problem: str | None = None
 
     @property
     def backend(self):
@@ -220,13 +219,11 @@ class RemoteTier:
                 raise CorruptEntry(f"a {type(value).__name__}, not bytes")
             entry = open_envelope(self.secret, name, bytes(value))
             meta, ir = unpack(entry, kind, key)
-        except Refused as exc:
+        except Refused:
             self.count("remote.refused")
-            self.last_problem = f"refused: {exc}"
             return None
-        except CorruptEntry as exc:
+        except CorruptEntry:
             self.count("remote.corrupt")
-            self.last_problem = f"corrupt: {exc}"
             return None
         self.count("remote.hit")
         return meta, ir, entry
