@@ -67,6 +67,9 @@ class ReferenceMachine:
             decl = self.decls[name]
             arr = np.ascontiguousarray(inputs[name], dtype=dtypes.storage(decl.dtype))
             self.memory[name] = arr.reshape(-1).copy()
+        for decl in self.decls.values():
+            if decl.role == "state":  # engine registers: there from the start, never allocated
+                self._allocate(decl)
         with np.errstate(all="ignore"):  # semantics.compute's contract: poison and overflow flow on silently
             self.block(self.kernel.body)
         return {name: self.memory[name].reshape(self.decls[name].shape) for name in self.kernel.outputs}
@@ -76,18 +79,20 @@ class ReferenceMachine:
             if isinstance(s, Op):
                 self.op(s)
             elif isinstance(s, Alloc):
-                decl = self.decls[s.tensor]
-                self.memory[s.tensor] = poison(dtypes.storage(decl.dtype), decl.size, self.fill)
-                if self.defined is not None:
-                    self.defined[s.tensor] = np.zeros(decl.size, dtype=bool)
-                if decl.buffer == "psum":
-                    self.written[s.tensor] = np.zeros(decl.size, dtype=bool)
+                self._allocate(self.decls[s.tensor])
             else:
                 env = self.env
                 for t in range(s.trip):
                     env[s.var] = t
                     self.block(s.body)
                 env.pop(s.var, None)  # a zero-trip loop never bound it
+
+    def _allocate(self, decl: TensorDecl) -> None:
+        self.memory[decl.name] = poison(dtypes.storage(decl.dtype), decl.size, self.fill)
+        if self.defined is not None:
+            self.defined[decl.name] = np.zeros(decl.size, dtype=bool)
+        if decl.buffer == "psum":
+            self.written[decl.name] = np.zeros(decl.size, dtype=bool)
 
     def start(self, a: Access, op: Op, read: bool = False) -> int:
         start = a.offset.evaluate(self.env)

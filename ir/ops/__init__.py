@@ -5,9 +5,10 @@
     ops.table()                   # opcode -> OpDef, built-ins and installed families
 """
 from .core import (
-    BUILTIN_FAMILIES, ENTRY_POINT_GROUP, CostContext, Emit, OpDef, TensorOperand, free_size, get, instruction, of,
+    ACT_REGS, BUILTIN_FAMILIES, DVE_ACC, ENTRY_POINT_GROUP, CostContext, Emit, EngineState, OpDef, StateRef, TensorOperand, family_files, free_size, get, instruction, of,
     partitions, table,
 )
 
-__all__ = ["BUILTIN_FAMILIES", "ENTRY_POINT_GROUP", "CostContext", "Emit", "OpDef", "TensorOperand", "free_size",
+__all__ = ["ACT_REGS", "BUILTIN_FAMILIES", "DVE_ACC", "ENTRY_POINT_GROUP", "CostContext", "Emit", "EngineState",
+           "OpDef", "StateRef", "family_files", "TensorOperand", "free_size",
            "get", "instruction", "of", "partitions", "table"]

@@ -56,6 +56,7 @@ BINARY = {
     "logical_xor": _flag(np.logical_xor),
     "bitwise_and": _as_int(np.bitwise_and), "bitwise_or": _as_int(np.bitwise_or),
     "bitwise_xor": _as_int(np.bitwise_xor),
+    "bypass": lambda a, b: a,  # the stage does nothing (activate2's op1, tensor_scalar)
 }
 
 UNARY = {
@@ -68,6 +69,22 @@ UNARY = {
 }
 
 REDUCE = {"add": np.sum, "maximum": np.max, "minimum": np.min, "multiply": np.prod}
+# the value an accumulator starts from for each reduction
+IDENTITY = {"add": 0.0, "subtract": 0.0, "multiply": 1.0, "maximum": -np.inf, "minimum": np.inf}
+# how an accumulator combines a new partial result: (accumulated, new) -> accumulated
+COMBINE = {"add": np.add, "subtract": np.add, "multiply": np.multiply, "maximum": np.maximum, "minimum": np.minimum}
+
+class Named:
+    """An operator named where the reference's default is an nl function
+    (`reduce_op=maximum`): what a kernel would pass, without importing nl."""
+
+    def __init__(self, name: str) -> None:
+        self.__name__ = name
+        self._nki_op = name
+
+    def __repr__(self) -> str:
+        return self.__name__
+
 
 _ALIASES = {"true_divide": "divide", "max": "maximum", "min": "minimum", "sum": "add",
             "prod": "multiply", "mul": "multiply", "sub": "subtract", "bypass": "copy"}
@@ -76,7 +93,7 @@ _ALIASES = {"true_divide": "divide", "max": "maximum", "min": "minimum", "sum": 
 def op_name(op, allowed, what: str) -> str:
     """The name of the arithmetic `op` (a function or a string), which must be in `allowed`."""
     name = getattr(op, "_nki_op", None) or getattr(op, "__name__", None) or (op if isinstance(op, str) else None)
-    if name is not None:
+    if name is not None and name not in allowed:
         name = _ALIASES.get(name, name)
     if name not in allowed:
         raise NkiccError("E160", f"{what} does not support the operation {getattr(op, '__name__', op)!r}", None,

@@ -27,7 +27,7 @@ from ..nodes import Access, Op, TensorDecl
 ENTRY_POINT_GROUP = "nkicc.instructions"
 # nkicc's own families, imported when the installed metadata does not list them
 # (a source tree on sys.path that was never pip-installed)
-BUILTIN_FAMILIES = ("dma", "matmul", "elementwise", "reduce")
+BUILTIN_FAMILIES = ("dma", "matmul", "elementwise", "reduce", "activation", "select")
 
 
 class TensorOperand(abc.ABC):
@@ -55,6 +55,31 @@ class Emit:
     outs: list
     ins: list
     attrs: Mapping[str, object] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class EngineState:
+    """Registers an engine keeps between instructions, one value per partition
+    (the Scalar Engine's reduce registers, the Vector Engine's accumulators).
+    An instruction that uses them names them as an operand, so that every
+    analysis sees the dependence through them like any other."""
+    name: str
+    dtype: str = "float32"
+    partitions: int = 128
+
+    def rows(self, count: int) -> "StateRef":
+        return StateRef(self, count)
+
+
+@dataclass(frozen=True)
+class StateRef:
+    """An operand: the first `count` partitions of an engine's registers."""
+    state: EngineState
+    count: int
+
+
+ACT_REGS = EngineState("act.reduce_regs")
+DVE_ACC = EngineState("dve.accumulators")
 
 
 @dataclass(frozen=True)
@@ -145,6 +170,7 @@ def instruction(*, family: str, compute: Callable, engine="dve", cost: Callable 
 # --- the table -----------------------------------------------------------------
 
 _table: dict[str, OpDef] | None = None
+_modules: list[object] = []  # the family modules the table came from
 
 
 def _family_modules() -> Iterable[object]:
@@ -167,6 +193,7 @@ def table() -> dict[str, OpDef]:
     if _table is None:
         found: dict[str, OpDef] = {}
         for mod in _family_modules():
+            _modules.append(mod)
             for d in vars(mod).values():
                 if isinstance(d, OpDef):
                     other = found.get(d.name)
@@ -176,6 +203,13 @@ def table() -> dict[str, OpDef]:
                     found[d.name] = d
         _table = found
     return _table
+
+
+def family_files() -> list[tuple[str, str | None]]:
+    """(module, source file) of every instruction family loaded: what a cache
+    key must cover besides nkicc's own source."""
+    table()
+    return [(m.__name__, getattr(m, "__file__", None)) for m in _modules]
 
 
 def get(opcode: str) -> OpDef:

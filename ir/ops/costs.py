@@ -38,6 +38,8 @@ class CostTable:
     # contiguous rows shorter than this scale bandwidth by dma_small_row_factor
     dma_efficient_row_bytes: int = 2048
     dma_small_row_factor: float = 0.5
+    # dma_transpose: a fraction of a copy's bandwidth (estimate: elements cross partitions one by one)
+    dma_transpose_factor: float = 0.25
 
 
 # One table per target. They are equal today because the public docs give one

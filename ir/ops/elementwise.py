@@ -5,9 +5,9 @@ import numpy as np
 
 from ..errors import NkiccError
 from ..nodes import Access, Const, Op
-from . import alu
+from . import accumulator, alu, enums
 from .checks import free, not_both_psum, on_chip, on_chip_tensors, per_partition, same_layout, scalar, tensor
-from .core import CostContext, Emit, TensorOperand, free_size, instruction
+from .core import DVE_ACC, CostContext, Emit, TensorOperand, free_size, instruction
 from .values import F32, operand, tile
 
 
@@ -83,59 +83,6 @@ def tensor_scalar(dst, data, op0, operand0, reverse0=False, op1=None, operand1=N
     return Emit([dst], ins, attrs)
 
 
-def _activation(op: Op, read):
-    x = tile(op.ins[0], read) * operand(op.ins[1], read)
-    if op.attr("bias"):
-        x = x + operand(op.ins[2], read)
-    y = alu.UNARY[op.attr("op")](x)
-    out = [(0, y)]
-    if op.attr("reduce_op") is not None:
-        out.append((1, alu.REDUCE[op.attr("reduce_op")](y, axis=1, keepdims=True)))
-    return out
-
-
-@instruction(family="elementwise", compute=_activation, engine="act")
-def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=None, reduce_cmd=None,
-               name=None, **_hw_hints):
-    """dst = op(data * scale + bias) on the Scalar Engine; optionally reduce
-    the result along the free axis into reduce_res ([P, 1])."""
-    dst, data = on_chip_tensors({"dst": dst, "data": data}, "activation")
-    same_layout(dst, data, "activation")
-    ins: list = [data, per_partition(scale, dst, "scale")]
-    if bias is not None:
-        ins.append(per_partition(bias, dst, "bias"))
-    outs = [dst]
-    attrs = {"op": alu.op_name(op, alu.UNARY, "activation"), "bias": bias is not None}
-    if reduce_res is not None:
-        (reduce_res,) = on_chip_tensors({"reduce_res": reduce_res}, "activation")
-        if reduce_res.shape[0] != dst.shape[0] or free(reduce_res) != 1:
-            raise NkiccError("E140", f"reduce_res must be [{dst.shape[0]}, 1], got {list(reduce_res.shape)}")
-        attrs["reduce_op"] = alu.op_name(reduce_op if reduce_op is not None else "add", alu.REDUCE,
-                                         "activation reduce")
-        outs.append(reduce_res)
-    return Emit(outs, ins, attrs)
-
-
-def _select(op: Op, read):
-    pred, a, b = (operand(x, read) for x in op.ins)
-    return [(0, np.where(pred != 0, a, b))]
-
-
-@instruction(family="elementwise", compute=_select)
-def select(dst, predicate, on_true, on_false, name=None, **_hw_hints):
-    """dst = on_true where predicate != 0 else on_false (element-wise)."""
-    (dst,) = on_chip_tensors({"dst": dst}, "select")
-    ins = []
-    for x, what in ((predicate, "predicate"), (on_true, "on_true"), (on_false, "on_false")):
-        if not isinstance(x, TensorOperand):
-            ins.append(Const(scalar(x, f"select {what}")))
-            continue
-        (x,) = on_chip_tensors({what: x}, "select")
-        same_layout(dst, x, "select")
-        ins.append(x)
-    return Emit([dst], ins)
-
-
 def _iota(op: Op, read):
     free_idx = np.zeros((1,), dtype=np.int64)
     for step, num in op.attr("pattern"):
@@ -164,3 +111,136 @@ def iota(dst, pattern, offset=0, channel_multiplier=0, name=None, **_hw_hints):
     if count != free(dst):
         raise NkiccError("E140", f"iota pattern covers {count} free elements, dst has {free(dst)}")
     return Emit([dst], [], {"pattern": pairs, "offset": offset, "channel_multiplier": channel_multiplier})
+
+
+def _reciprocal(op: Op, read):
+    return [(0, 1.0 / tile(op.ins[0], read))]
+
+
+@instruction(family="elementwise", compute=_reciprocal)
+def reciprocal(dst, data, name=None, **_hw_hints):
+    """dst = 1 / data, element-wise, in fp32 (Vector Engine)."""
+    dst, data = on_chip_tensors({"dst": dst, "data": data}, "reciprocal")
+    same_layout(dst, data, "reciprocal")
+    return Emit([dst], [data])
+
+
+def _scalar_tensor_tensor(op: Op, read):
+    x = alu.apply(op.attr("op0"), tile(op.ins[0], read), operand(op.ins[1], read), op.attr("reverse0"))
+    return [(0, alu.apply(op.attr("op1"), x, tile(op.ins[2], read), op.attr("reverse1")))]
+
+
+@instruction(family="elementwise", compute=_scalar_tensor_tensor, cost=_tensor_tensor_cost)
+def scalar_tensor_tensor(dst, data, op0, operand0, op1, operand1, reverse0=False, reverse1=False, name=None,
+                         **_hw_hints):
+    """dst = (data op0 operand0) op1 operand1: operand0 a number or a [P, 1]
+    tile, operand1 a tile shaped like data (Vector Engine)."""
+    dst, data, t1 = on_chip_tensors({"dst": dst, "data": data, "operand1": operand1}, "scalar_tensor_tensor")
+    not_both_psum(data, t1, "scalar_tensor_tensor")
+    same_layout(dst, data, "scalar_tensor_tensor")
+    same_layout(dst, t1, "scalar_tensor_tensor")
+    attrs = {"op0": alu.op_name(op0, alu.BINARY, "scalar_tensor_tensor"), "reverse0": bool(reverse0),
+             "op1": alu.op_name(op1, alu.BINARY, "scalar_tensor_tensor"), "reverse1": bool(reverse1)}
+    return Emit([dst], [data, per_partition(operand0, dst, "operand0"), t1], attrs)
+
+
+def _tensor_scalar_reduce(op: Op, read):
+    y = alu.apply(op.attr("op0"), tile(op.ins[0], read), operand(op.ins[1], read), op.attr("reverse0"))
+    p = y.shape[0]
+    acc = accumulator.start(op, read, p)
+    out = [(0, y)]
+    if acc is None:
+        return out
+    partial = alu.REDUCE[op.attr("reduce_op")](np.asarray(y, F32), axis=1, keepdims=True)
+    res = accumulator.finish(op, acc, partial, p)
+    if op.attr("negate_res"):
+        res = [(i, -v) if i == op.attr("res_out") else (i, v) for i, v in res]
+    return out + res
+
+
+@instruction(family="elementwise", compute=_tensor_scalar_reduce)
+def tensor_scalar_reduce(dst, data, op0, operand0, reduce_op, reduce_res=None, reverse0=False,
+                         reduce_cmd=enums.reduce_cmd.reset_reduce, reduce_init=None, reduce_res_negate=False,
+                         name=None, **_hw_hints):
+    """dst = data op0 operand0, and its free-axis reduction (`reduce_op`: add,
+    multiply, max, min) through the Vector Engine's accumulators as
+    `reduce_cmd` says; `reduce_res` ([P, 1], optional) receives their value
+    (negated with reduce_res_negate)."""
+    dst, data = on_chip_tensors({"dst": dst, "data": data}, "tensor_scalar_reduce")
+    same_layout(dst, data, "tensor_scalar_reduce")
+    outs, ins = [dst], [data, per_partition(operand0, dst, "operand0")]
+    attrs = {"op0": alu.op_name(op0, alu.BINARY, "tensor_scalar_reduce"), "reverse0": bool(reverse0),
+             "negate_res": bool(reduce_res_negate)}
+    rop = alu.op_name(reduce_op, alu.REDUCE, "tensor_scalar_reduce reduce_op")
+    accumulator.plan(DVE_ACC, accumulator.command(reduce_cmd), rop, dst.shape[0], outs, ins, attrs, reduce_res,
+                     reduce_init, "tensor_scalar_reduce")
+    return Emit(outs, ins, attrs)
+
+
+def _cumulative(op: Op, read):
+    x = tile(op.ins[0], read)
+    p = x.shape[0]
+    y = alu.apply(op.attr("op0"), x, operand(op.ins[1], read), op.attr("reverse0"))
+    acc = accumulator.start(op, read, p)
+    if acc is None:  # idle: the scan starts from the identity and leaves no state
+        acc = np.full((p, 1), alu.IDENTITY[op.attr("reduce_op")], dtype=F32)
+    combine = alu.BINARY[op.attr("reduce_op")]
+    out = np.empty(y.shape, dtype=F32)
+    reg = acc[:, 0]
+    for i in range(y.shape[1]):
+        reg = np.asarray(combine(y[:, i], reg), dtype=F32)
+        out[:, i] = reg
+    res = [(0, out)]
+    if op.attr("acc_out") is not None:
+        res.append((op.attr("acc_out"), reg.reshape(p, 1)))
+    return res
+
+
+def _cumulative_cost(op: Op, ctx: CostContext) -> float:
+    return ctx.ns(ctx.fixed_cycles(op) + ctx.table.scan_factor * free_size(op.outs[0]))
+
+
+@instruction(family="elementwise", compute=_cumulative, cost=_cumulative_cost)
+def tensor_scalar_cumulative(dst, src, op0, op1, imm0, imm1=None, reduce_cmd=enums.reduce_cmd.reset_reduce,
+                             name=None, **_hw_hints):
+    """A running reduction along the free axis, per partition:
+    reg = op1(src[i] op0 imm0, reg); dst[i] = reg. The register starts from
+    op1's identity (reset_reduce), from imm1 (load_reduce) or from the Vector
+    Engine's accumulators (reduce), and is left there."""
+    dst, src = on_chip_tensors({"dst": dst, "src": src}, "tensor_scalar_cumulative")
+    same_layout(dst, src, "tensor_scalar_cumulative")
+    for t in (dst, src):
+        if t.decl.dtype in ("int32", "uint32"):
+            raise NkiccError("E132", f"tensor_scalar_cumulative does not take {t.decl.dtype} tiles", None,
+                             "use float32, bfloat16, float16, fp8 or 8/16-bit integers")
+    rop = alu.op_name(op1, ("add", "subtract", "multiply", "maximum", "minimum"), "tensor_scalar_cumulative op1")
+    outs, ins = [dst], [src, per_partition(imm0, dst, "imm0")]
+    attrs = {"op0": alu.op_name(op0, alu.BINARY, "tensor_scalar_cumulative op0"), "reverse0": False}
+    accumulator.plan(DVE_ACC, accumulator.command(reduce_cmd), rop, dst.shape[0], outs, ins, attrs, None, imm1,
+                     "tensor_scalar_cumulative")
+    return Emit(outs, ins, attrs)
+
+
+def _exponential(op: Op, read):
+    y = np.exp(tile(op.ins[0], read) - operand(op.ins[1], read))
+    p = y.shape[0]
+    acc = accumulator.start(op, read, p)
+    partial = None if acc is None else np.sum(np.asarray(y, F32), axis=1, keepdims=True)
+    return [(0, y)] + accumulator.finish(op, acc, partial, p)
+
+
+@instruction(family="elementwise", compute=_exponential)
+def exponential(dst, src, max_value=0.0, reduce_res=None, reduce_cmd=enums.reduce_cmd.idle, reduce_init=0.0,
+                name=None, **_hw_hints):
+    """dst = exp(src - max_value) (Vector Engine, NeuronCore-v4); max_value a
+    number or a [P, 1] tile; the sum of the result accumulates through the
+    Vector Engine's accumulators as reduce_cmd says, into reduce_res."""
+    dst, src = on_chip_tensors({"dst": dst, "src": src}, "exponential")
+    same_layout(dst, src, "exponential")
+    outs, ins = [dst], [src, per_partition(max_value, dst, "max_value")]
+    attrs: dict = {}
+    cmd = accumulator.command(reduce_cmd)
+    if cmd != "idle" or reduce_res is not None:
+        accumulator.plan(DVE_ACC, cmd, "add", dst.shape[0], outs, ins, attrs, reduce_res, reduce_init,
+                         "exponential")
+    return Emit(outs, ins, attrs)

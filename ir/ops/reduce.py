@@ -70,3 +70,38 @@ def tensor_tensor_scan(dst, data0, data1, initial, op0, op1, reverse0=False, rev
     attrs = {"op0": alu.op_name(op0, alu.BINARY, "tensor_tensor_scan"), "reverse0": bool(reverse0),
              "op1": alu.op_name(op1, alu.BINARY, "tensor_tensor_scan"), "reverse1": bool(reverse1)}
     return Emit([dst], [a, b, per_partition(initial, dst, "initial")], attrs)
+
+
+_PARTITION_REDUCE = {"add": np.sum, "maximum": np.max, "minimum": np.min, "mean": np.mean, "average": np.mean,
+                     "bitwise_or": np.bitwise_or.reduce, "bitwise_and": np.bitwise_and.reduce}
+
+
+def _partition_reduce(op: Op, read):
+    x = tile(op.ins[0], read)
+    name = op.attr("op")
+    if name.startswith("bitwise"):
+        r = _PARTITION_REDUCE[name](x.astype(np.int64), axis=0).astype(np.float64)
+    else:
+        r = _PARTITION_REDUCE[name](x, axis=0)
+    return [(0, np.asarray(r).reshape(1, -1))]
+
+
+def _partition_reduce_cost(op: Op, ctx: CostContext) -> float:
+    # estimate: GpSimd streams every element of the input once
+    src = op.ins[0]
+    return ctx.ns(ctx.fixed_cycles(op) + max(ctx.table.elementwise_min, free_size(src) * src.pattern[0][1] // 8))
+
+
+@instruction(family="reduce", compute=_partition_reduce, engine="pool", cost=_partition_reduce_cost)
+def tensor_partition_reduce(dst, op, data, name=None, **_hw_hints):
+    """dst[0, :] = op-reduction of data over its partitions (GpSimd Engine):
+    add, average (nl.mean), max, min, bitwise_or, bitwise_and."""
+    dst, data = on_chip_tensors({"dst": dst, "data": data}, "tensor_partition_reduce")
+    for t, what in ((dst, "dst"), (data, "data")):
+        if t.buffer != "sbuf":
+            raise NkiccError("E120", f"tensor_partition_reduce {what} must be in SBUF (GpSimd cannot access PSUM)",
+                             None, "copy it to SBUF first")
+    if dst.shape[0] != 1 or free(dst) != free(data):
+        raise NkiccError("E140", f"tensor_partition_reduce of {list(data.shape)} gives [1, {free(data)}], dst is "
+                                 f"{list(dst.shape)}")
+    return Emit([dst], [data], {"op": alu.op_name(op, tuple(_PARTITION_REDUCE), "tensor_partition_reduce")})

@@ -11,8 +11,9 @@ from __future__ import annotations
 import functools
 import inspect
 
-from ..ir import NkiccError, ops
+from ..ir import Access, Affine, NkiccError, ops
 from ..ir.ops.checks import FREE_MAX, free
+from ..ir.ops.enums import dge_mode, dma_engine, engine, matmul_perf_mode, nc_version, oob_mode, reduce_cmd
 from ..language.tensor import Tensor, require_builder, unsupported_name
 from ..language.tracing import user_loc
 
@@ -37,17 +38,27 @@ def _free_limits(opcode: str, tensors, loc) -> None:
 def _emit(d: ops.OpDef, emit: ops.Emit, loc) -> None:
     b = require_builder(f"nisa.{d.name}")
     tensors_in = [i for i in emit.ins if isinstance(i, Tensor)]
+    tensors_out = [o for o in emit.outs if isinstance(o, Tensor)]
     if d.free_limited:
-        _free_limits(d.name, list(emit.outs) + tensors_in, loc)
-    for o in emit.outs:
+        _free_limits(d.name, tensors_out + tensors_in, loc)
+    for o in tensors_out:
         if o.overflow:
             raise NkiccError("E101", f"{d.name} writes past the end of a tile: {o.overflow}", loc,
                              "check the slice bounds and the loop trip counts")
     for i in tensors_in:
         if i.overflow:
             b.warn("W101", f"{d.name} reads past the end of a tile, values there are undefined: {i.overflow}", loc)
-    b.emit(d.name, [o.access for o in emit.outs],
-           [i.access if isinstance(i, Tensor) else i for i in emit.ins], dict(emit.attrs), loc)
+    b.emit(d.name, [_access(b, o) for o in emit.outs], [_access(b, i) for i in emit.ins], dict(emit.attrs), loc)
+
+
+def _access(b, x):
+    if isinstance(x, Tensor):
+        return x.access
+    if isinstance(x, ops.StateRef):
+        s = x.state
+        decl = b.state_tensor(s.name, (s.partitions, 1), s.dtype)
+        return Access(decl.name, Affine(), ((1, x.count), (1, 1)))
+    return x
 
 
 def _function(d: ops.OpDef):
@@ -75,7 +86,8 @@ for _d in ops.table().values():
     globals()[_d.name] = _function(_d)
 
 __all__ = sorted(ops.table()) + ["tensor_engine", "vector_engine", "scalar_engine", "gpsimd_engine",
-                                 "unknown_engine"]
+                                 "unknown_engine", "dge_mode", "dma_engine", "engine", "matmul_perf_mode",
+                                 "nc_version", "oob_mode", "reduce_cmd"]
 
 
 def __getattr__(name: str):
