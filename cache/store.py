@@ -228,6 +228,7 @@ class Store:
             from .keys import fingerprint_tag
             items, self._backfill = self._backfill, []
             self.count("remote.backfills", self._put_local(items, fingerprint_tag()))
+            self.cull()  # the size limit holds for written-back entries too
         rows, self._read_rows = self._read_rows, []
         if not rows or self.off is not None:
             return
