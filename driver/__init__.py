@@ -8,8 +8,8 @@
     def add(a, b): ...
 """
 from .ir import NkiccError  # noqa: F401  (re-exported)
-from .api import CompiledKernel, JitKernel, compile, jit, simulate
+from .api import CompiledKernel, JitKernel, compile, jit, run_ranks, simulate
 from .specs import TensorSpec
 
 __version__ = "0.1.0"
-__all__ = ["CompiledKernel", "JitKernel", "NkiccError", "TensorSpec", "compile", "jit", "simulate", "__version__"]
+__all__ = ["CompiledKernel", "JitKernel", "NkiccError", "TensorSpec", "compile", "jit", "run_ranks", "simulate", "__version__"]
