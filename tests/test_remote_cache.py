@@ -468,10 +468,16 @@ def _has(tool: str) -> bool:
     return shutil.which(tool) is not None
 
 
-def test_an_unknown_scheme_warns_once_and_compiles(tiers, capfd):
-    d = tiers("a", url="memcached://127.0.0.1:11211")
-    assert compile_shift(5.0, 1)["kernel"] == "miss"
-    assert compile_shift(5.0, 2)["kernel"] == "hit"
+def test_an_unknown_scheme_warns_once_and_compiles(tmp_path, monkeypatch, capfd):
+    d = tmp_path / "a"
+    monkeypatch.setenv("NKICC_CACHE_DIR", str(d))
+    monkeypatch.setenv("NKICC_REMOTE_CACHE", "memcached://127.0.0.1:11211")
+    forget_stores()
+    try:
+        assert compile_shift(5.0, 1)["kernel"] == "miss"
+        assert compile_shift(5.0, 2)["kernel"] == "hit"
+    finally:
+        forget_stores()
     err = capfd.readouterr().err
     assert err.count("warning[W502]") == 1 and "no cache backend for memcached://" in err
     assert not any(k.startswith("remote.") for k in counters(d))
