@@ -24,6 +24,10 @@ ENV: dict[str, tuple[str, str]] = {
     "NKICC_CACHE": (NEUTRAL, "0/false/off turns the compile cache off"),
     "NKICC_CACHE_DIR": (NEUTRAL, "where the compile cache lives"),
     "NKICC_CACHE_SIZE": (NEUTRAL, "size limit of the compile cache, e.g. 500MB (default 2GiB)"),
+    "NKICC_REMOTE_CACHE": (NEUTRAL, "URL of the shared cache tier behind the local one (redis://, rediss://)"),
+    "NKICC_CACHE_SECRET": (NEUTRAL, "HMAC secret that signs and checks the shared tier's entries"),
+    "NKICC_CACHE_SECRET_FILE": (NEUTRAL, "a file holding that secret (when NKICC_CACHE_SECRET is not set)"),
+    "NKICC_TEST_REDIS": (NEUTRAL, "tests only: a running redis-server (.ci/run starts one)"),
     "XDG_CACHE_HOME": (NEUTRAL, "the default cache directory's parent on Linux"),
     "LOCALAPPDATA": (NEUTRAL, "the default cache directory's parent on Windows"),
     "NKI_PRECISE_FP": (NEUTRAL, "simulation only (0 holds float tensors as float32): the cache holds compiled "

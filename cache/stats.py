@@ -4,7 +4,9 @@ and a process killed mid-update leaves either all of its counts or none.
 
 Names: kernel.hit, kernel.miss, kernel.bypass, kernel.bypass.<reason>,
 region.hit, region.miss, region.bypass, region.bypass.<reason>,
-corrupt, evictions, stores, store_errors, saved_s, compiles.
+corrupt, evictions, stores, store_errors, saved_s, compiles; per tier:
+local.hit, local.miss, remote.hit, remote.miss, remote.refused,
+remote.corrupt, remote.errors, remote.stores, remote.backfills.
 """
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
 """The store: a diskcache.Cache (or a backend from the `nkicc_cache_backend`
-hook) holding nkicc-format bytes under str keys, plus the counters.
+hook) holding nkicc-format bytes under str keys, plus the counters, plus
+optionally a shared tier behind it (nkicc.cache.remote: a lookup that misses
+here asks it, a hit there is written back here, new entries go to both).
 
 Never fatal: a store that cannot be opened or written (read-only folder, full
 disk, broken database) turns itself off with one warning and the compile goes
@@ -70,12 +72,12 @@ def size_from_env() -> int:
         return DEFAULT_SIZE
 
 
-def warn_once(what: str, message: str) -> None:
+def warn_once(what: str, message: str, code: str = "W501") -> None:
     with _lock:
         if what in _warned:
             return
         _warned.add(what)
-    sys.stderr.write(f"warning[W501] {message}\n")
+    sys.stderr.write(f"warning[{code}] {message}\n")
     sys.stderr.flush()
 
 
@@ -143,6 +145,9 @@ class Store:
         self.off: str | None = None
         self.pending: dict[str, float] = {}
         self._read_rows: list[int] = []
+        self.remote = None              # a nkicc.cache.remote.RemoteTier (open_store sets it)
+        self.last_tier: str | None = None  # which tier the last `get` hit: "local", "remote" or None
+        self._backfill: list[tuple[str, bytes]] = []  # remote hits, written here after the compile
         self._timeouts = _timeout_types()
         try:
             os.makedirs(directory, exist_ok=True)
@@ -217,7 +222,13 @@ class Store:
         return blob
 
     def touch_read(self) -> None:
-        """Mark what `get` read as just used (least-recently-used eviction)."""
+        """Mark what `get` read as just used (least-recently-used eviction);
+        write back what the shared tier served."""
+        if self._backfill:
+            from .keys import fingerprint_tag
+            items, self._backfill = self._backfill, []
+            self.count("remote.backfills", self._put_local(items, fingerprint_tag()))
+            self.cull()  # the size limit holds for written-back entries too
         rows, self._read_rows = self._read_rows, []
         if not rows or self.off is not None:
             return
@@ -231,10 +242,25 @@ class Store:
             self._turn_off(f"cannot write: {type(exc).__name__}: {exc}")
 
     def get(self, key: str, kind: str):
-        """(meta, ir) for a good entry, None for a miss. A corrupt entry is
-        evicted and counted."""
+        """(meta, ir) for a good entry, None for a miss: the local tier, then
+        the shared one (whose hit is written back here by `touch_read`)."""
         if self.off is not None:
             return None
+        found = self._get_local(key, kind)
+        self.count("local.hit" if found is not None else "local.miss")
+        self.last_tier = "local" if found is not None else None
+        if found is None and self.remote is not None:
+            got = self.remote.get(key, kind)
+            if got is not None:
+                meta, ir, entry = got
+                self._backfill.append((key, entry))
+                self.last_tier = "remote"
+                return meta, ir
+        return found
+
+    def _get_local(self, key: str, kind: str):
+        """(meta, ir) for a good local entry, None for a miss. A corrupt entry
+        is evicted and counted."""
         try:
             blob = self._read(key)
         except self._timeouts:
@@ -257,6 +283,7 @@ class Store:
             return None
 
     def delete(self, key: str) -> None:
+        self._backfill = [(k, b) for k, b in self._backfill if k != key]  # never write back what was refused
         if self.off is not None:
             return
         try:
@@ -267,7 +294,18 @@ class Store:
             self._turn_off(f"cannot delete: {type(exc).__name__}: {exc}")
 
     def put_many(self, items: list[tuple[str, bytes]], tag: str | None = None) -> int:
-        """Store entries in one transaction; returns how many were written."""
+        """Store entries in one local transaction and in the shared tier;
+        returns how many were written locally."""
+        if self.off is not None or not items:
+            return 0
+        if self.remote is not None:
+            self.remote.put_many(items)
+        n = self._put_local(items, tag)
+        if n:
+            self.count("stores", n)
+        return n
+
+    def _put_local(self, items: list[tuple[str, bytes]], tag: str | None) -> int:
         if self.off is not None or not items:
             return 0
         try:
@@ -286,7 +324,6 @@ class Store:
             self.count("store_errors")
             self._turn_off(f"cannot write: {type(exc).__name__}: {exc}")
             return 0
-        self.count("stores", len(items))
         return len(items)
 
     def _set(self, key: str, blob: bytes, tag: str | None) -> None:
@@ -403,6 +440,8 @@ class Store:
     def close(self) -> None:
         try:
             self.flush()
+            if self.remote is not None:
+                self.remote.close()
             if self.backend is not None and hasattr(self.backend, "close"):
                 self.backend.close()
             if self.counters is not None:
@@ -414,11 +453,17 @@ class Store:
 _stores: dict[tuple, Store] = {}
 
 
-def open_store(directory: str | None = None, size_limit: int | None = None, backend_factory=None) -> Store:
-    """The process's Store for a directory (opened once)."""
+def open_store(directory: str | None = None, size_limit: int | None = None, backend_factory=None,
+               remote_factory=None) -> Store:
+    """The process's Store for a directory and shared tier (opened once).
+    The shared tier is $NKICC_REMOTE_CACHE's, its backend `remote_factory(url)`
+    (the `nkicc_cache_backend` hook, asked with `remote=URL`)."""
+    from .remote import open_tier, url_from_env
+
     directory = directory or default_directory()
     size_limit = size_limit if size_limit is not None else size_from_env()
-    key = (directory, size_limit, backend_factory is not None)
+    url = url_from_env()
+    key = (directory, size_limit, url)  # the factories are asked once, when the store opens
     store = _stores.get(key)
     if store is None:
         backend = None
@@ -429,6 +474,8 @@ def open_store(directory: str | None = None, size_limit: int | None = None, back
                 warn_once(f"backend:{directory}", f"cache backend plugin failed ({type(exc).__name__}: {exc}); "
                                                   "using the local disk cache")
         store = _stores[key] = Store(directory, size_limit, backend)
+        if url is not None and store.usable:
+            store.remote = open_tier(url, remote_factory, warn_once, store.count)
     return store
 
 

@@ -66,8 +66,41 @@ def collect_stats() -> dict:
         "compiles": int(counters.get("compiles", 0)),
         "saved_s": round(float(counters.get("saved_s", 0.0)), 6),
     }
+    out["local"] = {"hits": int(counters.get("local.hit", 0)), "misses": int(counters.get("local.miss", 0)),
+                    "entries": out["entries"], "bytes": out["bytes"],
+                    "errors": out["corrupt"] + out["store_errors"]}
+    out["remote"] = _remote_stats(counters)
     if store is not None:
         store.close()
+    return out
+
+
+# stats name -> counter name (remote.*)
+REMOTE_COUNTERS = {"hits": "hit", "misses": "miss", "refused": "refused", "corrupt": "corrupt", "errors": "errors",
+                   "written": "stores", "written_back": "backfills"}
+
+
+def _remote_stats(counters: dict) -> dict | None:
+    """The shared tier: this machine's counters, and what the tier holds now
+    (when NKICC_REMOTE_CACHE names one); None when there is neither."""
+    from .cache.remote import open_tier, redact, url_from_env
+    from .cache.store import warn_once
+
+    url = url_from_env()
+    mine = {k: int(counters.get(f"remote.{c}", 0)) for k, c in REMOTE_COUNTERS.items()}
+    if url is None and not any(mine.values()):
+        return None
+    out = {"url": None if url is None else redact(url), **mine}
+    if url is not None:
+        from .cached import remote_factory
+        from .passes import registry
+
+        tier = open_tier(url, remote_factory(registry().manager), warn_once, lambda name, n=1: None)
+        if tier is None:
+            out["error"] = "cannot be used (see the warning)"
+        else:
+            out.update(tier.usage())
+            tier.close()
     return out
 
 
@@ -78,8 +111,14 @@ def path_cmd():
 
 
 @cache_app.command("stats")
-def stats_cmd(as_json: bool = typer.Option(False, "--json", help="Print the statistics as JSON")):
-    """Hits and misses per level, bypasses with reasons, evictions, corrupt entries, bytes used, time saved."""
+def stats_cmd(as_json: bool = typer.Option(False, "--json", help="Print the statistics as JSON"),
+              remote_cache: Optional[str] = typer.Option(None, "--remote-cache", metavar="URL",
+                                                         help="The shared tier to show (default $NKICC_REMOTE_CACHE)")):
+    """Hits and misses per level and per tier, bypasses with reasons, evictions, corrupt entries, bytes used,
+    time saved."""
+    if remote_cache:
+        from .cache.remote import URL_ENV
+        os.environ[URL_ENV] = remote_cache
     s = collect_stats()
     if as_json:
         typer.echo(json.dumps(s, indent=2))
@@ -96,6 +135,16 @@ def stats_cmd(as_json: bool = typer.Option(False, "--json", help="Print the stat
     typer.echo(f"  evictions: {s['evictions']}, pruned: {s['pruned']}, corrupt entries: {s['corrupt']}, "
                f"entries written: {s['stores']}, write errors: {s['store_errors']}")
     typer.echo(f"  compiles: {s['compiles']}, compile time saved: {s['saved_s']:.3f} s")
+    t = s["local"]
+    typer.echo(f"  local tier: {t['hits']} hits, {t['misses']} misses, {t['entries']} entries, {_bytes(t['bytes'])}, "
+               f"{t['errors']} errors")
+    r = s["remote"]
+    if r is not None:
+        held = (f"{r['entries']} entries, {_bytes(r['bytes'])}" if "entries" in r
+                else f"unreachable ({r['error']})" if "error" in r else "size unknown")
+        typer.echo(f"  remote tier {r['url'] or '(none configured now)'}: {r['hits']} hits, {r['misses']} misses, "
+                   f"{held}; {r['refused']} refused, {r['corrupt']} corrupt, {r['errors']} errors; "
+                   f"{r['written']} written, {r['written_back']} written back locally")
 
 
 @cache_app.command("clear")

@@ -63,6 +63,18 @@ def _warning_from_json(d) -> NkiccError:
     return NkiccError(code, message, None if loc is None else Loc(loc[0], loc[1]), hint)
 
 
+def remote_factory(manager):
+    """url -> the shared tier's backend from the `nkicc_cache_backend` hook,
+    asking only the implementations that take `remote` (an older one would
+    answer with its local backend)."""
+    def factory(url):
+        local_only = [impl.plugin for impl in manager.hook.nkicc_cache_backend.get_hookimpls()
+                      if "remote" not in impl.argnames]
+        caller = manager.subset_hook_caller("nkicc_cache_backend", local_only)
+        return caller(directory=None, size_limit=None, remote=url)
+    return factory
+
+
 class CachePlan:
     def __init__(self, options: PassOptions, reg: Registry, target, store: Store | None, why_not: str | None,
                  unroll: bool) -> None:
@@ -73,6 +85,7 @@ class CachePlan:
         self.why_not = why_not        # a kernel-level bypass reason, or None
         self.unroll = unroll
         self.kernel = "bypass"
+        self.tier: str | None = None  # the tier a kernel hit came from
         self.saved_s = 0.0
         self.session: RegionSession | None = None
         self.source = "bypass"          # the source level: hit, miss or bypass
@@ -89,9 +102,10 @@ class CachePlan:
             return CachePlan(options, reg, target, None, "disabled (NKICC_CACHE=0)", unroll)
 
         def backend(directory, size_limit):
-            return reg.manager.hook.nkicc_cache_backend(directory=directory, size_limit=size_limit)
+            return reg.manager.hook.nkicc_cache_backend(directory=directory, size_limit=size_limit, remote=None)
 
-        store = open_store(backend_factory=backend if reg.manager.hook.nkicc_cache_backend.get_hookimpls() else None)
+        store = open_store(backend_factory=backend if reg.manager.hook.nkicc_cache_backend.get_hookimpls() else None,
+                           remote_factory=remote_factory(reg.manager))
         if not store.usable:
             return CachePlan(options, reg, target, None, "cache unusable", unroll)
         _base(reg, target)  # the compiler's fingerprint, once per process (like loading the plugins)
@@ -273,6 +287,7 @@ class CachePlan:
             self.store.delete(key)
             return None
         self.kernel = "hit"
+        self.tier = self.store.last_tier
         self.saved_s = max(float(meta.get("s", 0.0)) - (time.perf_counter() - t0), 0.0)
         return result
 
@@ -285,6 +300,8 @@ class CachePlan:
             info["reason"] = self.why_not or "?"
         if self.source == "bypass" and self.source_why and self.source_why != info.get("reason"):
             info["source_reason"] = self.source_why
+        if self.kernel == "hit":
+            info["tier"] = self.tier  # local or remote (the shared tier; docs/scale-out.md)
         store = self.store
         if store is not None:
             store.touch_read()

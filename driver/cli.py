@@ -173,6 +173,17 @@ MAX_MEMORY = typer.Option(None, "--max-compile-memory", help="Compile memory bud
 NO_PLUGIN = typer.Option([], "--no-plugin", help="Do not load this plugin (entry-point name); NKICC_DISABLE_PLUGIN_AUTOLOAD=1 skips all third-party plugins")
 PLUGIN = typer.Option([], "-p", "--plugin", help="Load a plugin module by import name")
 NO_CACHE = typer.Option(False, "--no-cache", help="Compile without the compile cache (as NKICC_CACHE=0 does)")
+REMOTE_CACHE = typer.Option(None, "--remote-cache", metavar="URL",
+                            help="A shared cache tier behind the local one, e.g. redis://HOST:6379/0 or rediss://... "
+                                 "(as NKICC_REMOTE_CACHE=URL does; the environment keeps a password out of `ps`)")
+
+
+def _remote_cache(url: Optional[str]) -> None:
+    """--remote-cache is NKICC_REMOTE_CACHE for this process and what it starts
+    (a script's own subprocesses, workers)."""
+    if url:
+        from .cache.remote import URL_ENV
+        os.environ[URL_ENV] = url
 
 
 def _memory_mb(text: Optional[str]) -> Optional[float]:
@@ -242,9 +253,10 @@ def compile_cmd(
     report: Optional[str] = typer.Option(None, "--report", help="Write the compile report as JSON to this file"),
     emit: Optional[str] = typer.Option(None, "--emit", help="Also write: ir (text), program (the lowered program, JSON) or json (the report)"),
     output: Optional[str] = typer.Option(None, "-o", "--output", help="Where --emit writes (default: stdout)"),
-    no_cache: bool = NO_CACHE,
+    no_cache: bool = NO_CACHE, remote_cache: Optional[str] = REMOTE_CACHE,
 ):
     """Trace and compile a kernel; print what it cost and how its loops were kept rolled."""
+    _remote_cache(remote_cache)
     try:
         options = _pass_options(target, enable_pass, disable_pass, opt, time_passes, print_ir_before,
                                 print_ir_after, verify_each, max_compile_time, max_compile_memory, no_plugin, plugin)
@@ -329,7 +341,7 @@ def simulate_cmd(
     inputs: str = typer.Option("random", "--inputs", help="random, ones, or an .npz file with one array per argument"),
     seed: int = typer.Option(0, "--seed", help="Seed for --inputs random"),
     output: Optional[str] = typer.Option(None, "-o", "--output", help="Save the outputs to this .npz file"),
-    no_cache: bool = NO_CACHE,
+    no_cache: bool = NO_CACHE, remote_cache: Optional[str] = REMOTE_CACHE,
     simulator: str = typer.Option("machine", "--simulator",
                                   help="machine: the lowered program on the NeuronCore model (addresses, engines, "
                                        "semaphores, timing); reference: the IR interpreter"),
@@ -339,6 +351,7 @@ def simulate_cmd(
     sim_json: Optional[str] = typer.Option(None, "--sim-json", help="Write the simulation report (JSON) here"),
 ):
     """Compile a kernel and run it on the simulator; print output shapes and statistics."""
+    _remote_cache(remote_cache)
     try:
         _choice("--simulator", simulator, ("machine", "reference"))
         _choice("--timing", timing, ("on", "off"))
@@ -385,6 +398,7 @@ def run_cmd(
     report: Optional[str] = typer.Option(None, "--report", help="Write a JSON record of every kernel call here "
                                                                 "(compile and simulation time, peak RSS, the "
                                                                 "compile and simulation report)"),
+    remote_cache: Optional[str] = REMOTE_CACHE,
 ):
     """Run an NKI script unchanged, with nkicc behind `import nki` (a real installed nki is never shadowed).
     Options go before the script; everything after it is the script's own arguments."""
@@ -397,6 +411,7 @@ def run_cmd(
         _choice("--timing", timing, ("on", "off"))
     except NkiccError as err:
         _fail(err)
+    _remote_cache(remote_cache)
     enable_nki_alias()
     sys.argv = [script, *ctx.args]
     folder = os.path.dirname(os.path.abspath(script))

@@ -138,6 +138,12 @@ CODES: dict[str, tuple[str, str]] = {
              "that cannot be written, a damaged entry). nkicc goes on without it or with the default; results "
              "are unaffected, only repeated compiles are slower. `nkicc cache --help` shows the cache's "
              "commands."),
+    "W502": ("shared cache tier unavailable",
+             "The shared cache tier behind the local one (NKICC_REMOTE_CACHE or --remote-cache, e.g. a Redis "
+             "server) failed: refused or timed-out connection, wrong password, a scheme no plugin serves, or a "
+             "secret key file that cannot be read. nkicc warns once and goes on with the local cache (a failed "
+             "server is tried again once a minute); results are unaffected. Check the server and the URL (docs/scale-out.md); "
+             "`nkicc cache stats` shows both tiers."),
     "W101": ("read past the end of a tile",
              "A slice reads beyond the end of an on-chip tile's free dimension. The hardware reads whatever "
              "lies next in the partition, so the values are undefined (the simulator reads them as NaN). It is "

@@ -19,9 +19,16 @@ def nkicc_targets():
 
 
 @hookspec(firstresult=True)
-def nkicc_cache_backend(directory, size_limit):
-    """Return a cache backend object to use instead of the local disk cache
-    (for example a shared tier), or None."""
+def nkicc_cache_backend(directory, size_limit, remote):
+    """Return a cache backend object, or None.
+
+    remote=None: the local tier; an object to use instead of the local disk
+    cache (`get`, `set`, `delete`, ...; docs/cache.md).
+    remote=URL: the shared tier behind the local one, from NKICC_REMOTE_CACHE
+    or --remote-cache (`get(name)`, `set_many(items)`, optionally
+    `usage(prefix)` and `close()`; nkicc.cache.remote). Only implementations
+    that take `remote` are asked; nkicc's `redis-cache` plugin answers
+    redis:// and rediss://, a plugin can answer other schemes."""
 
 
 @hookspec(firstresult=True)

@@ -51,6 +51,8 @@ def cache_lines(report: dict) -> list[str]:
     what = f"kernel {c['kernel']}" + (f" ({c['reason']})" if c.get("reason") else "")
     if c.get("source") == "hit":
         what += " (source hit: not traced)"
+    if c.get("tier") == "remote":
+        what += " (remote)"
     regions = f", regions {c['regions_hit']}/{c['regions_total']} hit" if c["regions_total"] else ""
     return [f"  cache: {what}{regions}, compile {report['compile_s'] * 1000:.1f} ms, saved {c['saved_s'] * 1000:.1f} ms"]
 

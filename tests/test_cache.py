@@ -557,4 +557,4 @@ def test_incremental_notebook_runs(cache_dir, capsys):
     assert (again["source"], again["kernel"]) == ("hit", "hit") and ns["again"].report["trace_s"] == 0
     edited = ns["edited"].report["cache"]
     assert (edited["source"], edited["kernel"]) == ("miss", "miss")
-    assert "regions after the edit" in capsys.readouterr().out
+    assert "regions hit after the edit" in capsys.readouterr().out
