@@ -1,0 +1,99 @@
+"""How `nkicc tune` shows a sweep: a live progress bar while it runs, then a
+ranked table, the best variant's command line, and optional JSON and plot."""
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator
+
+from .cluster import Counts
+from .ir import NkiccError
+from .tune import TuneResult
+
+ENGINES = ("pe", "dve", "act", "pool", "dma")
+
+
+@contextlib.contextmanager
+def live_progress(console, total: int, what: str = "variants") -> Iterator:
+    """A rich progress bar (done / failed / running, elapsed, ETA); yields the
+    callback that run_tasks feeds with counts."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    columns = (TextColumn("{task.description}"), BarColumn(),
+               TextColumn("[green]{task.fields[done]} done[/] [red]{task.fields[failed]} failed[/] "
+                          "[yellow]{task.fields[running]} running[/] of {task.total}"),
+               TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())
+    with Progress(*columns, console=console, transient=False) as bar:
+        task = bar.add_task(what, total=total, done=0, failed=0, running=0)
+
+        def update(c: Counts) -> None:
+            bar.update(task, completed=c.done + c.failed, done=c.done, failed=c.failed, running=c.running)
+        yield update
+
+
+def table(result: TuneResult):
+    """The rows as a rich Table, best first; engines idle in every variant are left out."""
+    from rich.table import Table
+
+    names = list(result.rows[0].values) if result.rows else []
+    engines = [e for e in ENGINES if any(r.engines.get(e) for r in result.rows)]
+    failures = any(r.status != "ok" for r in result.rows)
+    t = Table(title=f"{result.kernel}: {len(result.rows)} variants on {result.workers} worker"
+                    f"{'s' if result.workers != 1 else ''} in {result.wall_s:.1f} s")
+    t.add_column("#", justify="right")
+    for n in names:
+        t.add_column(n, justify="right", no_wrap=True)
+    for head in ("est. us", "compile s", "sim s", "spills", *(f"{e} %" for e in engines)):
+        t.add_column(head, justify="right", no_wrap=True)
+    if failures:
+        t.add_column("status")
+    for r in result.rows:
+        cells = [str(r.rank) if r.rank else "-", *(str(r.values.get(n)) for n in names),
+                 _num(r.estimated_us, ".3f"), _num(r.compile_s, ".3f"), _num(r.simulate_s, ".3f"),
+                 _num(r.spills, "d"), *(_num(r.engines.get(e), ".1f") for e in engines)]
+        if failures:
+            cells.append("ok" if r.status == "ok" else f"[red]{r.status}[/]")
+        t.add_row(*cells, style="bold" if r.rank == 1 else None)
+    return t
+
+
+def show(console, result: TuneResult) -> None:
+    console.print(table(result))
+    for r in result.rows:
+        if r.status in ("failed", "timeout"):
+            label = " ".join(f"{k}={v}" for k, v in r.values.items())
+            console.print(f"{r.status}: {label}: {r.error}", markup=False, highlight=False, soft_wrap=True)
+    best = result.best
+    if best is not None:
+        console.print(f"best: {best.estimated_us:.3f} us estimated; to see it again:")
+        console.print("  " + best.command, markup=False, highlight=False, soft_wrap=True)
+    if result.interrupted:
+        left = sum(r.status == "not run" for r in result.rows)
+        console.print(f"stopped (Ctrl-C): {left} variant{'s' if left != 1 else ''} not run")
+
+
+def plot(result: TuneResult, path: str) -> None:
+    """A bar chart of the estimated time of each finished variant, best at the top."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise NkiccError("E201", "--plot needs matplotlib", None, "pip install matplotlib (or nkicc[bench])") from None
+    rows = [r for r in result.rows if r.status == "ok"][::-1]
+    fig, ax = plt.subplots(figsize=(8, 0.3 * len(rows) + 1.2))
+    labels = [" ".join(f"{k}={v}" for k, v in r.values.items()) for r in rows]
+    ax.barh(labels, [r.estimated_us for r in rows], color=["C2" if r.rank == 1 else "C0" for r in rows])
+    ax.set_xlabel("estimated time (us)")
+    ax.set_title(f"{result.kernel}: variants by estimated time")
+    fig.tight_layout()
+    try:
+        fig.savefig(path)
+    except OSError as exc:
+        raise NkiccError("E205", f"cannot write --plot {path}: {exc.strerror or exc}", None,
+                         "give a path in a folder that exists and is writable") from None
+    finally:
+        plt.close(fig)
+
+
+def _num(value, fmt: str) -> str:
+    return "" if value is None else format(value, fmt)
