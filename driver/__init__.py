@@ -10,13 +10,7 @@
 from .ir import NkiccError  # noqa: F401  (re-exported)
 from .api import CompiledKernel, JitKernel, compile, jit, simulate
 from .specs import TensorSpec
-
-
-def tune(kernel, sweeps, **options):
-    """Sweep a kernel's constants on a Dask cluster; see nkicc.tune.tune (imported
-    on first use: Dask is not loaded by `import nkicc`)."""
-    from .tune import tune as _tune
-    return _tune(kernel, sweeps, **options)
+from .sweep import tune  # Dask itself is imported when a sweep starts
 
 
 __version__ = "0.1.0"

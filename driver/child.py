@@ -1,7 +1,7 @@
 """One nkicc command run as a process of its own by a cluster task.
 
 A Dask worker runs each variant of a sweep (and each shard of `nkicc run
---shards`) as `python -m nkicc.child PARENT_PID COMMAND ...`, the same command
+--shards`) as `python -m nkicc.child_main PARENT_PID COMMAND ...`, the same command
 a user would type. A process of its own gives what a thread inside the worker
 cannot: a timeout that really stops the work (the process group is killed), a
 variant that exhausts memory or crashes the interpreter takes only itself down,
@@ -63,7 +63,7 @@ def run_nkicc(args: list[str], env: dict | None = None, timeout: float | None = 
               cwd: str | None = None) -> ChildResult:
     """Run `nkicc ARGS` in a child process (its own process group) and wait for it,
     at most `timeout` seconds."""
-    command = [sys.executable, "-m", "nkicc.child", str(os.getpid()), *args]
+    command = [sys.executable, "-m", "nkicc.child_main", str(os.getpid()), *args]
     full_env = {**os.environ, **(env or {})}
     t0 = time.perf_counter()
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env,
@@ -87,34 +87,3 @@ def _kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-
-
-def _die_with_parent(parent: int) -> None:
-    """Make this process end when `parent` (the worker that started it) ends."""
-    try:
-        import ctypes
-        libc = ctypes.CDLL(None, use_errno=True)
-        PR_SET_PDEATHSIG = 1
-        if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
-            raise OSError
-    except (OSError, AttributeError):
-        import threading
-
-        def watch() -> None:
-            while os.getppid() == parent:
-                time.sleep(1.0)
-            os._exit(1)
-        threading.Thread(target=watch, daemon=True).start()
-    if os.getppid() != parent:  # it died before the signal was armed
-        os._exit(1)
-
-
-def _main() -> None:
-    _die_with_parent(int(sys.argv[1]))
-    sys.argv = ["nkicc", *sys.argv[2:]]
-    from .cli import main
-    main()
-
-
-if __name__ == "__main__":
-    _main()

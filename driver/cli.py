@@ -280,6 +280,15 @@ def run_cmd(
     report: Optional[str] = typer.Option(None, "--report", help="Write a JSON record of every kernel call here "
                                                                 "(compile and simulation time, peak RSS, the "
                                                                 "compile and simulation report)"),
+    shards: Optional[int] = typer.Option(None, "--shards", help="Run N copies, one per shard, on a Dask cluster; "
+                                                                "each gets SHARD / NSHARDS (and NKICC_SHARD / "
+                                                                "NKICC_NSHARDS) in its environment, and {shard} / "
+                                                                "{nshards} in its arguments are replaced"),
+    workers: Optional[int] = typer.Option(None, "--workers", help="With --shards: local worker processes "
+                                                                  "(default: one per core)"),
+    cluster: Optional[str] = typer.Option(None, "--cluster", help="With --shards: an existing Dask scheduler, "
+                                                                  "tcp://HOST:PORT"),
+    timeout: Optional[float] = typer.Option(None, "--timeout", help="With --shards: seconds per shard"),
 ):
     """Run an NKI script unchanged, with nkicc behind `import nki` (a real installed nki is never shadowed).
     Options go before the script; everything after it is the script's own arguments."""
@@ -290,6 +299,11 @@ def run_cmd(
         _fail(NkiccError("E200", f"no such script: {script}", None, "give the path to a .py file"))
     if timing not in ("on", "off"):
         _fail(NkiccError("E201", f"--timing {timing}", None, "--timing on|off"))
+    if shards is not None:
+        _run_shards(script, ctx.args, shards, timing == "on", workers, cluster, timeout, report)
+        return
+    if workers or cluster or timeout:
+        _fail(NkiccError("E201", "--workers, --cluster and --timeout go with --shards", None, "add --shards N"))
     enable_nki_alias()
     sys.argv = [script, *ctx.args]
     folder = os.path.dirname(os.path.abspath(script))
@@ -307,6 +321,34 @@ def run_cmd(
         if report:
             with _writing(report, "--report") as f:
                 json.dump(settings.records, f, indent=1, default=str)
+
+
+def _run_shards(script, args, shards, timing, workers, cluster, timeout, report) -> None:
+    from rich.console import Console
+
+    from . import sweep_view
+    from .shards import run_shards
+
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=160)
+    try:
+        with sweep_view.live_progress(console, shards, "shards") as progress:
+            result = run_shards(script, shards, args, timing=timing, workers=workers, cluster=cluster,
+                                timeout=timeout, progress=progress)
+    except NkiccError as err:
+        _fail(err)
+    except KeyboardInterrupt:
+        typer.echo("stopped (Ctrl-C) before any shard finished", err=True)
+        raise typer.Exit(130)
+    sweep_view.show_shards(console, result)
+    if report:
+        with _writing(report, "--report") as f:
+            json.dump(result.to_dict(), f, indent=1, default=str)
+    if result.interrupted:
+        raise typer.Exit(130)
+    if not result.ok:
+        raise typer.Exit(EXIT_USER)
 
 
 def _script_failed(exc: Exception) -> None:
@@ -348,8 +390,8 @@ def tune_cmd(
     Exit 0 when at least one variant ran, 1 when none did, 130 when stopped with Ctrl-C."""
     from rich.console import Console
 
-    from . import tune_view
-    from .tune import parse_sweep, tune
+    from . import sweep_view
+    from .sweep import parse_sweep, tune
 
     console = Console()
     if not console.is_terminal:  # piped or captured: do not squeeze the table into 80 columns
@@ -361,17 +403,17 @@ def tune_cmd(
         for values in sweeps.values():
             total *= len(values)
         total *= len(target.split(",")) if target else 1
-        with tune_view.live_progress(console, total) as progress:
+        with sweep_view.live_progress(console, total) as progress:
             result = tune(target_spec, sweeps, args=_parse_pairs(arg, "--arg"),
                           consts={k: _const_value(v) for k, v in _parse_pairs(const, "--const").items()},
                           targets=target, inputs=inputs, seed=seed, workers=workers, cluster=cluster,
                           timeout=timeout, cache=not no_cache, options=options, progress=progress)
-        tune_view.show(console, result)
+        sweep_view.show(console, result)
         if json_out:
             with _writing(json_out, "--json") as f:
                 f.write(result.to_json(indent=1))
         if plot:
-            tune_view.plot(result, plot)
+            sweep_view.plot(result, plot)
     except NkiccError as err:
         _fail(err)
     except KeyboardInterrupt:

@@ -7,7 +7,7 @@ from typing import Iterator
 
 from .cluster import Counts
 from .ir import NkiccError
-from .tune import TuneResult
+from .sweep import TuneResult
 
 ENGINES = ("pe", "dve", "act", "pool", "dma")
 
@@ -71,6 +71,32 @@ def show(console, result: TuneResult) -> None:
         console.print(f"stopped (Ctrl-C): {left} variant{'s' if left != 1 else ''} not run")
 
 
+def show_shards(console, result) -> None:
+    """Each shard's output under a rule, then one table row per shard."""
+    from rich.rule import Rule
+    from rich.table import Table
+
+    for s in result.shards:
+        console.print(Rule(f"shard {s.shard} of {len(result.shards)}: {s.status}"))
+        if s.stdout:
+            console.print(s.stdout.rstrip("\n"), markup=False, highlight=False, soft_wrap=True)
+        if s.status != "ok" and s.stderr:
+            console.print(s.stderr.rstrip("\n"), markup=False, highlight=False, soft_wrap=True, style="red")
+    t = Table(title=f"{result.script}: {len(result.shards)} shards on {result.workers} worker"
+                    f"{'s' if result.workers != 1 else ''} in {result.wall_s:.1f} s")
+    for head in ("shard", "status", "wall s", "kernel calls", "compile s", "est. us"):
+        t.add_column(head, justify="right", no_wrap=True)
+    t.add_column("error")
+    for s in result.shards:
+        t.add_row(str(s.shard), s.status if s.status == "ok" else f"[red]{s.status}[/]", _num(s.wall_s, ".2f"),
+                  str(s.kernel_calls), _num(s.compile_s, ".3f"), _num(s.estimated_us, ".3f"),
+                  _escape(s.error or ""))
+    console.print(t)
+    if result.interrupted:
+        left = sum(s.status == "not run" for s in result.shards)
+        console.print(f"stopped (Ctrl-C): {left} shard{'s' if left != 1 else ''} not run")
+
+
 def plot(result: TuneResult, path: str) -> None:
     """A bar chart of the estimated time of each finished variant, best at the top."""
     try:
@@ -97,3 +123,8 @@ def plot(result: TuneResult, path: str) -> None:
 
 def _num(value, fmt: str) -> str:
     return "" if value is None else format(value, fmt)
+
+
+def _escape(text: str) -> str:
+    from rich.markup import escape
+    return escape(text)
