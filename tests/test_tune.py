@@ -59,8 +59,9 @@ def one_line(text) -> bool:
     return isinstance(text, str) and text and "\n" not in text and "Traceback" not in text
 
 
-def test_sweep_is_ranked_and_equal_to_each_variant_alone():
-    result = nkicc.tune(SCALE, {"T": [32, 64, 128]}, targets=["trn1", "trn2"], workers=2)
+def test_sweep_is_ranked_and_equal_to_each_variant_alone(dask_cluster):
+    cluster, _ = dask_cluster
+    result = nkicc.tune(SCALE, {"T": [32, 64, 128]}, targets=["trn1", "trn2"], cluster=cluster.scheduler_address)
     assert result.workers == 2 and not result.interrupted
     assert len(result) == 6 and all(r.status == "ok" for r in result), [r.error for r in result]
     times = [r.estimated_us for r in result]
