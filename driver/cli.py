@@ -333,9 +333,8 @@ def _run_shards(script, args, shards, timing, workers, cluster, timeout, report)
     if not console.is_terminal:
         console = Console(width=160)
     try:
-        with sweep_view.live_progress(console, shards, "shards") as progress:
-            result = run_shards(script, shards, args, timing=timing, workers=workers, cluster=cluster,
-                                timeout=timeout, progress=progress)
+        result = run_shards(script, shards, args, timing=timing, workers=workers, cluster=cluster,
+                            timeout=timeout, progress=True)
     except NkiccError as err:
         _fail(err)
     except KeyboardInterrupt:
@@ -399,15 +398,10 @@ def tune_cmd(
     try:
         sweeps = dict(parse_sweep(s) for s in sweep)
         options = [*_flags("--enable-pass", enable_pass), *_flags("--disable-pass", disable_pass)]
-        total = 1
-        for values in sweeps.values():
-            total *= len(values)
-        total *= len(target.split(",")) if target else 1
-        with sweep_view.live_progress(console, total) as progress:
-            result = tune(target_spec, sweeps, args=_parse_pairs(arg, "--arg"),
-                          consts={k: _const_value(v) for k, v in _parse_pairs(const, "--const").items()},
-                          targets=target, inputs=inputs, seed=seed, workers=workers, cluster=cluster,
-                          timeout=timeout, cache=not no_cache, options=options, progress=progress)
+        result = tune(target_spec, sweeps, args=_parse_pairs(arg, "--arg"),
+                      consts={k: _const_value(v) for k, v in _parse_pairs(const, "--const").items()},
+                      targets=target, inputs=inputs, seed=seed, workers=workers, cluster=cluster,
+                      timeout=timeout, cache=not no_cache, options=options, progress=True)
         sweep_view.show(console, result)
         if json_out:
             with _writing(json_out, "--json") as f:

@@ -29,6 +29,7 @@ from typing import Callable, Sequence
 from .child import run_nkicc
 from .cluster import Counts, connect, default_workers, run_tasks
 from .ir import NkiccError
+from .sweep import progress_bar
 
 
 @dataclass(frozen=True)
@@ -78,9 +79,10 @@ class ShardsResult:
 
 def run_shards(script: str, nshards: int, args: Sequence[str] = (), *, timing: bool = True,
                workers: int | None = None, cluster: str | None = None, timeout: float | None = None,
-               progress: Callable[[Counts], None] | None = None) -> ShardsResult:
+               progress: bool | Callable[[Counts], None] | None = None) -> ShardsResult:
     """Run `script` once per shard 0..nshards-1 on a Dask cluster (a local one of
-    `workers` processes, or the scheduler at `cluster`); `timeout` is per shard."""
+    `workers` processes, or the scheduler at `cluster`); `timeout` is per shard;
+    progress: True for a live progress bar, or a function given the counts."""
     t0 = time.perf_counter()
     if not os.path.isfile(script):
         raise NkiccError("E200", f"no such script: {script}", None, "give the path to a .py file")
@@ -95,10 +97,10 @@ def run_shards(script: str, nshards: int, args: Sequence[str] = (), *, timing: b
         tasks.append(ShardTask(i, nshards, run_args, cwd, timeout))
     keys = [f"nkicc-shard-{os.path.basename(script)}-{i}-{os.urandom(4).hex()}" for i in range(nshards)]
     n_workers = workers or (None if cluster else min(default_workers(), nshards))
-    with connect(n_workers, cluster) as client:
+    with progress_bar(progress, nshards, "shards") as on_progress, connect(n_workers, cluster) as client:
         n_workers = len(client.scheduler_info()["workers"])
         outcomes, interrupted = run_tasks(client, run_shard, tasks, keys, failed=lambda r: r.status != "ok",
-                                          on_progress=progress)
+                                          on_progress=on_progress)
     results = []
     for task, outcome in zip(tasks, outcomes):
         if outcome.state == "done":

@@ -15,6 +15,7 @@ filesystem or the same checkout.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import itertools
@@ -101,7 +102,7 @@ def tune(kernel, sweeps: Mapping[str, Iterable], *, args: Mapping | None = None,
          targets: str | Sequence[str] | None = None, inputs: str = "random", seed: int = 0,
          workers: int | None = None, cluster: str | None = None, timeout: float | None = None,
          cache: bool = True, options: Sequence[str] = (),
-         progress: Callable[[Counts], None] | None = None) -> TuneResult:
+         progress: bool | Callable[[Counts], None] | None = None) -> TuneResult:
     """Compile and simulate every variant of `kernel` in the cross product of
     `sweeps` ({"TILES": [1, 2, 4], ...}, constant parameters of the kernel) and
     `targets`, on a Dask cluster; rows ranked by estimated time.
@@ -111,8 +112,9 @@ def tune(kernel, sweeps: Mapping[str, Iterable], *, args: Mapping | None = None,
     for parameters without an annotation; consts: fixed constants. workers: size
     of the local cluster (default: one per core); cluster: "tcp://HOST:PORT" of
     an existing Dask scheduler instead. timeout: seconds per variant. options:
-    more `nkicc simulate` flags (["--disable-pass", "licm"]). progress: called
-    with the done / failed / running counts while the sweep runs.
+    more `nkicc simulate` flags (["--disable-pass", "licm"]). progress: True for
+    a live progress bar (rich; also in a notebook), or a function called with
+    the done / failed / running counts while the sweep runs.
     Ctrl-C stops the sweep: the rows that finished are returned, the rest
     "not run". In a script, call it under `if __name__ == "__main__":` (the
     local cluster's worker processes import the main module)."""
@@ -140,10 +142,10 @@ def tune(kernel, sweeps: Mapping[str, Iterable], *, args: Mapping | None = None,
     name = spec.rsplit("::", 1)[1]
     keys = [f"nkicc-tune-{name}-{i}-{os.urandom(4).hex()}" for i in range(len(tasks))]
     n_workers = workers or (None if cluster else min(default_workers(), len(tasks)))
-    with connect(n_workers, cluster) as client:
+    with progress_bar(progress, len(tasks), "variants") as on_progress, connect(n_workers, cluster) as client:
         n_workers = len(client.scheduler_info()["workers"])
         outcomes, interrupted = run_tasks(client, measure, tasks, keys,
-                                          failed=lambda r: r.status != "ok", on_progress=progress)
+                                          failed=lambda r: r.status != "ok", on_progress=on_progress)
     for row, outcome in zip(rows, outcomes):
         if outcome.state == "done":
             measured = outcome.value
@@ -153,6 +155,18 @@ def tune(kernel, sweeps: Mapping[str, Iterable], *, args: Mapping | None = None,
         else:
             row.status, row.error, row.worker = outcome.state, outcome.error, outcome.worker
     return TuneResult(shown, sweeps, rank(rows), time.perf_counter() - t0, n_workers, interrupted)
+
+
+@contextlib.contextmanager
+def progress_bar(progress, total: int, what: str):
+    """The progress callback for run_tasks: `progress` itself, or a rich bar for True."""
+    if progress is True:
+        from rich.console import Console
+        from .sweep_view import live_progress
+        with live_progress(Console(), total, what) as update:
+            yield update
+    else:
+        yield progress or None
 
 
 def rank(rows: list[Row]) -> list[Row]:

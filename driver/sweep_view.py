@@ -7,7 +7,10 @@ from typing import Iterator
 
 from .cluster import Counts
 from .ir import NkiccError
-from .sweep import TuneResult
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .sweep import TuneResult
 
 ENGINES = ("pe", "dve", "act", "pool", "dma")
 

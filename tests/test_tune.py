@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import nkicc
+from nkicc import cluster as cluster_module
 from nkicc.ir import NkiccError
 
 from conftest import REPO
@@ -78,7 +79,7 @@ def test_sweep_is_ranked_and_equal_to_each_variant_alone(dask_cluster):
 def test_failing_variant_and_timeout_are_one_row_each(dask_cluster):
     cluster, _ = dask_cluster
     result = nkicc.tune(SCALE, {"T": [64, 256], "MODE": ["ok", "sleep"]}, consts={"SLEEP": 120},
-                        cluster=cluster.scheduler_address, timeout=4, cache=False)
+                        cluster=cluster.scheduler_address, timeout=12, cache=False)
     rows = {(r.values["T"], r.values["MODE"]): r for r in result}
     assert len(rows) == 4
     assert rows[64, "ok"].status == "ok" and rows[64, "ok"].rank == 1
@@ -182,6 +183,12 @@ def test_sweep_mistakes_are_one_line_before_any_task():
         nkicc.tune(SCALE, {"T": [64]}, targets="trn2,trn9", workers=1)
     with pytest.raises(NkiccError, match=r"E200"):
         nkicc.tune(lambda a: a, {"T": [64]})
+    with pytest.raises(NkiccError, match=r"E210.*cannot reach the Dask scheduler"):
+        old, cluster_module.CONNECT_TIMEOUT_S = cluster_module.CONNECT_TIMEOUT_S, 1  # nothing listens on port 9
+        try:
+            nkicc.tune(SCALE, {"T": [64]}, cluster="tcp://127.0.0.1:9")
+        finally:
+            cluster_module.CONNECT_TIMEOUT_S = old
     p = nkicc_cli("tune", SCALE, "--sweep", "T", "--workers", "1")
     assert p.returncode == 1 and p.stderr.strip().startswith("error[E201]") and "\n" not in p.stderr.strip()
 
