@@ -101,18 +101,29 @@ def run_tasks(client, fn: Callable, items: list, keys: list[str], failed: Callab
               on_progress: Callable[[Counts], None] | None = None) -> tuple[list[Outcome], bool]:
     """Run `fn(item)` for every item on the cluster. Returns one Outcome per item,
     in order, and whether Ctrl-C stopped the run (unfinished items are then
-    "not run"). `failed(value)` tells a returned value that reports a failure."""
-    futures = [client.submit(fn, item, key=key, pure=False) for item, key in zip(items, keys)]
-    where = {f.key: i for i, f in enumerate(futures)}
-    outcomes: list[Outcome | None] = [None] * len(futures)
-    counts = Counts(len(futures))
+    "not run"). `failed(value)` tells a returned value that reports a failure.
+
+    Items are handed to the scheduler only as worker threads free up: a task
+    waiting in a worker's own queue would be blamed (and eventually failed) when
+    that worker dies under another task, and Ctrl-C has fewer tasks to cancel."""
+    futures: list = [None] * len(items)
+    where: dict = {}
+    outcomes: list[Outcome | None] = [None] * len(items)
+    counts = Counts(len(items))
     workers: dict[int, str] = {}
+    submitted = 0
     try:
         while counts.done + counts.failed < counts.total:
-            for i, f in enumerate(futures):
-                if outcomes[i] is not None or f.status == "pending":
+            in_flight = submitted - counts.done - counts.failed
+            free = max(1, _threads(client)) - in_flight
+            while free > 0 and submitted < len(items):
+                futures[submitted] = client.submit(fn, items[submitted], key=keys[submitted], pure=False)
+                where[futures[submitted].key] = submitted
+                submitted, free = submitted + 1, free - 1
+            for i in range(submitted):
+                if outcomes[i] is not None or futures[i].status == "pending":
                     continue
-                outcomes[i] = _outcome(f, workers.get(i))
+                outcomes[i] = _outcome(futures[i], workers.get(i))
                 if outcomes[i].state == "done" and not failed(outcomes[i].value):
                     counts.done += 1
                 else:
@@ -128,7 +139,7 @@ def run_tasks(client, fn: Callable, items: list, keys: list[str], failed: Callab
             if counts.done + counts.failed < counts.total:
                 time.sleep(POLL_S)
     except KeyboardInterrupt:
-        left = [f for i, f in enumerate(futures) if outcomes[i] is None]
+        left = [futures[i] for i in range(submitted) if outcomes[i] is None]
         with contextlib.suppress(Exception):
             client.cancel(left, force=True)
         for i in range(len(outcomes)):
@@ -136,6 +147,13 @@ def run_tasks(client, fn: Callable, items: list, keys: list[str], failed: Callab
                 outcomes[i] = Outcome(None, "not run: the run was stopped (Ctrl-C)", "not run")
         return outcomes, True
     return outcomes, False
+
+
+def _threads(client) -> int:
+    try:
+        return sum(client.nthreads().values())
+    except Exception:  # noqa: BLE001  a busy scheduler: hand out one more task at a time
+        return 1
 
 
 def _processing(client) -> dict[str, list[str]]:

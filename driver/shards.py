@@ -98,7 +98,7 @@ def run_shards(script: str, nshards: int, args: Sequence[str] = (), *, timing: b
     keys = [f"nkicc-shard-{os.path.basename(script)}-{i}-{os.urandom(4).hex()}" for i in range(nshards)]
     n_workers = workers or (None if cluster else min(default_workers(), nshards))
     with progress_bar(progress, nshards, "shards") as on_progress, connect(n_workers, cluster) as client:
-        n_workers = len(client.scheduler_info()["workers"])
+        n_workers = len(client.nthreads())
         outcomes, interrupted = run_tasks(client, run_shard, tasks, keys, failed=lambda r: r.status != "ok",
                                           on_progress=on_progress)
     results = []

@@ -143,7 +143,7 @@ def tune(kernel, sweeps: Mapping[str, Iterable], *, args: Mapping | None = None,
     keys = [f"nkicc-tune-{name}-{i}-{os.urandom(4).hex()}" for i in range(len(tasks))]
     n_workers = workers or (None if cluster else min(default_workers(), len(tasks)))
     with progress_bar(progress, len(tasks), "variants") as on_progress, connect(n_workers, cluster) as client:
-        n_workers = len(client.scheduler_info()["workers"])
+        n_workers = len(client.nthreads())
         outcomes, interrupted = run_tasks(client, measure, tasks, keys,
                                           failed=lambda r: r.status != "ok", on_progress=on_progress)
     for row, outcome in zip(rows, outcomes):
