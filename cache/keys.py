@@ -163,6 +163,14 @@ def _inside_nkicc(path: str) -> bool:
     return False
 
 
+def instruction_families() -> list:
+    """[module, source hash] of every instruction family from outside nkicc
+    (nkicc's own are covered by the compiler's source hash)."""
+    from ..ir import ops
+    return sorted([name, file_hash(file)] for name, file in ops.family_files()
+                  if file is not None and not _inside_nkicc(file))
+
+
 def target_key(target) -> dict:
     if dataclasses.is_dataclass(target):
         return {"__class__": type(target).__qualname__, **dataclasses.asdict(target)}
@@ -176,5 +184,6 @@ def base(target, manager, providers: dict | None = None) -> dict:
         "compiler": compiler(),
         "target": target_key(target),
         "plugins": plugin_versions(manager, providers=providers) if manager is not None else [],
+        "instructions": instruction_families(),
         "env": env.key_values(),
     }

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from typing import Mapping
 
+from . import ops
 from .nodes import Access, Op, TensorDecl
 
-# which hardware engine runs each opcode (NKI_SPEC section 5)
-ENGINE = {
-    "dma_copy": "dma", "nc_matmul": "pe", "nc_transpose": "pe", "activation": "act",
-    "tensor_copy": "dve", "memset": "dve", "tensor_tensor": "dve", "tensor_scalar": "dve",
-    "tensor_reduce": "dve", "select": "dve", "iota": "pool", "tensor_tensor_scan": "dve",
-}
+
+def engine_of(op: Op, decls: Mapping[str, TensorDecl]) -> str:
+    """The engine that runs `op`: the schedule's choice once made, else its definition's."""
+    return op.attr("engine") or ops.of(op).engine_of(op, decls)
 
 
 def writes(op: Op) -> tuple[Access, ...]:
@@ -22,7 +21,7 @@ def reads(op: Op) -> tuple[Access, ...]:
     ins = tuple(a for a in op.ins if isinstance(a, Access))
     scalars = tuple(Access(a.scalar.tensor, a.scalar.offset, ((1, 1),))
                     for a in ins + op.outs if a.scalar is not None and a.scalar.tensor)
-    if op.opcode == "nc_matmul" and op.attr("accumulate") is not False:
+    if ops.of(op).accumulates(op):
         return ins + op.outs + scalars  # accumulation reads the destination
     return ins + scalars
 

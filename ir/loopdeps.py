@@ -29,6 +29,7 @@ from typing import Mapping
 
 import numpy as np
 
+from . import ops
 from .analysis import reads
 from .errors import NkiccError
 from .nodes import Access, Alloc, Block, Kernel, Loop, Op, TensorDecl
@@ -83,7 +84,7 @@ def _body_facts(body: Block) -> tuple[set[str], dict[str, int], list[_Use]]:
                 inner[s.var] = s.trip
                 walk(s.body)
             else:
-                acc = s.opcode == "nc_matmul" and s.attr("accumulate") is not False
+                acc = ops.of(s).accumulates(s)
                 outs = set(s.outs)
                 for a in s.outs:
                     uses.append(_Use(s, a, True, acc, len(uses)))

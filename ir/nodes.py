@@ -10,7 +10,9 @@ from typing import Iterator, Union
 
 from .affine import Affine
 
-BUFFERS = ("sbuf", "psum", "hbm", "shared_hbm")
+# reg: an engine's internal registers (the accumulators some instructions keep
+# across instructions), made explicit so that dependences on them are visible
+BUFFERS = ("sbuf", "psum", "hbm", "shared_hbm", "reg")
 ON_CHIP = ("sbuf", "psum")
 
 
@@ -31,7 +33,8 @@ class TensorDecl:
     buffer: str
     # arg: kernel input, output: returned shared_hbm tensor, spill: HBM home of
     # an on-chip tensor the allocator evicted, spill-temp: the on-chip tile a
-    # spilled tensor is staged through, local: anything else
+    # spilled tensor is staged through, state: engine registers (buffer reg),
+    # local: anything else
     role: str = "local"
     loc: Loc | None = None
     # byte offset inside every partition of its buffer, set by the allocator

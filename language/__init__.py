@@ -5,7 +5,7 @@ from .creation import (
 )
 from .dtypes import bool_, float16, float32, int8, int16, int32, tfloat32, uint8, uint16, uint32
 from .ops import (  # noqa: F401 - the op functions are generated in ops
-    abs, add, bitwise_and, bitwise_or, bitwise_xor, broadcast_to, ceil, copy, cos, divide, equal, exp,
+    abs, add, bitwise_and, bitwise_or, bitwise_xor, broadcast_to, bypass, ceil, copy, cos, divide, equal, exp,
     expand_dims, floor, gelu, gelu_apprx_tanh, greater, greater_equal, identity, less, less_equal, load,
     load_transpose2d, log, logical_and, logical_or, logical_xor, matmul, max, maximum, mean, min, minimum, multiply,
     negative, not_equal, power, prod, reciprocal, relu, rsqrt, sigmoid, sign, silu, sin, softmax, sqrt,

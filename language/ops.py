@@ -10,7 +10,8 @@ from ..ir import Access, NkiccError
 from .. import isa
 from . import dtypes
 from .creation import new_tensor
-from .opnames import BINARY, UNARY
+from ..ir.ops.alu import BINARY, UNARY
+from ..ir.ops.checks import normalize_axes
 from .tensor import Tensor, require_builder
 from .tracing import user_loc
 
@@ -45,6 +46,14 @@ def broadcast_view(t: Tensor, shape: tuple[int, ...], loc) -> Tensor:
             raise NkiccError("E140", f"cannot broadcast {list(t.shape)} to {list(shape)}", loc)
     a = t.access
     return Tensor(t.builder, t.decl, Access(a.tensor, a.offset, tuple(out), a.scalar, a.scalar_scale))
+
+
+def _axes(axis, ndim: int, loc) -> tuple[int, ...]:
+    try:
+        return normalize_axes(axis, ndim)
+    except NkiccError as e:
+        e.loc = e.loc or loc
+        raise
 
 
 def _broadcast_shape(a: Tensor, b: Tensor, loc) -> tuple[int, ...]:
@@ -158,7 +167,7 @@ def _reduce(op: str, name: str):
     def fn(x, axis, dtype=None, keepdims=False, mask=None, name="", **_hints) -> Tensor:
         loc = user_loc(2)
         x = _tile(x, f"nl.{name} operand", loc)
-        axes = isa.normalize_axes(axis, len(x.shape), loc)
+        axes = _axes(axis, len(x.shape), loc)
         out = new_tensor(_reduce_shape(x, axes, keepdims), _out_dtype(dtype, x), "sbuf", name, loc)
         isa.tensor_reduce(out, op, x, axes)
         return out
@@ -175,7 +184,7 @@ prod = _reduce("multiply", "prod")
 def mean(x, axis, dtype=None, keepdims=False, mask=None, name="", **_hints) -> Tensor:
     loc = user_loc(2)
     x = _tile(x, "nl.mean operand", loc)
-    axes = isa.normalize_axes(axis, len(x.shape), loc)
+    axes = _axes(axis, len(x.shape), loc)
     count = functools.reduce(lambda a, b: a * b, (x.shape[a] for a in axes), 1)
     out = new_tensor(_reduce_shape(x, axes, keepdims), _out_dtype(dtype, x), "sbuf", name, loc)
     isa.tensor_reduce(out, "add", x, axes)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from ..ir import Access, Affine, NkiccError, ScalarOffset, TensorDecl
 from ..ir.analysis import extent
+from ..ir.ops import TensorOperand
 from . import dtypes
 from .tracing import Builder, SymInt, as_affine, current_builder, user_loc
 
@@ -35,7 +36,7 @@ def ds(start, size) -> DynSlice:
     return DynSlice(start, size.const)
 
 
-class Tensor:
+class Tensor(TensorOperand):
     """A kernel-visible tensor or view of one."""
     __slots__ = ("builder", "decl", "access", "overflow")
 

@@ -158,6 +158,14 @@ class Builder:
             block.append(Alloc(unique))
         return decl
 
+    def state_tensor(self, name: str, shape, dtype: str) -> TensorDecl:
+        """An engine's registers: one kernel-level tensor per register file,
+        declared on first use (no allocation: they are not in SBUF or PSUM)."""
+        decl = self.decls.get(name)
+        if decl is None:
+            decl = self._declare(shape, dtype, "reg", name, "state", None, self._frames[0], self._blocks[0])
+        return decl
+
     def _grid_shared(self, shape, dtype: str, name: str, loc: Loc | None) -> TensorDecl:
         """Under a launch grid every program sees the same shared_hbm tensors: the
         n-th one a program allocates is allocated once, before the grid loops."""

@@ -4,8 +4,8 @@ Reorders each straight-line block so that independent instructions on
 different engines overlap: an instruction may move past another only when
 they touch disjoint elements (no read/write, write/read or write/write
 overlap; an allocation counts as a write of its whole tensor). Among ready
-instructions the one that can start earliest goes first, by a rough per-engine
-cost. Expensive by design (it sees every instruction of the unrolled
+instructions the one that can start earliest goes first, by each instruction's
+estimated cost. Expensive by design (it sees every instruction of the unrolled
 program), so it is opt-in and runs under the compile budget; it expects the
 unroll pass to have run, and leaves blocks that still contain static loops'
 bodies as they are.
@@ -13,22 +13,18 @@ bodies as they are.
 import dataclasses
 import heapq
 
-from nkicc.ir import Alloc, Block, Loop, Op, count_instructions
-from nkicc.ir.analysis import ENGINE, extent, reads
+from nkicc.ir import Alloc, Block, Loop, Op, count_instructions, ops
+from nkicc.ir.ops.costs import cost_table
+from nkicc.ir.analysis import engine_of, extent, reads
 from nkicc.pass_api import Pass, hookimpl
 
 _CHECK_EVERY = 1024
 
 
-def _cost(op: Op) -> int:
-    n = op.outs[0].count if op.outs else 1
-    parts = op.outs[0].pattern[0][1] if op.outs else 1
-    per_partition = max(n // max(parts, 1), 1)
-    if op.opcode == "dma_copy":
-        return 2000 + n // 8
-    if op.opcode == "nc_matmul":
-        return max(64, per_partition)
-    return max(64, per_partition) + 60
+def _cost(op: Op, decls, ctx) -> float:
+    """The instruction's estimated time, from its definition's cost rule."""
+    engine = engine_of(op, decls)
+    return ops.of(op).cost(op, ops.CostContext(decls, ctx.target, cost_table(ctx.target), engine))
 
 
 def _schedule(stmts, trips, decls, ctx, progress):
@@ -63,9 +59,9 @@ def _schedule(stmts, trips, decls, ctx, progress):
     while ready:
         _, j = heapq.heappop(ready)
         s = stmts[j]
-        engine = ENGINE.get(s.opcode, "seq") if isinstance(s, Op) else "seq"
+        engine = engine_of(s, decls) if isinstance(s, Op) else "seq"
         start = max([engine_free.get(engine, 0)] + [finish[i] for i in deps[j]])
-        finish[j] = start + (_cost(s) if isinstance(s, Op) else 0)
+        finish[j] = start + (_cost(s, decls, ctx) if isinstance(s, Op) else 0)
         engine_free[engine] = finish[j]
         order.append(s)
         for u in users[j]:

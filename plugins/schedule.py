@@ -24,7 +24,7 @@ import dataclasses
 import itertools
 
 from nkicc.ir import Access, Alloc, Block, Loop, Op
-from nkicc.ir.analysis import ENGINE, extent, injective, reads
+from nkicc.ir.analysis import engine_of, extent, injective, reads
 from nkicc.ir.dtypes import itemsize
 from nkicc.pass_api import Pass, hookimpl
 
@@ -70,12 +70,6 @@ class _Tracker:
         return deps
 
 
-def _engine(op: Op, decls) -> str:
-    if op.opcode == "nc_transpose" and decls[op.outs[0].tensor].buffer == "sbuf":
-        return "dve"  # the Vector Engine's 32x32 transpose
-    return ENGINE.get(op.opcode, "dve")
-
-
 def _alloc_depths(block: Block, depth: int = 0, out=None) -> dict[str, int]:
     """Loop depth of each tensor's allocation (absent: allocated with the kernel)."""
     out = {} if out is None else out
@@ -106,7 +100,7 @@ def schedule(kernel, ctx):
             if isinstance(s, Loop):
                 out.append(dataclasses.replace(s, body=number(s.body, chain + (s,))))
             elif isinstance(s, Op):
-                engine = _engine(s, decls)
+                engine = engine_of(s, decls)
                 attrs = [(k, v) for k, v in s.attrs if k not in ("id", "engine", "queue", "rotate", "wait")]
                 attrs += [("id", next(ids)), ("engine", engine)]
                 if engine == "dma":

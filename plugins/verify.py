@@ -7,7 +7,7 @@ NeuronCore-v2/v3 (a warning naming psum-legalize, which rewrites the
 copy-in / matmul / copy-out form). Runs after psum-legalize so that it warns
 only about what is left.
 """
-from nkicc.ir import Access, Alloc, Block, Loop, NkiccError, Op
+from nkicc.ir import Access, Alloc, Block, Loop, NkiccError, Op, ops
 from nkicc.ir.analysis import extent
 from nkicc.pass_api import Pass, hookimpl
 
@@ -45,15 +45,10 @@ def check_access(a: Access, op: Op, decls, trips, write: bool) -> None:
 
 
 def check_op(op: Op, decls) -> None:
-    buf = [decls[a.tensor].buffer for a in op.ins if isinstance(a, Access)]
-    out = [decls[a.tensor].buffer for a in op.outs]
-    if op.opcode == "dma_copy" and "psum" in buf + out:
-        raise NkiccError("E120", "DMA cannot access PSUM", op.loc, "copy through SBUF with tensor_copy")
-    if op.opcode == "nc_matmul":
-        if out[0] != "psum" or buf[0] != "sbuf" or buf[1] != "sbuf":
-            raise NkiccError("E131", "nc_matmul reads SBUF and writes PSUM", op.loc, "move the operands")
-    if op.opcode == "tensor_tensor" and buf.count("psum") == 2:
-        raise NkiccError("E120", "tensor_tensor cannot read both inputs from PSUM", op.loc, "copy one to SBUF")
+    """The instruction's own rules on the lowered IR (its definition's `verify`)."""
+    rule = ops.of(op).verify
+    if rule is not None:
+        rule(op, decls)
 
 
 def verify(kernel, ctx):

@@ -29,12 +29,13 @@ import numpy as np
 
 from ..ir import Access, Alloc, Kernel, Loop, NkiccError, Op, TensorDecl
 from ..ir import dtypes
-from ..ir.analysis import ENGINE, injective, reads, tensors_touched, writes
+from ..ir import ops
+from ..ir.analysis import engine_of, injective, reads, tensors_touched, writes
 from . import semantics
 from ._blas import single_threaded_blas
 from .reference import ReferenceMachine
 from .report import DMA_DIRECTIONS, EngineStats, SimReport
-from .timing import COMPUTE_ENGINES, CostTable, cost_table, dma_ns, op_cost_ns
+from .timing import COMPUTE_ENGINES, CostTable, cost_ns, cost_table, traffic_bytes
 from .trace import DEFAULT_MAX_EVENTS, TraceRecorder
 
 _accumulate = ReferenceMachine._accumulate  # the accumulate=None rule, one implementation
@@ -314,7 +315,7 @@ class MachineSimulator:
         if oid is not None:
             self.scheduled = True
         p.id = oid if oid is not None else -len(self.plans)
-        p.engine = op.attr("engine") or ENGINE.get(op.opcode, "dve")
+        p.engine = engine_of(op, self.decls)
         p.queue = int(op.attr("queue", 0) or 0) if p.engine == "dma" else None
         p.ekey = self._ekey(f"dma.q{p.queue}" if p.engine == "dma" else p.engine)
         p.tid = self._tid(self.engines[p.ekey])
@@ -341,19 +342,19 @@ class MachineSimulator:
         p.by_id = by_id
         p.accs = accs
         p.dyn_accs = [acc for acc in accs if not acc.static]  # starts that depend on loop indices / registers
-        p.is_matmul = op.opcode == "nc_matmul"
+        p.is_matmul = ops.of(op).accumulates(op)
         p.scalars = [acc.scalar for acc in accs if acc.scalar is not None]
         # hazard regions: what the op reads (inputs, accumulating dst, scalar offsets) and writes
         p.hz_reads = [self._hz_acc(p, a) for a in reads(op)]
         p.hz_writes = [by_id[id(a)] for a in writes(op)]
-        p.cost = op_cost_ns(op, p.engine, self.decls, self.target, self.costs) if self.timing else 0.0
+        p.cost = cost_ns(op, p.engine, self.decls, self.target, self.costs) if self.timing else 0.0
         p.dma_dir, p.dma_bytes, p.spill = None, 0, False
-        if p.engine == "dma" or op.opcode == "dma_copy":
+        if p.engine == "dma":
             src, dst = self.decls[op.ins[0].tensor], self.decls[op.outs[0].tensor]
             cat = {"hbm": "hbm", "shared_hbm": "hbm"}
             direction = f"{cat.get(src.buffer, src.buffer)}->{cat.get(dst.buffer, dst.buffer)}"
             p.dma_dir = direction if direction in DMA_DIRECTIONS else "other"
-            p.dma_bytes = dma_ns(op, self.decls, self.costs, self.target)[1]
+            p.dma_bytes = traffic_bytes(op, self.decls)
             p.spill = "spill" in (src.role, dst.role)
         return p
 

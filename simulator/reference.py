@@ -19,7 +19,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from ..ir import Access, Alloc, Block, Kernel, NkiccError, Op, TensorDecl
-from ..ir import dtypes
+from ..ir import dtypes, ops
 from . import semantics
 from ._blas import single_threaded_blas
 
@@ -67,6 +67,9 @@ class ReferenceMachine:
             decl = self.decls[name]
             arr = np.ascontiguousarray(inputs[name], dtype=dtypes.storage(decl.dtype))
             self.memory[name] = arr.reshape(-1).copy()
+        for decl in self.decls.values():
+            if decl.role == "state":  # engine registers: there from the start, never allocated
+                self._allocate(decl)
         with np.errstate(all="ignore"):  # semantics.compute's contract: poison and overflow flow on silently
             self.block(self.kernel.body)
         return {name: self.memory[name].reshape(self.decls[name].shape) for name in self.kernel.outputs}
@@ -76,18 +79,20 @@ class ReferenceMachine:
             if isinstance(s, Op):
                 self.op(s)
             elif isinstance(s, Alloc):
-                decl = self.decls[s.tensor]
-                self.memory[s.tensor] = poison(dtypes.storage(decl.dtype), decl.size, self.fill)
-                if self.defined is not None:
-                    self.defined[s.tensor] = np.zeros(decl.size, dtype=bool)
-                if decl.buffer == "psum":
-                    self.written[s.tensor] = np.zeros(decl.size, dtype=bool)
+                self._allocate(self.decls[s.tensor])
             else:
                 env = self.env
                 for t in range(s.trip):
                     env[s.var] = t
                     self.block(s.body)
                 env.pop(s.var, None)  # a zero-trip loop never bound it
+
+    def _allocate(self, decl: TensorDecl) -> None:
+        self.memory[decl.name] = poison(dtypes.storage(decl.dtype), decl.size, self.fill)
+        if self.defined is not None:
+            self.defined[decl.name] = np.zeros(decl.size, dtype=bool)
+        if decl.buffer == "psum":
+            self.written[decl.name] = np.zeros(decl.size, dtype=bool)
 
     def start(self, a: Access, op: Op, read: bool = False) -> int:
         start = a.offset.evaluate(self.env)
@@ -141,7 +146,7 @@ class ReferenceMachine:
 
     def op(self, op: Op) -> None:
         self.executed += 1
-        if self.defined is not None and op.opcode == "nc_matmul" and op.attr("accumulate") is True:
+        if self.defined is not None and op.attr("accumulate") is True and ops.of(op).accumulates(op):
             a = op.outs[0]
             start = self.start(a, op)
             self._check_defined(a, op, start, start + sum(s * (n - 1) for s, n in a.pattern) + 1)
@@ -154,7 +159,7 @@ class ReferenceMachine:
             mask = self.written.get(dst_access.tensor)
             if mask is not None:
                 wmask = strided(mask, self.start(dst_access, op), dst_access.pattern)
-                if op.opcode == "nc_matmul":
+                if ops.of(op).accumulates(op):
                     values = self._accumulate(op.attr("accumulate"), dst, wmask, values)
                 wmask[...] = True
             if np.ndim(values) == 0:

@@ -3,7 +3,7 @@ compiler's alloc and schedule passes, and not a substitute for them.
 
 `naive_lower(kernel, target)` gives every on-chip tensor its own bytes (a bump
 allocator, no reuse: fine for small kernels), every op an id, its default engine
-(ir.analysis.ENGINE), a DMA queue (round robin over `queues`), and waits on
+(ir.analysis.engine_of), a DMA queue (round robin over `queues`), and waits on
 every op on another engine/queue that touches overlapping memory with a write on
 either side - including ops later in program order, which covers loop back-edges
 (an op waits for the most recent executed instance of each listed op).
@@ -15,7 +15,7 @@ import dataclasses
 
 from ..ir import Access, Alloc, Block, Kernel, Loop, Op
 from ..ir import dtypes
-from ..ir.analysis import ENGINE, reads, writes
+from ..ir.analysis import engine_of, reads, writes
 
 
 def assign_addresses(kernel: Kernel, target, align: int = 64) -> Kernel:
@@ -57,7 +57,7 @@ def naive_lower(kernel: Kernel, target, queues: int = 4) -> Kernel:
     info = []
     ndma = 0
     for n, op in enumerate(ops):
-        engine = ENGINE.get(op.opcode, "dve")
+        engine = engine_of(op, kernel.tensor_map())
         if engine == "dma":
             lane = f"dma{ndma % queues}"
             queue = ndma % queues

@@ -23,7 +23,7 @@ from nkicc.simulator._blas import single_threaded_blas
 from nkicc.simulator.machine import MachineSimulator
 from nkicc.simulator.reference import run_reference
 from nkicc.simulator.testing import edit_op, naive_lower
-from nkicc.simulator.timing import COST_TABLES, compute_cycles, cost_table, dma_ns
+from nkicc.simulator.timing import COST_TABLES, cost_ns, cost_table, traffic_bytes
 
 from conftest import EXAMPLES
 
@@ -316,12 +316,14 @@ def test_cost_table_entries(rng):
     decls = k.tensor_map()
     t = COST_TABLES["trn2"]
     mm = next(op for op in ops(k) if op.opcode == "nc_matmul")
-    assert compute_cycles(mm, decls, t) == t.fixed_cycles + t.onchip_access_cycles + 4 * 512  # fp32: x4
+    pe_cycles = t.fixed_cycles + t.onchip_access_cycles + 4 * 512  # fp32: x4
+    assert cost_ns(mm, "pe", decls, TRN2, t) == pytest.approx(pe_cycles / TRN2.pe_ghz)
     bf = dataclasses.replace(k, tensors=tuple(dataclasses.replace(d, dtype="bfloat16") if d.buffer == "sbuf"
                                               else d for d in k.tensors))
-    assert compute_cycles(mm, bf.tensor_map(), t) == t.fixed_cycles + t.onchip_access_cycles + 512
+    bf_cycles = t.fixed_cycles + t.onchip_access_cycles + 512
+    assert cost_ns(mm, "pe", bf.tensor_map(), TRN2, t) == pytest.approx(bf_cycles / TRN2.pe_ghz)
     load = next(op for op in ops(k) if op.opcode == "dma_copy" and op.ins[0].tensor == "b")
-    ns, nbytes = dma_ns(load, decls, t, TRN2)
+    ns, nbytes = cost_ns(load, "dma", decls, TRN2, t), traffic_bytes(load, decls)
     assert nbytes == 128 * 512 * 4
     assert ns == pytest.approx(t.dma_fixed_ns + nbytes / TRN2.dma_bytes_per_ns)  # 2 KiB rows, unit stride
 

@@ -1,0 +1,74 @@
+"""The enumerations instructions take as arguments (`nisa.engine`,
+`nisa.reduce_cmd`, ...). They are part of the instruction definitions (their
+members are signature defaults), and nkicc.isa exports them."""
+from __future__ import annotations
+
+from enum import Enum
+
+
+class engine(Enum):
+    """The engine an instruction runs on."""
+    unknown = 0
+    tensor = 1
+    scalar = 2
+    gpsimd = 3
+    dma = 4
+    vector = 5
+    sync = 6
+
+
+class reduce_cmd(Enum):
+    """What an instruction does with its engine's accumulator registers."""
+    idle = 0          # leaves them alone
+    reset = 1         # sets them to the reduction's identity
+    reduce = 2        # accumulates onto their current value
+    reset_reduce = 3  # resets, then accumulates this instruction's result
+    load_reduce = 4   # loads a given value, then accumulates this instruction's result
+
+
+class dge_mode(Enum):
+    """How a DMA's descriptors are generated."""
+    unknown = 0
+    swdge = 1
+    hwdge = 2
+    none = 3
+
+
+class oob_mode(Enum):
+    """What an indirect DMA does with an index out of bounds."""
+    error = 0
+    skip = 1
+
+
+class matmul_perf_mode(Enum):
+    none = "none"
+    double_row = "double_row"
+
+
+class nc_version(Enum):
+    """NeuronCore generation: gen2 trn1, gen3 trn2, gen4 trn3."""
+    gen2 = 2
+    gen3 = 3
+    gen4 = 4
+
+
+class dma_engine(Enum):
+    dma = 1
+    gpsimd_dma = 2
+
+
+def member_name(value, enum_type, what: str) -> str:
+    """The member name of an enum argument given as a member, its name or its value."""
+    from ..errors import NkiccError
+    if isinstance(value, enum_type):
+        return value.name
+    if isinstance(value, Enum) and value.name in enum_type.__members__:  # the same enum exported elsewhere
+        return value.name
+    for m in enum_type:
+        if value == m.name or (not isinstance(value, bool) and value == m.value):
+            return m.name
+    raise NkiccError("E103", f"{what} must be one of {', '.join('nisa.' + enum_type.__name__ + '.' + m.name for m in enum_type)}, "
+                             f"got {value!r}")
+
+
+__all__ = ["engine", "reduce_cmd", "dge_mode", "oob_mode", "matmul_perf_mode", "nc_version", "dma_engine"]

@@ -1,0 +1,111 @@
+"""The Tensor Engine: matrix multiply and transpose through the PE array."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import NkiccError
+from ..nodes import Access, Op
+from .checks import free, on_chip, tensor
+from .core import CostContext, Emit, free_size, instruction, partitions
+from .values import as_tiles, f32
+
+_FP32 = ("float32", "tfloat32")
+_DTYPES = ("float8_e4m3", "float8_e5m2", "bfloat16", "float16", "tfloat32", "float32")
+
+
+def _matmul(op: Op, read):
+    # contiguous copies: BLAS picks its kernel (and so the rounding) from the
+    # operands' strides and alignment, which differ between simulators' layouts
+    st = np.ascontiguousarray(as_tiles(f32(read(op.ins[0]))))
+    mv = np.ascontiguousarray(as_tiles(f32(read(op.ins[1]))))
+    return [(0, st.T @ mv)]
+
+
+def _matmul_cost(op: Op, ctx: CostContext) -> float:
+    """max(min(64, M), N) cycles for 2-byte and fp8 inputs; x4 for fp32."""
+    t = ctx.table
+    st, mv = op.ins[0], op.ins[1]
+    cycles = max(min(t.matmul_min_rows, free_size(st)), free_size(mv))
+    if any(ctx.decls[a.tensor].dtype == "float32" for a in (st, mv)):
+        cycles *= t.matmul_fp32_factor
+    return ctx.ns(ctx.fixed_cycles(op) + cycles)
+
+
+def _sbuf_to_psum(op: Op, decls) -> None:
+    bufs = [decls[a.tensor].buffer for a in op.ins if isinstance(a, Access)]
+    if decls[op.outs[0].tensor].buffer != "psum" or bufs[:2] != ["sbuf", "sbuf"]:
+        raise NkiccError("E131", "nc_matmul reads SBUF and writes PSUM", op.loc, "move the operands")
+
+
+@instruction(family="matmul", compute=_matmul, engine="pe", cost=_matmul_cost, verify=_sbuf_to_psum,
+             accumulates=lambda op: op.attr("accumulate") is not False)
+def nc_matmul(dst, stationary, moving, accumulate=None, is_stationary_onezero=False, is_moving_onezero=False,
+              is_transpose=False, tile_position=None, tile_size=None, perf_mode=None, name=None, **_hw_hints):
+    """dst[M, N] (+)= stationary[K, M].T @ moving[K, N] on the Tensor Engine.
+    accumulate=False overwrites, True adds, None: the first write to a PSUM
+    location overwrites and later writes add."""
+    dst = tensor(dst, "nc_matmul dst")
+    st = tensor(stationary, "nc_matmul stationary")
+    mv = tensor(moving, "nc_matmul moving")
+    for t, what in ((st, "stationary"), (mv, "moving")):
+        if t.buffer != "sbuf":
+            raise NkiccError("E131", f"nc_matmul {what} must be in SBUF, {t.name} is in {t.buffer}", None,
+                             "copy it to SBUF with nisa.tensor_copy")
+    if dst.buffer != "psum":
+        raise NkiccError("E131", f"nc_matmul dst must be in PSUM, {dst.name} is in {dst.buffer}", None,
+                         "allocate the result with buffer=nl.psum")
+    k, m, k2, n = st.shape[0], free(st), mv.shape[0], free(mv)
+    if k != k2:
+        raise NkiccError("E130", f"nc_matmul contraction mismatch: stationary has {k} partitions, moving {k2}",
+                         None, "both operands carry the contraction (K) dimension on partitions")
+    if k > 128 or m > 128 or n > 512:
+        raise NkiccError("E130", f"nc_matmul tile too large: K={k} (<=128), M={m} (<=128), N={n} (<=512)", None,
+                         "tile the matmul: K and M by 128, N by 512")
+    if dst.shape[0] != m or free(dst) != n:
+        raise NkiccError("E130", f"nc_matmul dst has shape {list(dst.shape)}, expected [{m}, {n}]", None,
+                         "dst is [M, N] for stationary [K, M] and moving [K, N]")
+    for t, what in ((st, "stationary"), (mv, "moving")):
+        if t.decl.dtype not in _DTYPES:
+            raise NkiccError("E132", f"nc_matmul {what} is {t.decl.dtype}; the Tensor Engine multiplies "
+                                     f"{', '.join(_DTYPES)}", None, "cast it with nisa.tensor_copy first")
+    if (st.decl.dtype in _FP32) != (mv.decl.dtype in _FP32):
+        raise NkiccError("E132", f"nc_matmul mixes {st.decl.dtype} and {mv.decl.dtype}", None,
+                         "an fp32/tfloat32 operand needs an fp32/tfloat32 partner")
+    if accumulate not in (None, True, False):
+        raise NkiccError("E103", "nc_matmul accumulate must be None, True or False")
+    return Emit([dst], [st, mv], {"accumulate": accumulate})
+
+
+def _transpose(op: Op, read):
+    return [(0, as_tiles(f32(read(op.ins[0]))).T)]
+
+
+def _transpose_engine(op: Op, decls) -> str:
+    # into SBUF it is the Vector Engine's 32x32 transpose
+    return "dve" if decls[op.outs[0].tensor].buffer == "sbuf" else "pe"
+
+
+def _transpose_cost(op: Op, ctx: CostContext) -> float:
+    if ctx.engine != "pe":
+        return ctx.ns(ctx.fixed_cycles(op) + max(ctx.table.elementwise_min, free_size(op.outs[0])))
+    src = op.ins[0]
+    return ctx.ns(ctx.fixed_cycles(op) + max(partitions(src), min(ctx.table.matmul_min_rows, free_size(src))))
+
+
+@instruction(family="matmul", compute=_transpose, engine=_transpose_engine, cost=_transpose_cost)
+def nc_transpose(dst, data, engine=None, name=None, **_hw_hints):
+    """dst = data.T: on the Tensor Engine (<= 128 x 128, into PSUM) or the
+    Vector Engine (<= 32 x 32, into SBUF)."""
+    dst, data = tensor(dst, "nc_transpose dst"), tensor(data, "nc_transpose data")
+    on_chip(data, "nc_transpose data")
+    on_chip(dst, "nc_transpose dst")
+    p, f = data.shape[0], free(data)
+    if dst.shape[0] != f or free(dst) != p:
+        raise NkiccError("E140", f"nc_transpose of [{p}, {f}] needs dst [{f}, {p}], got {list(dst.shape)}")
+    if f > 128:
+        raise NkiccError("E130", f"nc_transpose of {f} free elements; at most 128")
+    if dst.buffer != "psum" and (p > 32 or f > 32):
+        raise NkiccError("E130", f"nc_transpose of [{p}, {f}] into {dst.buffer} runs on the Vector Engine, "
+                                 f"which transposes at most 32 x 32", None,
+                         "transpose on the Tensor Engine into a PSUM tile, or in 32 x 32 blocks")
+    return Emit([dst], [data])
