@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import threading
 import time
 from dataclasses import dataclass
 from typing import Callable, Iterator
@@ -112,12 +113,15 @@ def run_tasks(client, fn: Callable, items: list, keys: list[str], failed: Callab
     counts = Counts(len(items))
     workers: dict[int, str] = {}
     submitted = 0
+    finished = threading.Event()
     try:
         while counts.done + counts.failed < counts.total:
+            finished.clear()  # before looking, so a task that finishes from here on is not missed
             in_flight = submitted - counts.done - counts.failed
             free = max(1, _threads(client)) - in_flight
             while free > 0 and submitted < len(items):
                 futures[submitted] = client.submit(fn, items[submitted], key=keys[submitted], pure=False)
+                futures[submitted].add_done_callback(lambda _: finished.set())
                 where[futures[submitted].key] = submitted
                 submitted, free = submitted + 1, free - 1
             for i in range(submitted):
@@ -137,7 +141,7 @@ def run_tasks(client, fn: Callable, items: list, keys: list[str], failed: Callab
             if on_progress:
                 on_progress(counts)
             if counts.done + counts.failed < counts.total:
-                time.sleep(POLL_S)
+                finished.wait(POLL_S)  # a finished task wakes the loop: a free worker gets its next task at once
     except KeyboardInterrupt:
         left = [futures[i] for i in range(submitted) if outcomes[i] is None]
         with contextlib.suppress(Exception):
