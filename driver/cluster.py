@@ -117,13 +117,6 @@ def run_tasks(client, fn: Callable, items: list, keys: list[str], failed: Callab
     try:
         while counts.done + counts.failed < counts.total:
             finished.clear()  # before looking, so a task that finishes from here on is not missed
-            in_flight = submitted - counts.done - counts.failed
-            free = max(1, _threads(client)) - in_flight
-            while free > 0 and submitted < len(items):
-                futures[submitted] = client.submit(fn, items[submitted], key=keys[submitted], pure=False)
-                futures[submitted].add_done_callback(lambda _: finished.set())
-                where[futures[submitted].key] = submitted
-                submitted, free = submitted + 1, free - 1
             for i in range(submitted):
                 if outcomes[i] is not None or futures[i].status == "pending":
                     continue
@@ -132,6 +125,13 @@ def run_tasks(client, fn: Callable, items: list, keys: list[str], failed: Callab
                     counts.done += 1
                 else:
                     counts.failed += 1
+            in_flight = submitted - counts.done - counts.failed
+            free = max(1, _threads(client)) - in_flight
+            while free > 0 and submitted < len(items):
+                futures[submitted] = client.submit(fn, items[submitted], key=keys[submitted], pure=False)
+                futures[submitted].add_done_callback(lambda _: finished.set())
+                where[futures[submitted].key] = submitted
+                submitted, free = submitted + 1, free - 1
             counts.running = 0
             for worker, keys_there in _processing(client).items():
                 for key in keys_there:
