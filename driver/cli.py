@@ -324,14 +324,10 @@ def run_cmd(
 
 
 def _run_shards(script, args, shards, timing, workers, cluster, timeout, report) -> None:
-    from rich.console import Console
-
     from . import sweep_view
     from .shards import run_shards
 
-    console = Console()
-    if not console.is_terminal:
-        console = Console(width=160)
+    console = sweep_view.console()
     try:
         result = run_shards(script, shards, args, timing=timing, workers=workers, cluster=cluster,
                             timeout=timeout, progress=True)
@@ -387,14 +383,10 @@ def tune_cmd(
 ):
     """Compile and simulate every variant of a sweep on a Dask cluster; rank them by estimated time.
     Exit 0 when at least one variant ran, 1 when none did, 130 when stopped with Ctrl-C."""
-    from rich.console import Console
-
     from . import sweep_view
     from .sweep import parse_sweep, tune
 
-    console = Console()
-    if not console.is_terminal:  # piped or captured: do not squeeze the table into 80 columns
-        console = Console(width=160)
+    console = sweep_view.console()
     try:
         sweeps = dict(parse_sweep(s) for s in sweep)
         options = [*_flags("--enable-pass", enable_pass), *_flags("--disable-pass", disable_pass)]

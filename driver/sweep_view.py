@@ -15,6 +15,14 @@ if TYPE_CHECKING:
 ENGINES = ("pe", "dve", "act", "pool", "dma")
 
 
+def console():
+    """A rich console for stdout; piped or captured, a wide one, so that tables are not squeezed into 80 columns."""
+    from rich.console import Console
+
+    out = Console()
+    return out if out.is_terminal else Console(width=160)
+
+
 @contextlib.contextmanager
 def live_progress(console, total: int, what: str = "variants") -> Iterator:
     """A rich progress bar (done / failed / running, elapsed, ETA); yields the
