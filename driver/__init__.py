@@ -8,10 +8,11 @@
     def add(a, b): ...
 """
 from .ir import NkiccError  # noqa: F401  (re-exported)
-from .api import CompiledKernel, JitKernel, compile, jit, simulate
+from .api import CompiledKernel, JitKernel, compile, jit, run_ranks, simulate
 from .specs import TensorSpec
 from .sweep import tune  # Dask itself is imported when a sweep starts
 
 
 __version__ = "0.1.0"
-__all__ = ["CompiledKernel", "JitKernel", "NkiccError", "TensorSpec", "compile", "jit", "simulate", "tune", "__version__"]
+__all__ = ["CompiledKernel", "JitKernel", "NkiccError", "TensorSpec", "compile", "jit", "run_ranks", "simulate", "tune",
+           "__version__"]

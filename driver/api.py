@@ -15,6 +15,7 @@ from .ir import Kernel, NkiccError, count_instructions, format_kernel
 from .simulator import run_reference
 from .simulator.reference import check_defined
 from .simulator.machine import MachineSimulator
+from .simulator.ranks import run_ranks as _simulate_ranks
 from .pass_api import BudgetExceeded, Target
 from .cached import CachePlan
 from .passes import PassOptions, PipelineResult, registry
@@ -94,6 +95,22 @@ class CompiledKernel:
         outputs, self.sim = sim.run(inputs)
         self.report["sim"] = self.sim.to_dict()
         return outputs, self.sim
+
+    def run_ranks(self, inputs_by_rank: list[dict], simulator: str | None = None, timing: bool | None = None,
+                  trace: str | None = None) -> tuple[list[dict], list]:
+        """Simulate the program on len(inputs_by_rank) ranks at once, each with its
+        own NeuronCore state, meeting at collectives: ([outputs by name], [SimReport
+        or None]) per rank. trace: a path with `{rank}` for one timeline per rank."""
+        simulator = simulator or self.simulator
+        lowered = all(t.address is not None for t in self.ir.tensors if t.on_chip)
+        if simulator == "reference" or not lowered:
+            simulator = "reference"
+        target = self.target_spec or resolve_target(self.target, registry())
+        timing = self.timing if timing is None else timing
+        results = _simulate_ranks(self.ir, inputs_by_rank, target, simulator, timing, trace or False)
+        reports = [r[1] for r in results]
+        self.report["ranks"] = [r.to_dict() if r is not None else None for r in reports]
+        return [r[0] for r in results], reports
 
     def print_ir(self) -> str:
         return format_kernel(self.ir)
@@ -265,6 +282,34 @@ def jit(fn=None, **options):
     if fn is None:
         return lambda f: JitKernel(f, **options)
     return JitKernel(fn, **options)
+
+
+def run_ranks(kernel, ranks: int, *args, simulator: str = "machine", timing: bool = True, trace: str | None = None,
+              **named) -> list:
+    """Run `kernel` on `ranks` ranks (NeuronCores with their own SBUF/PSUM, meeting
+    at nki.collectives calls): each array argument is one array that every rank
+    gets, or a list of `ranks` arrays, one per rank. Returns each rank's result,
+    as a kernel call returns it."""
+    if not isinstance(ranks, int) or ranks < 1:
+        raise NkiccError("E201", f"ranks must be a positive int, got {ranks!r}", None)
+    per_rank = []
+    for r in range(ranks):
+        per_rank.append([_rank_value(a, r, ranks) for a in args])
+    jk = kernel if isinstance(kernel, JitKernel) else JitKernel(inspect_unwrap(kernel))
+    compiled = compile(jk, *per_rank[0], **named)
+    inputs = [dict(zip(compiled.ir.args, values)) for values in per_rank]
+    outputs, _ = compiled.run_ranks(inputs, simulator=simulator, timing=timing, trace=trace)
+    results = []
+    for out in outputs:
+        values = [out[o] for o in compiled.ir.outputs]
+        results.append(None if not values else values[0] if len(values) == 1 else tuple(values))
+    return results
+
+
+def _rank_value(a, rank: int, ranks: int):
+    if isinstance(a, (list, tuple)) and len(a) == ranks and all(isinstance(x, np.ndarray) for x in a):
+        return a[rank]
+    return a
 
 
 def simulate(kernel):

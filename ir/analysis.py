@@ -13,6 +13,15 @@ def engine_of(op: Op, decls: Mapping[str, TensorDecl]) -> str:
     return op.attr("engine") or ops.of(op).engine_of(op, decls)
 
 
+def runtime_guard(loop) -> Op | None:
+    """The loop_guard that heads a loop whose trip count is decided at run
+    time (nl.fori_loop, nl.while_loop; see ir.ops.control), or None."""
+    stmts = loop.body.stmts
+    if loop.kind == "dynamic" and stmts and isinstance(stmts[0], Op) and stmts[0].opcode == "loop_guard":
+        return stmts[0]
+    return None
+
+
 def writes(op: Op) -> tuple[Access, ...]:
     return op.outs
 

@@ -12,6 +12,7 @@ from .ops import (  # noqa: F401 - the op functions are generated in ops
     square, store, subtract, sum, tanh, transpose, var, where,
 )
 from . import dtypes
+from .control import fori_loop, while_loop
 from .ranges import affine_range, dynamic_range, sequential_range, static_range
 from .spmd import num_programs, program_id, program_ndim
 from .tensor import DynSlice, Tensor, ds, unsupported_name

@@ -82,14 +82,43 @@ class range(LoopRange):  # noqa: A001 - replaces the builtin inside traced kerne
 
 
 class dynamic_range(LoopRange):
-    """A hardware loop: never unrolled; its index is a register."""
+    """A hardware loop: never unrolled; its index is a register. Deprecated by
+    NKI 0.6 in favour of nl.fori_loop (a warning, W150). Bounds may be
+    registers (then the trip count is known only at run time)."""
     kind = "dynamic"
+
+    def __init__(self, start, stop=None, step=1) -> None:
+        from .control import VirtualRegister
+        if stop is None:
+            start, stop = 0, start
+        self._registers = isinstance(start, VirtualRegister) or isinstance(stop, VirtualRegister)
+        if self._registers:
+            self._bounds, self._step = (start, stop), step
+            return
+        super().__init__(start, stop, step)
 
     def __iter__(self):
         b = current_builder()
         if b is None:
+            if self._registers:
+                raise NkiccError("E150", "dynamic_range over registers runs only inside a traced kernel", user_loc(2))
             return iter(self._range)
+        f = sys._getframe(1)
+        loc = Loc(f.f_code.co_filename, f.f_lineno)
+        b.warn("W150", "nl.dynamic_range is deprecated since NKI 0.6", loc)
+        if self._registers:
+            return self._runtime(b, loc)
         if self.step <= 0:
             raise NkiccError("E103", "dynamic_range step must be a positive int", user_loc(2))
-        f = sys._getframe(1)
-        return b.dynamic_loop(self.start, self.step, len(self._range), Loc(f.f_code.co_filename, f.f_lineno))
+        return b.dynamic_loop(self.start, self.step, len(self._range), loc)
+
+    def _runtime(self, b, loc):
+        from .. import isa
+        from .control import _bound, _new_register
+        if not isinstance(self._step, int) or self._step <= 0:
+            raise NkiccError("E103", "dynamic_range step must be a positive int", loc)
+        bounds = [_bound(v, "dynamic_range bound", loc) for v in self._bounds]
+        index = _new_register("nl.dynamic_range")
+        for _ in b.runtime_loop(loc, lambda: isa._emit_internal("loop_guard", index, bounds, "fori", self._step,
+                                                                 loc=loc)):
+            yield index

@@ -164,8 +164,8 @@ class Tensor(TensorOperand):
         elif isinstance(scalar_offset, Tensor):
             if scalar_offset.access.count != 1:
                 raise NkiccError("E103", f"scalar_offset must be a (1, 1) tensor, got shape {list(scalar_offset.shape)}", loc)
-            if not scalar_offset.decl.on_chip:
-                raise NkiccError("E120", "scalar_offset must live on SBUF", loc)
+            if not (scalar_offset.decl.on_chip or scalar_offset.decl.buffer == "reg"):
+                raise NkiccError("E120", "scalar_offset must live on SBUF or be a register", loc)
             if not scalar_offset.decl.dtype.startswith(("int", "uint")):
                 raise NkiccError("E103", f"scalar_offset must be an integer tile (int32), "
                                          f"{scalar_offset.name} is {scalar_offset.decl.dtype}", loc,

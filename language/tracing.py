@@ -166,6 +166,25 @@ class Builder:
             decl = self._declare(shape, dtype, "reg", name, "state", None, self._frames[0], self._blocks[0])
         return decl
 
+    def new_register(self, loc: Loc | None) -> TensorDecl:
+        """A virtual register: a one-element int32 tensor in the `reg` buffer,
+        live for the whole kernel (an engine sequencer's register)."""
+        return self._declare((1, 1), "int32", "reg", "reg", "state", loc, self._frames[0], self._blocks[0])
+
+    def runtime_loop(self, loc: Loc, head: Callable[[], None]) -> Iterator[None]:
+        """A loop whose trip count only the hardware knows (nl.fori_loop,
+        nl.while_loop): traced once; `head` emits its loop_guard as the first
+        statement of the body. Analyses see a dynamic loop of unknown trip
+        count, taken as 2 so that every cross-iteration dependence counts."""
+        self.loop_stats["dynamic"] += 1
+        var = f"r{next(self._vars)}"
+        frame = _Frame(self._frames[-1].key + (("dyn", loc.line, var),), var, 2, "dynamic")
+        inner = self._in_loop(frame, None, lambda body: Loop(var, 2, 0, 1, "dynamic", body, loc))
+        next(inner)
+        head()
+        yield
+        next(inner, None)
+
     def _grid_shared(self, shape, dtype: str, name: str, loc: Loc | None) -> TensorDecl:
         """Under a launch grid every program sees the same shared_hbm tensors: the
         n-th one a program allocates is allocated once, before the grid loops."""

@@ -3,7 +3,7 @@ tensors nothing uses. Tensor-granular, so it is exact on rolled loops: a
 tensor read anywhere keeps every write to it."""
 import dataclasses
 
-from nkicc.ir import Access, Block, Loop, Op
+from nkicc.ir import Access, Block, Loop, Op, ops
 from nkicc.ir.analysis import reads
 from nkicc.pass_api import Pass, hookimpl
 
@@ -27,7 +27,7 @@ def _prune(block: Block, live: set, touched: set) -> Block:
             if body.stmts:
                 out.append(dataclasses.replace(s, body=body))
         elif isinstance(s, Op):
-            if any(a.tensor in live for a in s.outs) or not s.outs:
+            if any(a.tensor in live for a in s.outs) or not s.outs or ops.of(s).control:
                 out.append(s)
         elif s.tensor in touched or s.tensor in live:
             out.append(s)

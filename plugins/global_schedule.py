@@ -34,7 +34,7 @@ def _schedule(stmts, trips, decls, ctx, progress):
     for j, s in enumerate(stmts):
         if isinstance(s, Alloc):
             accesses = [(s.tensor, 0, decls[s.tensor].size - 1, True)]
-        elif isinstance(s, Loop):
+        elif isinstance(s, Loop) or ops.of(s).control:
             accesses = [(t, 0, decls[t].size - 1, True) for t in decls]  # a barrier
         else:
             accesses = [(a.tensor, *extent(a, trips, decls[a.tensor]), False) for a in reads(s)]

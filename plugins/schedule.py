@@ -24,7 +24,7 @@ import dataclasses
 import itertools
 
 from nkicc.ir import Access, Alloc, Block, Loop, Op
-from nkicc.ir.analysis import engine_of, extent, injective, reads
+from nkicc.ir.analysis import engine_of, extent, injective, reads, runtime_guard
 from nkicc.ir.dtypes import itemsize
 from nkicc.pass_api import Pass, hookimpl
 
@@ -68,6 +68,14 @@ class _Tracker:
                 entries[:] = [e for e in entries if not (lo <= e[1] and e[2] <= hi) or e[0] == op_id]
             entries.append((op_id, lo, hi, is_write))
         return deps
+
+    def snapshot(self) -> dict:
+        return {res: list(entries) for res, entries in self.recent.items()}
+
+    def merge(self, other: dict) -> None:
+        for res, entries in other.items():
+            mine = self.recent.setdefault(res, [])
+            mine.extend(e for e in entries if e not in mine)
 
 
 def _alloc_depths(block: Block, depth: int = 0, out=None) -> dict[str, int]:
@@ -134,8 +142,13 @@ def schedule(kernel, ctx):
         for s in block.stmts:
             if isinstance(s, Loop):
                 inner = {**trips, s.var: s.trip}
+                # a runtime loop may run no iteration: what comes after also
+                # orders after what came before it
+                before = tracker.snapshot() if runtime_guard(s) is not None else None
                 for _ in range(2 if s.trip > 1 else 1):
                     visit(s.body, inner)
+                if before is not None:
+                    tracker.merge(before)
             elif isinstance(s, Alloc):
                 d = decls[s.tensor]
                 if d.on_chip and d.address is not None:

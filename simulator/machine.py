@@ -27,14 +27,16 @@ import time
 
 import numpy as np
 
-from ..ir import Access, Alloc, Kernel, Loop, NkiccError, Op, TensorDecl
+from ..ir import Access, Alloc, Const, Kernel, Loop, NkiccError, Op, TensorDecl
 from ..ir import dtypes
 from ..ir import ops
-from ..ir.analysis import engine_of, injective, reads, tensors_touched, writes
+from ..ir.analysis import engine_of, injective, reads, runtime_guard, tensors_touched, writes
 from . import semantics
 from ._blas import single_threaded_blas
 from .reference import ReferenceMachine
 from .report import DMA_DIRECTIONS, EngineStats, SimReport
+from ..ir.ops.collectives import group_of
+from .comm import RankComm, single
 from .timing import COMPUTE_ENGINES, CostTable, cost_ns, cost_table, traffic_bytes
 from .trace import DEFAULT_MAX_EVENTS, TraceRecorder
 
@@ -155,7 +157,7 @@ class _Plan:
     """One op, compiled."""
     __slots__ = ("op", "id", "opcode", "engine", "queue", "ekey", "tid", "waits", "cost", "accs", "by_id",
                  "outs", "scalars", "hz_reads", "hz_writes", "count", "loc_str", "loop_vars", "dma_dir",
-                 "dma_bytes", "spill", "mode", "dyn_accs", "is_matmul", "rotate")
+                 "dma_bytes", "spill", "mode", "dyn_accs", "is_matmul", "rotate", "collective")
 
     def __init__(self, op: Op) -> None:
         self.op = op
@@ -176,7 +178,8 @@ class MachineSimulator:
     the target's (timing.py)."""
 
     def __init__(self, kernel: Kernel, target, timing: bool = True, trace=False, hazards: str = "all",
-                 costs: CostTable | None = None, max_trace_events: int = DEFAULT_MAX_EVENTS) -> None:
+                 costs: CostTable | None = None, max_trace_events: int = DEFAULT_MAX_EVENTS,
+                 comm: RankComm | None = None) -> None:
         if isinstance(target, str):
             raise TypeError("MachineSimulator needs a Target object (nkicc.plugins.targets.TRN2, or the "
                             "driver's resolve_target(name)), not a name")
@@ -184,6 +187,7 @@ class MachineSimulator:
             raise ValueError("hazards must be 'all', 'raw' or 'off'")
         self.kernel = kernel
         self.target = target
+        self.comm = comm or single()  # this rank's view of the other ranks (collectives)
         self.timing = bool(timing)
         self.trace_path = trace if isinstance(trace, str) else None
         self.tracing = bool(trace) and self.timing
@@ -264,8 +268,13 @@ class MachineSimulator:
                 if not (isinstance(first, Op) and self._overwrites(first, s.tensor)):
                     items.append((1, self.tensors[s.tensor]))
             elif isinstance(s, Loop):
-                body = self._compile_block(s.body.stmts, loop_vars + (s.var,))
-                items.append((2, (s.var, s.trip, body, len(loop_vars))))
+                guard = runtime_guard(s)
+                stmts_in = s.body.stmts[1:] if guard is not None else s.body.stmts
+                body = self._compile_block(stmts_in, loop_vars + (s.var,))
+                if guard is not None:
+                    items.append((3, (s.var, self._compile_op(guard, loop_vars + (s.var,)), body, len(loop_vars))))
+                else:
+                    items.append((2, (s.var, s.trip, body, len(loop_vars))))
         return items
 
     @staticmethod
@@ -347,7 +356,8 @@ class MachineSimulator:
         # hazard regions: what the op reads (inputs, accumulating dst, scalar offsets) and writes
         p.hz_reads = [self._hz_acc(p, a) for a in reads(op)]
         p.hz_writes = [by_id[id(a)] for a in writes(op)]
-        p.cost = cost_ns(op, p.engine, self.decls, self.target, self.costs) if self.timing else 0.0
+        p.cost = cost_ns(op, p.engine, self.decls, self.target, self.costs, self.comm.size) if self.timing else 0.0
+        p.collective = ops.of(op).collective
         p.dma_dir, p.dma_bytes, p.spill = None, 0, False
         if p.engine == "dma":
             src, dst = self.decls[op.ins[0].tensor], self.decls[op.outs[0].tensor]
@@ -556,8 +566,51 @@ class MachineSimulator:
                 self._op(x)
             elif kind == 1:
                 self._alloc(x)
-            else:
+            elif kind == 2:
                 self._loop(x)
+            else:
+                self._runtime_loop(x)
+
+    def _guard_input(self, p: _Plan, i: int) -> int:
+        x = p.op.ins[i]
+        if isinstance(x, Const):
+            return int(x.value)
+        acc = p.by_id[id(x)]
+        return int(self._read_view(acc).reshape(-1)[0])
+
+    def _runtime_loop(self, spec) -> None:
+        """A loop whose trip count the registers decide (ir.ops.control): fori
+        reads its bounds at entry, while its condition before each iteration;
+        the guard writes the value the body reads."""
+        var, guard, body, depth = spec
+        env = self.env
+        mode, step = guard.op.attr("mode"), guard.op.attr("step")
+        env[var] = 0
+        for acc in guard.dyn_accs:
+            acc.cur = self._start(acc, guard.op, False)
+        if mode == "fori":
+            value, upper = self._guard_input(guard, 0), self._guard_input(guard, 1)
+        t = 0
+        while True:
+            env[var] = t
+            for acc in guard.dyn_accs:
+                acc.cur = self._start(acc, guard.op, False)
+            if self.timing:
+                self._time(guard)
+            if mode == "while":
+                value = self._guard_input(guard, 0)
+                if value == 0:
+                    break
+            elif value >= upper:
+                break
+            self.executed += 1
+            guard.count += 1
+            self._write(guard.outs[0], np.array([[value]]), False, None)
+            self._block(body)
+            if mode == "fori":
+                value += step
+            t += 1
+        env.pop(var, None)
 
     def _loop(self, spec) -> None:
         var, trip, body, depth = spec
@@ -589,20 +642,41 @@ class MachineSimulator:
         op = p.op
         for acc in p.dyn_accs:
             acc.cur = self._start(acc, op, False)
-        if self.timing:
-            self._time(p)
         by_id = p.by_id
         view = self._read_view
-        results = semantics.compute(op, lambda a: view(by_id[id(a)]))
+        if p.collective is not None:
+            results = self._collective(p)
+        else:
+            if self.timing:
+                self._time(p)
+            results = semantics.compute(op, lambda a: view(by_id[id(a)]))
         for index, values in results:
             acc = p.outs[index]
             if not acc.static and (acc.t.size <= acc.cur + acc.hi_span or acc.cur + acc.lo_span < 0):
                 self._start(acc, op, True)  # raises E170
             self._write(acc, values, p.is_matmul, p.mode)
 
+    def _collective(self, p: _Plan) -> list:
+        """Meet the other ranks of the op's group: they start together, when the
+        last is ready; the outputs come from everyone's inputs."""
+        op, comm = p.op, self.comm
+        group = group_of(op, comm.rank, comm.size)
+        payload = [np.array(self._read_view(p.by_id[id(a)]), dtype=np.float32) for a in op.ins if isinstance(a, Access)]
+        got = {}
+
+        def meet(ready: float) -> float:
+            got["inputs"], start = comm.exchange(group, op, payload, ready)
+            return start
+
+        if self.timing:
+            self._time(p, meet)
+        else:
+            meet(0.0)
+        return p.collective(op, got["inputs"], comm.rank, group)
+
     # --- timing and hazards --------------------------------------------------------------
 
-    def _time(self, p: _Plan) -> None:
+    def _time(self, p: _Plan, meet=None) -> None:
         if p.rotate:
             k = p.ekey = self._rot_keys[self._rot_next % len(self._rot_keys)]
             self._rot_next += 1
@@ -617,6 +691,8 @@ class MachineSimulator:
             f = fin.get(w)
             if f is not None and f > start:
                 start = f
+        if meet is not None:  # a collective: it starts when the last rank of its group is ready
+            start = meet(start)
         finish = start + p.cost
         self.efree[k] = finish
         if p.rotate:  # executions on different queues can finish out of order: a wait covers all so far

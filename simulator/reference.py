@@ -18,7 +18,10 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from ..ir import Access, Alloc, Block, Kernel, NkiccError, Op, TensorDecl
+from ..ir import Access, Alloc, Block, Const, Kernel, Loop, NkiccError, Op, TensorDecl
+from ..ir.analysis import runtime_guard
+from ..ir.ops.collectives import group_of
+from .comm import RankComm, single
 from ..ir import dtypes, ops
 from . import semantics
 from ._blas import single_threaded_blas
@@ -50,8 +53,9 @@ def strided(flat: np.ndarray, start: int, pattern) -> np.ndarray:
 
 
 class ReferenceMachine:
-    def __init__(self, kernel: Kernel, fill=None, track_undefined: bool = False) -> None:
+    def __init__(self, kernel: Kernel, fill=None, track_undefined: bool = False, comm: RankComm | None = None) -> None:
         self.kernel = kernel
+        self.comm = comm or single()
         self.decls = kernel.tensor_map()
         self.memory: dict[str, np.ndarray] = {}
         self.written: dict[str, np.ndarray] = {}
@@ -80,12 +84,49 @@ class ReferenceMachine:
                 self.op(s)
             elif isinstance(s, Alloc):
                 self._allocate(self.decls[s.tensor])
+            elif runtime_guard(s) is not None:
+                self.runtime_loop(s)
             else:
                 env = self.env
                 for t in range(s.trip):
                     env[s.var] = t
                     self.block(s.body)
                 env.pop(s.var, None)  # a zero-trip loop never bound it
+
+    def _guard_input(self, guard: Op, i: int) -> int:
+        x = guard.ins[i]
+        if isinstance(x, Const):
+            return int(x.value)
+        return int(np.asarray(self.view(x, guard)).reshape(-1)[0])
+
+    def runtime_loop(self, loop: Loop) -> None:
+        """fori: bounds read at entry; while: the condition before each
+        iteration; the guard writes the value the body reads (ir.ops.control)."""
+        guard, rest = loop.body.stmts[0], Block(loop.body.stmts[1:])
+        mode, step = guard.attr("mode"), guard.attr("step")
+        env = self.env
+        env[loop.var] = 0
+        if mode == "fori":
+            value, upper = self._guard_input(guard, 0), self._guard_input(guard, 1)
+        t = 0
+        while True:
+            env[loop.var] = t
+            if mode == "while":
+                value = self._guard_input(guard, 0)
+                if value == 0:
+                    break
+            elif value >= upper:
+                break
+            self.executed += 1
+            out = guard.outs[0]
+            semantics.store(strided(self.memory[out.tensor], self.start(out, guard), out.pattern), np.array([[value]]))
+            if self.defined is not None and out.tensor in self.defined:
+                strided(self.defined[out.tensor], self.start(out, guard), out.pattern)[...] = True
+            self.block(rest)
+            if mode == "fori":
+                value += step
+            t += 1
+        env.pop(loop.var, None)
 
     def _allocate(self, decl: TensorDecl) -> None:
         self.memory[decl.name] = poison(dtypes.storage(decl.dtype), decl.size, self.fill)
@@ -150,7 +191,13 @@ class ReferenceMachine:
             a = op.outs[0]
             start = self.start(a, op)
             self._check_defined(a, op, start, start + sum(s * (n - 1) for s, n in a.pattern) + 1)
-        results = semantics.compute(op, lambda a: self.view(a, op))
+        collective = ops.of(op).collective
+        if collective is not None:
+            group = group_of(op, self.comm.rank, self.comm.size)
+            payload = [np.array(self.view(a, op), dtype=np.float32) for a in op.ins if isinstance(a, Access)]
+            results = collective(op, self.comm.exchange(group, op, payload, 0.0)[0], self.comm.rank, group)
+        else:
+            results = semantics.compute(op, lambda a: self.view(a, op))
         for index, values in results:
             dst_access = op.outs[index]
             dst = strided(self.memory[dst_access.tensor], self.start(dst_access, op), dst_access.pattern)

@@ -15,9 +15,9 @@ from ..ir.ops.costs import COST_TABLES, CostTable, cost_table
 COMPUTE_ENGINES = ("pe", "dve", "act", "pool")
 
 
-def cost_ns(op: Op, engine: str, decls: dict[str, TensorDecl], target, table: CostTable) -> float:
+def cost_ns(op: Op, engine: str, decls: dict[str, TensorDecl], target, table: CostTable, ranks: int = 1) -> float:
     """Estimated time of one execution of `op` on `engine` (its definition's cost rule)."""
-    return ops.of(op).cost(op, ops.CostContext(decls, target, table, engine))
+    return ops.of(op).cost(op, ops.CostContext(decls, target, table, engine, ranks))
 
 
 def traffic_bytes(op: Op, decls: dict[str, TensorDecl]) -> int:

@@ -27,7 +27,7 @@ from ..nodes import Access, Op, TensorDecl
 ENTRY_POINT_GROUP = "nkicc.instructions"
 # nkicc's own families, imported when the installed metadata does not list them
 # (a source tree on sys.path that was never pip-installed)
-BUILTIN_FAMILIES = ("dma", "matmul", "elementwise", "reduce", "activation", "select")
+BUILTIN_FAMILIES = ("dma", "matmul", "elementwise", "reduce", "activation", "select", "control", "collectives")
 
 
 class TensorOperand(abc.ABC):
@@ -90,6 +90,7 @@ class CostContext:
     target: object
     table: object
     engine: str
+    ranks: int = 1  # ranks of the simulation (collectives over "all ranks")
 
     def ghz(self) -> float:
         t = self.target
@@ -148,6 +149,15 @@ class OpDef:
     traffic: Callable[[Op, Mapping[str, TensorDecl]], int] | None = None
     # the free-size limit of compute engines applies (DMAs have none)
     free_limited: bool = True
+    # exported as nisa.<name>; False for what the tracer emits itself (loop control)
+    public: bool = True
+    # steers execution (a runtime loop's head): never removed, moved or reordered
+    control: bool = False
+    # across ranks: collective(op, inputs by rank, me, group) -> [(output index, values)], run by the
+    # simulators through their communicator instead of `compute`
+    collective: Callable | None = None
+    # the public module that exports it: "isa" (nisa) or "collectives" (nki.collectives)
+    module: str = "isa"
 
     @property
     def doc(self) -> str:
@@ -159,11 +169,13 @@ class OpDef:
 
 def instruction(*, family: str, compute: Callable, engine="dve", cost: Callable | None = None,
                 accumulates: Callable | None = None, verify: Callable | None = None,
-                traffic: Callable | None = None, free_limited: bool = True) -> Callable[[Callable], OpDef]:
+                traffic: Callable | None = None, free_limited: bool = True,
+                public: bool = True, control: bool = False, collective: Callable | None = None,
+                module: str = "isa") -> Callable[[Callable], OpDef]:
     """Decorator: the decorated function is the trace rule, its name the opcode."""
     def make(trace: Callable) -> OpDef:
         return OpDef(trace.__name__, family, trace, compute, engine, cost or _elementwise_cost,
-                     accumulates or _never, verify, traffic, free_limited)
+                     accumulates or _never, verify, traffic, free_limited, public, control, collective, module)
     return make
 
 

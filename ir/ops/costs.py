@@ -40,15 +40,20 @@ class CostTable:
     dma_small_row_factor: float = 0.5
     # dma_transpose: a fraction of a copy's bandwidth (estimate: elements cross partitions one by one)
     dma_transpose_factor: float = 0.25
+    # collectives between chips: the inter-chip interconnect (GB/s = bytes/ns per chip: trn1 384,
+    # trn2 1280, trn3 2560, about-neuron/arch/neuron-hardware/trainium2.rst and trainium3.rst,
+    # "Interconnect"), and a fixed start-up (estimate)
+    link_bytes_per_ns: float = 1280.0
+    collective_fixed_ns: float = 5000.0
 
 
 # One table per target. They are equal today because the public docs give one
 # set of cycle counts for all three generations (clocks and DMA bandwidth differ,
 # and come from the Target); recalibrate a target by editing its entry.
 COST_TABLES: dict[str, CostTable] = {
-    "trn1": CostTable("trn1"),
+    "trn1": CostTable("trn1", link_bytes_per_ns=384.0),
     "trn2": CostTable("trn2"),
-    "trn3": CostTable("trn3"),
+    "trn3": CostTable("trn3", link_bytes_per_ns=2560.0),
 }
 
 

@@ -82,10 +82,19 @@ def _function(d: ops.OpDef):
     return instruction
 
 
-for _d in ops.table().values():
-    globals()[_d.name] = _function(_d)
+def _emit_internal(opcode: str, *args, loc=None) -> None:
+    """Emit an instruction the tracer itself makes (not a public nisa name)."""
+    d = ops.get(opcode)
+    _emit(d, d.trace(*args), loc)
 
-__all__ = sorted(ops.table()) + ["tensor_engine", "vector_engine", "scalar_engine", "gpsimd_engine",
+
+for _d in ops.table().values():
+    if _d.public and _d.module == "isa":
+        globals()[_d.name] = _function(_d)
+
+from ..language.control import VirtualRegister, register_alloc  # noqa: E402 - needs register_move above
+
+__all__ = sorted(d.name for d in ops.table().values() if d.public and d.module == "isa") + ["VirtualRegister", "register_alloc", "tensor_engine", "vector_engine", "scalar_engine", "gpsimd_engine",
                                  "unknown_engine", "dge_mode", "dma_engine", "engine", "matmul_perf_mode",
                                  "nc_version", "oob_mode", "reduce_cmd"]
 

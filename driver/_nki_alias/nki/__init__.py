@@ -5,6 +5,7 @@ import sys
 import nkicc
 import nkicc.isa as isa
 import nkicc.language as language
+import nkicc.language.collectives as collectives
 import nkicc.language.typing as typing
 
 # options of the vendor's nki.jit that mean nothing to nkicc (it always compiles
@@ -33,5 +34,6 @@ def simulate_kernel(kernel, *args, **kwargs):
 sys.modules[__name__ + ".language"] = language
 sys.modules[__name__ + ".isa"] = isa
 sys.modules[__name__ + ".typing"] = typing
+sys.modules[__name__ + ".collectives"] = collectives
 
-__all__ = ["jit", "simulate", "simulate_kernel", "language", "isa", "typing"]
+__all__ = ["jit", "simulate", "simulate_kernel", "language", "isa", "typing", "collectives"]

@@ -1,0 +1,352 @@
+"""Communication between ranks (NeuronCores with their own SBUF and PSUM):
+`nki.collectives` (all_reduce, all_gather, reduce_scatter, all_to_all,
+collective_permute, ...) and the two-core `nisa.sendrecv` / `nisa.core_barrier`.
+
+Each definition's `collective` rule computes one rank's outputs from the
+inputs every rank of its group contributed; the simulators meet the other
+ranks through a communicator (simulator/comm.py) to gather those inputs. A
+replica group is a tuple of rank lists (None: every rank is one group)."""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import dtypes
+from ..errors import NkiccError
+from ..nodes import Access, Op
+from . import alu
+from .checks import free, tensor
+from .core import CostContext, Emit, instruction
+from .values import f32
+
+_REDUCE = ("add", "minimum", "maximum")
+
+
+def _tensors(xs, what: str) -> list:
+    try:
+        out = [tensor(x, what) for x in xs]
+    except TypeError:
+        raise NkiccError("E103", f"{what} must be a list of tensors") from None
+    if not out:
+        raise NkiccError("E103", f"{what} is empty")
+    return out
+
+
+def _same_space(ts, what: str) -> None:
+    onchip = {t.decl.on_chip for t in ts}
+    if len(onchip) > 1:
+        raise NkiccError("E120", f"{what}: all tensors must be on HBM or all on SBUF", None,
+                         "stage the SBUF data through HBM (or the other way round)")
+    if any(t.buffer == "psum" for t in ts):
+        raise NkiccError("E120", f"{what} cannot use PSUM tensors", None, "copy to SBUF first")
+    if True in onchip and len(ts) > 2:
+        raise NkiccError("E120", f"{what}: several tensors at once (coalesced) only on HBM")
+
+
+def groups_attr(replica_group):
+    """The replica group as plain data: a tuple of rank tuples, or None (all ranks)."""
+    lists = getattr(replica_group, "rank_lists", replica_group)
+    if lists is None:
+        return None
+    try:
+        groups = tuple(tuple(int(r) for r in g) for g in lists)
+    except TypeError:
+        raise NkiccError("E103", f"replica_group must be a ReplicaGroup or a list of rank lists, "
+                                 f"got {replica_group!r}") from None
+    seen = [r for g in groups for r in g]
+    if len(seen) != len(set(seen)) or any(r < 0 for r in seen):
+        raise NkiccError("E103", f"replica group {[list(g) for g in groups]} repeats a rank or has a negative one")
+    return groups
+
+
+def group_of(op: Op, rank: int, size: int) -> tuple[int, ...]:
+    """The ranks `rank` exchanges with in this op."""
+    groups = op.attr("groups")
+    if groups is None:
+        return tuple(range(size))
+    if groups == "self":
+        return (rank,)
+    for g in groups:
+        if rank in g:
+            if max(g) >= size:
+                raise NkiccError("E191", f"{op.opcode}: replica group {list(g)} names rank {max(g)} of a "
+                                         f"{size}-rank run", op.loc, f"run with at least {max(g) + 1} ranks")
+            return g
+    raise NkiccError("E191", f"{op.opcode}: rank {rank} is in no group of the replica group "
+                             f"{[list(g) for g in groups]}", op.loc, "list every rank in one group")
+
+
+def _bytes(op: Op, decls) -> int:
+    return sum(a.count * dtypes.itemsize(decls[a.tensor].dtype) for a in op.outs)
+
+
+def _ring_ns(factor):
+    """A ring over G ranks moves factor(G) x the output bytes through each link."""
+    def cost(op: Op, ctx: CostContext) -> float:
+        groups = op.attr("groups")
+        g = max(len(x) for x in groups) if groups else ctx.ranks
+        t = ctx.table
+        return t.collective_fixed_ns + factor(max(g, 1)) * _bytes(op, ctx.decls) / t.link_bytes_per_ns
+    return cost
+
+
+def _payload(op: Op, read) -> list:
+    return [f32(read(a)) for a in op.ins if isinstance(a, Access)]
+
+
+def _combine(name: str, arrays):
+    out = arrays[0]
+    for x in arrays[1:]:
+        out = alu.BINARY[name](out, x)
+    return out
+
+
+def _all_reduce(op: Op, inputs, me: int, group) -> list:
+    return [(i, _combine(op.attr("op"), [inputs[r][i] for r in group])) for i in range(len(op.outs))]
+
+
+def _check_pairs(srcs, dsts, what: str, shapes=True) -> None:
+    if len(srcs) != len(dsts):
+        raise NkiccError("E140", f"{what}: {len(srcs)} sources for {len(dsts)} destinations")
+    for s, d in zip(srcs, dsts):
+        if shapes and s.access.count != d.access.count:
+            raise NkiccError("E140", f"{what}: source {list(s.shape)} and destination {list(d.shape)} differ")
+
+
+@instruction(family="collectives", compute=None, engine="dma", collective=_all_reduce, module="collectives",
+             cost=_ring_ns(lambda g: 2 * (g - 1) / g), traffic=_bytes, free_limited=False)
+def all_reduce(srcs, dsts, replica_group, op, priority=None, name=None):
+    """dsts[i] = op over the group's ranks of srcs[i] (nl.add, nl.minimum, nl.maximum), on every rank."""
+    srcs, dsts = _tensors(srcs, "all_reduce srcs"), _tensors(dsts, "all_reduce dsts")
+    _same_space(srcs + dsts, "all_reduce")
+    _check_pairs(srcs, dsts, "all_reduce")
+    return Emit(dsts, srcs, {"op": alu.op_name(op, _REDUCE, "all_reduce"), "groups": groups_attr(replica_group)})
+
+
+def _split(x: np.ndarray, n: int, dim: int, what: str) -> list:
+    if x.shape[dim] % n:
+        raise NkiccError("E140", f"{what}: dimension {dim} of size {x.shape[dim]} does not split into {n} ranks")
+    return np.split(x, n, axis=dim)
+
+
+def _all_gather(op: Op, inputs, me: int, group) -> list:
+    dim = op.attr("dim")
+    return [(i, np.concatenate([inputs[r][i] for r in group], axis=dim)) for i in range(len(op.outs))]
+
+
+def _dim(collective_dim, ts, what: str) -> int:
+    d = int(collective_dim)
+    if not all(0 <= d < len(t.shape) for t in ts):
+        raise NkiccError("E103", f"{what} collective_dim {d} is not a dimension of its tensors")
+    return d
+
+
+@instruction(family="collectives", compute=None, engine="dma", collective=_all_gather, module="collectives",
+             cost=_ring_ns(lambda g: (g - 1) / g), traffic=_bytes, free_limited=False)
+def all_gather(srcs, dsts, replica_group, collective_dim, priority=None, name=None):
+    """dsts[i] = the group's srcs[i] concatenated along collective_dim, in rank order."""
+    srcs, dsts = _tensors(srcs, "all_gather srcs"), _tensors(dsts, "all_gather dsts")
+    _same_space(srcs + dsts, "all_gather")
+    _check_pairs(srcs, dsts, "all_gather", shapes=False)
+    groups = groups_attr(replica_group)
+    dim = _dim(collective_dim, srcs, "all_gather")
+    for s, d in zip(srcs, dsts):
+        if groups is not None and d.access.count != s.access.count * len(groups[0]):
+            raise NkiccError("E140", f"all_gather of {list(s.shape)} over {len(groups[0])} ranks needs a "
+                                     f"destination {len(groups[0])} times larger, got {list(d.shape)}")
+    return Emit(dsts, srcs, {"dim": dim, "groups": groups})
+
+
+def _reduce_scatter(op: Op, inputs, me: int, group) -> list:
+    dim, k = op.attr("dim"), group.index(me)
+    out = []
+    for i in range(len(op.outs)):
+        total = _combine(op.attr("op"), [inputs[r][i] for r in group])
+        out.append((i, _split(total, len(group), dim, "reduce_scatter")[k]))
+    return out
+
+
+@instruction(family="collectives", compute=None, engine="dma", collective=_reduce_scatter, module="collectives",
+             cost=_ring_ns(lambda g: g - 1), traffic=_bytes, free_limited=False)
+def reduce_scatter(srcs, dsts, replica_group, collective_dim, op, priority=None, name=None):
+    """dsts[i] on the k-th rank of a group = the k-th of G equal pieces (along
+    collective_dim) of op over the group's srcs[i]."""
+    srcs, dsts = _tensors(srcs, "reduce_scatter srcs"), _tensors(dsts, "reduce_scatter dsts")
+    _same_space(srcs + dsts, "reduce_scatter")
+    _check_pairs(srcs, dsts, "reduce_scatter", shapes=False)
+    return Emit(dsts, srcs, {"op": alu.op_name(op, _REDUCE, "reduce_scatter"),
+                             "dim": _dim(collective_dim, srcs, "reduce_scatter"),
+                             "groups": groups_attr(replica_group)})
+
+
+def _all_to_all(op: Op, inputs, me: int, group) -> list:
+    dim, k = op.attr("dim"), group.index(me)
+    return [(i, np.concatenate([_split(inputs[r][i], len(group), dim, "all_to_all")[k] for r in group], axis=dim))
+            for i in range(len(op.outs))]
+
+
+@instruction(family="collectives", compute=None, engine="dma", collective=_all_to_all, module="collectives",
+             cost=_ring_ns(lambda g: (g - 1) / g), traffic=_bytes, free_limited=False)
+def all_to_all(srcs, dsts, replica_group, collective_dim, priority=None, name=None):
+    """Each rank splits srcs[i] into G pieces along collective_dim and sends
+    the k-th to the group's k-th rank, which concatenates what it receives."""
+    srcs, dsts = _tensors(srcs, "all_to_all srcs"), _tensors(dsts, "all_to_all dsts")
+    if any(t.decl.on_chip for t in srcs + dsts):
+        raise NkiccError("E120", "all_to_all tensors must be on HBM")
+    _check_pairs(srcs, dsts, "all_to_all")
+    return Emit(dsts, srcs, {"dim": _dim(collective_dim, srcs, "all_to_all"), "groups": groups_attr(replica_group)})
+
+
+def _permute(op: Op, inputs, me: int, group) -> list:
+    sources = [s for s, t in op.attr("pairs") if t == me]
+    if not sources:
+        return [(0, inputs[me][1])]  # nothing arrives: dst keeps what it held
+    return [(0, inputs[sources[0]][0])]
+
+
+@instruction(family="collectives", compute=None, engine="dma", collective=_permute, module="collectives",
+             cost=_ring_ns(lambda g: 1), traffic=_bytes, free_limited=False)
+def collective_permute(srcs, dsts, source_target_pairs, priority=None, name=None):
+    """For each (source, target) pair, target's dsts[0] = source's srcs[0];
+    a rank that is no pair's target keeps its dst."""
+    srcs, dsts = _tensors(srcs, "collective_permute srcs"), _tensors(dsts, "collective_permute dsts")
+    if len(srcs) != 1 or len(dsts) != 1:
+        raise NkiccError("E160", "collective_permute takes one tensor in each list (no coalescing yet)")
+    if any(t.decl.on_chip for t in srcs + dsts):
+        raise NkiccError("E120", "collective_permute tensors must be on HBM")
+    _check_pairs(srcs, dsts, "collective_permute")
+    try:
+        pairs = tuple((int(s), int(t)) for s, t in source_target_pairs)
+    except (TypeError, ValueError):
+        raise NkiccError("E103", "source_target_pairs must be a list of (source, target) rank pairs") from None
+    targets = [t for _, t in pairs]
+    if len(targets) != len(set(targets)):
+        raise NkiccError("E103", f"collective_permute: a rank receives from two sources in {list(pairs)}")
+    ranks = tuple(sorted({r for p in pairs for r in p}))
+    # dst is read too: a rank nothing is sent to keeps it
+    return Emit(dsts, srcs + dsts, {"pairs": pairs, "groups": (ranks,)})
+
+
+def _sendrecv(op: Op, inputs, me: int, group) -> list:
+    return [(0, inputs[op.attr("recv_from")][0])]
+
+
+def _sendrecv_ns(op: Op, ctx: CostContext) -> float:
+    # between the two cores of a logical core, through their shared HBM: a DMA
+    t = ctx.table
+    return t.dma_fixed_ns + _bytes(op, ctx.decls) / (t.dma_bytes_per_ns or ctx.target.dma_bytes_per_ns)
+
+
+@instruction(family="collectives", compute=None, engine="dma", collective=_sendrecv, cost=_sendrecv_ns,
+             traffic=_bytes, free_limited=False)
+def sendrecv(src, dst, send_to_rank, recv_from_rank, pipe_id, dma_engine=None, name=None):
+    """Send src to send_to_rank's dst while receiving recv_from_rank's src into
+    this core's dst (the two cores of a logical NeuronCore; SBUF tiles of one
+    shape and dtype)."""
+    src, dst = tensor(src, "sendrecv src"), tensor(dst, "sendrecv dst")
+    for t, what in ((src, "src"), (dst, "dst")):
+        if t.buffer != "sbuf":
+            raise NkiccError("E120", f"sendrecv {what} must be in SBUF, {t.name} is in {t.buffer}")
+    if src.decl.dtype != dst.decl.dtype or src.shape[0] != dst.shape[0] or free(src) != free(dst):
+        raise NkiccError("E140", f"sendrecv src {src.decl.dtype}{list(src.shape)} and dst "
+                                 f"{dst.decl.dtype}{list(dst.shape)} must match")
+    to, frm = int(send_to_rank), int(recv_from_rank)
+    if to not in (0, 1) or frm not in (0, 1):
+        raise NkiccError("E103", f"sendrecv ranks are 0 or 1 (the cores of a logical NeuronCore), got "
+                                 f"send_to_rank={to}, recv_from_rank={frm}")
+    return Emit([dst], [src], {"send_to": to, "recv_from": frm, "pipe": int(pipe_id), "groups": ((0, 1),)})
+
+
+def _barrier(op: Op, inputs, me: int, group) -> list:
+    return []
+
+
+def _barrier_ns(op: Op, ctx: CostContext) -> float:
+    return ctx.table.dma_fixed_ns  # a semaphore round trip (estimate)
+
+
+@instruction(family="collectives", compute=None, engine="pool", collective=_barrier, cost=_barrier_ns)
+def core_barrier(data, cores, engine=None, name=None):
+    """Every core of `cores` (only (0, 1)) waits here until all have arrived:
+    their writes to the shared HBM tensor `data` are then visible to all."""
+    data = tensor(data, "core_barrier data")
+    if data.decl.on_chip:
+        raise NkiccError("E120", "core_barrier data must be a shared HBM tensor")
+    cores = tuple(int(c) for c in cores)
+    if cores != (0, 1):
+        raise NkiccError("E160", f"core_barrier supports cores=(0, 1) only, got {list(cores)}")
+    # it orders the cores' accesses to data: it reads and writes it as far as the schedule is concerned
+    return Emit([data], [data], {"groups": (cores,)})
+
+
+def _rank(op: Op, inputs, me: int, group) -> list:
+    return [(0, np.array([[me]], dtype=np.float64))]
+
+
+def _register_ns(op: Op, ctx: CostContext) -> float:
+    return ctx.ns(ctx.table.fixed_cycles)
+
+
+@instruction(family="collectives", compute=None, engine="pool", collective=_rank, cost=_register_ns, public=False)
+def rank_register(dst):
+    """dst (a register) = this rank's id; emitted by nki.collectives.rank_id()."""
+    return Emit([dst], [], {"groups": "self"})
+
+
+def _ring(group, me: int, steps: int = 1) -> int:
+    return group[(group.index(me) - steps) % len(group)]
+
+
+def _permute_implicit(op: Op, inputs, me: int, group) -> list:
+    pred = _ring(group, me)
+    if op.attr("op") is None:
+        return [(c, inputs[pred][c]) for c in range(len(op.outs))]
+    n = len(op.outs)
+    return [(c, alu.BINARY[op.attr("op")](inputs[pred][c], inputs[pred][n + c])) for c in range(n)]
+
+
+def _channels(lists, what: str) -> list:
+    try:
+        chans = [list(c) for c in lists]
+    except TypeError:
+        raise NkiccError("E103", f"{what} must be a list (one per channel) of one-tensor lists") from None
+    if any(len(c) != 1 for c in chans):
+        raise NkiccError("E160", f"{what}: one tensor per channel (no coalescing yet)")
+    return [tensor(c[0], what) for c in chans]
+
+
+@instruction(family="collectives", compute=None, engine="dma", collective=_permute_implicit, module="collectives",
+             cost=_ring_ns(lambda g: 1), traffic=_bytes, free_limited=False)
+def collective_permute_implicit(srcs_by_channel, dsts_by_channel, replica_group, channel_ids=[0], priority=None,
+                                name=None):
+    """Each rank of a ring (the replica group's order) sends srcs_by_channel[c]
+    to its successor and receives its predecessor's into dsts_by_channel[c]."""
+    srcs = _channels(srcs_by_channel, "collective_permute_implicit srcs_by_channel")
+    dsts = _channels(dsts_by_channel, "collective_permute_implicit dsts_by_channel")
+    _check_pairs(srcs, dsts, "collective_permute_implicit")
+    return Emit(dsts, srcs, {"op": None, "groups": groups_attr(replica_group)})
+
+
+@instruction(family="collectives", compute=None, engine="dma", collective=_permute_implicit, module="collectives",
+             cost=_ring_ns(lambda g: 1), traffic=_bytes, free_limited=False)
+def collective_permute_implicit_reduce(srcs0_by_channel, srcs1_by_channel, dsts_by_channel, replica_group, op,
+                                       channel_ids=[0], priority=None, name=None):
+    """As collective_permute_implicit, sending op(srcs0[c], srcs1[c]): each rank
+    receives its predecessor's reduced pair."""
+    s0 = _channels(srcs0_by_channel, "collective_permute_implicit_reduce srcs0_by_channel")
+    s1 = _channels(srcs1_by_channel, "collective_permute_implicit_reduce srcs1_by_channel")
+    dsts = _channels(dsts_by_channel, "collective_permute_implicit_reduce dsts_by_channel")
+    _check_pairs(s0, dsts, "collective_permute_implicit_reduce")
+    _check_pairs(s1, dsts, "collective_permute_implicit_reduce")
+    return Emit(dsts, s0 + s1, {"op": alu.op_name(op, _REDUCE, "collective_permute_implicit_reduce"),
+                                "groups": groups_attr(replica_group)})
+
+
+def _processing_rank(op: Op, inputs, me: int, group) -> list:
+    return [(0, np.array([[_ring(group, me, op.attr("iteration"))]], dtype=np.float64))]
+
+
+@instruction(family="collectives", compute=None, engine="pool", collective=_processing_rank, cost=_register_ns,
+             public=False)
+def processing_rank_register(dst, iteration, replica_group):
+    """dst (a register) = the rank whose data a ring holds here after `iteration` steps."""
+    return Emit([dst], [], {"iteration": int(iteration), "groups": groups_attr(replica_group)})

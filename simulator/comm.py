@@ -1,0 +1,99 @@
+"""The meeting point of the ranks of one multi-rank simulation.
+
+Every rank runs its own simulator (its own SBUF and PSUM) in its own thread.
+A collective instruction calls `exchange`: the rank leaves its inputs and the
+time it is ready, and waits until every rank of its group has arrived at the
+same call (the n-th collective this group makes); each then gets every
+rank's inputs and the time the last one was ready. A rank that arrives at a
+different instruction, or finishes while the others wait for it, is a
+one-line error (E191) naming both calls."""
+from __future__ import annotations
+
+import threading
+
+from ..ir import NkiccError, Op
+
+
+class Communicator:
+    """Shared by the ranks of one run; `for_rank(r)` is what rank r's simulator holds."""
+
+    def __init__(self, size: int, timeout_s: float = 120.0) -> None:
+        self.size = size
+        self.timeout_s = timeout_s
+        self._cv = threading.Condition()
+        self._calls: dict[tuple, dict[int, tuple]] = {}   # (group, n) -> rank -> (op, payload, ready)
+        self._count: dict[tuple, int] = {}                 # (rank, group) -> calls so far
+        self._done: dict[int, str] = {}                    # rank -> why it stopped
+        self.error: NkiccError | None = None
+
+    def for_rank(self, rank: int) -> "RankComm":
+        return RankComm(self, rank)
+
+    def stop(self, rank: int, why: str = "finished") -> None:
+        with self._cv:
+            self._done[rank] = why
+            self._cv.notify_all()
+
+    def fail(self, error: NkiccError) -> None:
+        with self._cv:
+            if self.error is None:
+                self.error = error
+            self._cv.notify_all()
+
+    def exchange(self, rank: int, group: tuple[int, ...], op: Op, payload, ready: float):
+        if len(group) == 1:
+            return {rank: payload}, ready
+        with self._cv:
+            n = self._count.get((rank, group), 0)
+            self._count[(rank, group)] = n + 1
+            key = (group, n)
+            arrived = self._calls.setdefault(key, {})
+            for other, (their, _, _) in arrived.items():
+                if their.opcode != op.opcode:
+                    err = _mismatch(op, rank, their, other)
+                    self.error = self.error or err
+                    self._cv.notify_all()
+                    raise err
+            arrived[rank] = (op, payload, ready)
+            self._cv.notify_all()
+            while len(arrived) < len(group):
+                if self.error is not None:
+                    raise self.error
+                gone = [r for r in group if r in self._done and r not in arrived]
+                if gone:
+                    err = NkiccError("E191", f"{op.opcode}: rank {gone[0]} {self._done[gone[0]]} without joining "
+                                             f"the call rank {rank} waits in (its call {n + 1} in group "
+                                             f"{list(group)})", op.loc,
+                                     "every rank of a group must make the same collective calls in the same order")
+                    self.error = self.error or err
+                    raise err
+                if not self._cv.wait(self.timeout_s):
+                    raise NkiccError("E191", f"{op.opcode}: ranks {[r for r in group if r not in arrived]} never "
+                                             f"joined (waited {self.timeout_s:.0f} s)", op.loc,
+                                     "every rank of a group must make the same collective calls")
+            inputs = {r: p for r, (_, p, _) in arrived.items()}
+            start = max(t for _, _, t in arrived.values())
+            return inputs, start
+
+
+def _mismatch(op: Op, rank: int, their: Op, other: int) -> NkiccError:
+    return NkiccError("E191", f"rank {rank} calls {op.opcode} (line {op.loc.line if op.loc else '?'}) where rank "
+                              f"{other} calls {their.opcode} (line {their.loc.line if their.loc else '?'})", op.loc,
+                      "every rank of a group must make the same collective calls in the same order")
+
+
+class RankComm:
+    """One rank's handle on the communicator."""
+
+    def __init__(self, comm: Communicator, rank: int) -> None:
+        self.comm = comm
+        self.rank = rank
+        self.size = comm.size
+
+    def exchange(self, group, op: Op, payload, ready: float):
+        return self.comm.exchange(self.rank, group, op, payload, ready)
+
+
+def single() -> RankComm:
+    """The communicator of an ordinary, one-rank simulation."""
+    return Communicator(1).for_rank(0)

@@ -1,0 +1,54 @@
+"""Multi-rank simulation: one simulator per rank (its own SBUF, PSUM and
+timeline), each in a thread, meeting at collectives through one
+Communicator. The ranks run the same program; rank_id() and the replica
+groups tell them apart."""
+from __future__ import annotations
+
+import threading
+
+from ..ir import Kernel, NkiccError
+from .comm import Communicator
+from .machine import MachineSimulator
+from .reference import ReferenceMachine
+
+
+def run_ranks(kernel: Kernel, inputs_by_rank: list[dict], target=None, simulator: str = "machine",
+              timing: bool = True, trace=False) -> list[tuple[dict, object]]:
+    """[(outputs by name, SimReport or None)] per rank. trace: a path pattern
+    with `{rank}` for one Perfetto file per rank."""
+    n = len(inputs_by_rank)
+    comm = Communicator(n)
+    results: list = [None] * n
+    errors: list = [None] * n
+
+    def work(rank: int) -> None:
+        try:
+            if simulator == "machine":
+                path = trace.format(rank=rank) if isinstance(trace, str) else trace
+                sim = MachineSimulator(kernel, target, timing=timing, trace=path, comm=comm.for_rank(rank))
+                results[rank] = sim.run(inputs_by_rank[rank])
+            else:
+                results[rank] = (ReferenceMachine(kernel, comm=comm.for_rank(rank)).run(inputs_by_rank[rank]), None)
+        except NkiccError as e:
+            errors[rank] = e
+            comm.fail(e)
+        except BaseException as e:  # a crash in one rank must not leave the others waiting
+            errors[rank] = e
+            comm.fail(NkiccError("E900", f"rank {rank} stopped: {type(e).__name__}: {e}"))
+        finally:
+            comm.stop(rank, "finished" if errors[rank] is None else "stopped on an error")
+
+    threads = [threading.Thread(target=work, args=(r,), name=f"nkicc-rank-{r}", daemon=True) for r in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    failed = [e for e in errors if e is not None]
+    if failed:
+        # the cause, not the ranks that then waited in vain
+        causes = [e for e in failed if getattr(e, "code", "") != "E191"] or failed
+        first = causes[0]
+        if isinstance(first, NkiccError):
+            raise first
+        raise first
+    return results

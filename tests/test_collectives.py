@@ -1,0 +1,160 @@
+"""nki.collectives and the two-core instructions over N simulated ranks, each
+with its own SBUF and PSUM, against numpy on random per-rank data."""
+import json
+
+import numpy as np
+import pytest
+
+import nkicc
+import nkicc.isa as nisa
+import nkicc.language as nl
+import nkicc.language.collectives as cc
+
+
+def per_rank(rng, ranks, shape):
+    return [rng.standard_normal(shape).astype(np.float32) for _ in range(ranks)]
+
+
+@nkicc.jit
+def all_reduce_hbm(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    cc.all_reduce(srcs=[x], dsts=[out], replica_group=cc.ReplicaGroup(), op=nl.add)
+    return out
+
+
+@nkicc.jit
+def all_reduce_sbuf(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    r = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    cc.all_reduce(srcs=[t], dsts=[r], replica_group=None, op=nl.maximum)
+    nl.store(out, value=r)
+    return out
+
+
+@pytest.mark.parametrize("ranks", [2, 4, 8])
+def test_all_reduce(rng, ranks):
+    xs = per_rank(rng, ranks, (64, 32))
+    got = nkicc.run_ranks(all_reduce_hbm, ranks, xs)
+    for g in got:
+        np.testing.assert_allclose(g, np.sum(xs, axis=0), rtol=1e-5, atol=1e-5)
+    got = nkicc.run_ranks(all_reduce_sbuf, ranks, xs)
+    for g in got:
+        np.testing.assert_array_equal(g, np.max(xs, axis=0))
+
+
+@pytest.mark.parametrize("ranks", [2, 4, 8])
+def test_all_gather_and_reduce_scatter(rng, ranks):
+    xs = per_rank(rng, ranks, (16, 8))
+    ys = per_rank(rng, ranks, (8 * ranks, 8))
+
+    @nkicc.jit
+    def k(x, y):
+        g = nl.ndarray((16 * ranks, 8), dtype=x.dtype, buffer=nl.shared_hbm)
+        s = nl.ndarray((8, 8), dtype=x.dtype, buffer=nl.shared_hbm)
+        cc.all_gather(srcs=[x], dsts=[g], replica_group=cc.ReplicaGroup([list(range(ranks))]), collective_dim=0)
+        cc.reduce_scatter(srcs=[y], dsts=[s], replica_group=cc.ReplicaGroup([list(range(ranks))]),
+                          collective_dim=0, op=nl.add)
+        return g, s
+
+    got = nkicc.run_ranks(k, ranks, xs, ys)
+    total = np.sum(ys, axis=0)
+    for r, (g, s) in enumerate(got):
+        np.testing.assert_array_equal(g, np.concatenate(xs, axis=0))
+        np.testing.assert_allclose(s, total[8 * r:8 * (r + 1)], rtol=1e-5, atol=1e-5)
+
+
+def test_subgroups_all_to_all_and_permutes(rng):
+    ranks = 4
+    xs = per_rank(rng, ranks, (8, 4))
+
+    @nkicc.jit
+    def k(x):
+        red = nl.ndarray((8, 4), dtype=x.dtype, buffer=nl.shared_hbm)
+        a2a = nl.ndarray((8, 4), dtype=x.dtype, buffer=nl.shared_hbm)
+        perm = nl.ndarray((8, 4), dtype=x.dtype, buffer=nl.shared_hbm)
+        ring = nl.ndarray((8, 4), dtype=x.dtype, buffer=nl.shared_hbm)
+        cc.all_reduce(srcs=[x], dsts=[red], replica_group=cc.ReplicaGroup([[0, 2], [1, 3]]), op=nl.add)
+        cc.all_to_all(srcs=[x], dsts=[a2a], replica_group=cc.ReplicaGroup([[0, 1, 2, 3]]), collective_dim=0)
+        nisa.dma_copy(dst=perm, src=x)
+        cc.collective_permute(srcs=[x], dsts=[perm], source_target_pairs=[(0, 1), (1, 0), (2, 3)])
+        cc.collective_permute_implicit(srcs_by_channel=[[x]], dsts_by_channel=[[ring]],
+                                       replica_group=cc.ReplicaGroup([[0, 1, 2, 3]]))
+        return red, a2a, perm, ring
+
+    got = nkicc.run_ranks(k, ranks, xs)
+    for r, (red, a2a, perm, ring) in enumerate(got):
+        partner = {0: 2, 2: 0, 1: 3, 3: 1}[r]
+        np.testing.assert_allclose(red, xs[r] + xs[partner], rtol=1e-6)
+        np.testing.assert_array_equal(a2a, np.concatenate([xs[s][2 * r:2 * r + 2] for s in range(ranks)]))
+        np.testing.assert_array_equal(perm, {0: xs[1], 1: xs[0], 2: xs[2], 3: xs[2]}[r])
+        np.testing.assert_array_equal(ring, xs[(r - 1) % ranks])
+
+
+def test_rank_id_register_picks_each_ranks_slice(rng):
+    ranks = 4
+    x = rng.standard_normal((ranks, 16)).astype(np.float32)
+
+    @nkicc.jit
+    def k(x):
+        out = nl.ndarray((1, 16), dtype=x.dtype, buffer=nl.shared_hbm)
+        me = cc.rank_id()
+        row = nl.ndarray((1, 16), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=row, src=x.ap([[16, 1], [1, 16]], scalar_offset=me, indirect_dim=0))
+        nisa.dma_copy(dst=out, src=row)
+        return out
+
+    got = nkicc.run_ranks(k, ranks, x)
+    for r, g in enumerate(got):
+        np.testing.assert_array_equal(g, x[r:r + 1])
+
+
+def test_sendrecv_and_core_barrier_between_two_cores(rng):
+    xs = per_rank(rng, 2, (32, 16))
+
+    @nkicc.jit
+    def k(x):
+        out = nl.ndarray((32, 16), dtype=x.dtype, buffer=nl.shared_hbm)
+        mine = nl.load(x)
+        theirs = nl.ndarray((32, 16), dtype=x.dtype, buffer=nl.sbuf)
+        me = cc.rank_id()
+        # both cores: send to the other one, receive from it (ranks 0 <-> 1)
+        nisa.sendrecv(src=mine, dst=theirs, send_to_rank=1, recv_from_rank=1, pipe_id=0)
+        nl.store(out, value=theirs)
+        nisa.core_barrier(data=out, cores=(0, 1))
+        return out
+
+    # rank 1 names rank 0 as its partner: trace it with a partner per rank is the kernel's job;
+    # here both name rank 1, so rank 0 receives rank 1's tile and rank 1 its own
+    got = nkicc.run_ranks(k, 2, xs)
+    np.testing.assert_array_equal(got[0], xs[1])
+    np.testing.assert_array_equal(got[1], xs[1])
+
+
+def test_collective_time_is_on_each_ranks_timeline(rng, tmp_path):
+    xs = per_rank(rng, 2, (128, 512))
+    ck = nkicc.compile(all_reduce_hbm, xs[0])
+    outputs, reports = ck.run_ranks([{"x": x} for x in xs], trace=str(tmp_path / "rank{rank}.json"))
+    for r in range(2):
+        events = json.loads((tmp_path / f"rank{r}.json").read_text())["traceEvents"]
+        mine = [e for e in events if e.get("name") == "all_reduce"]
+        assert mine and mine[0]["dur"] > 0
+        assert reports[r].total_ns >= mine[0]["dur"] / 1e-3 * 1e-3  # the collective is part of the rank's time
+
+
+def test_err_ranks_disagree(rng):
+    xs = per_rank(rng, 2, (8, 8))
+
+    @nkicc.jit
+    def k(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        cc.all_reduce(srcs=[x], dsts=[out], replica_group=cc.ReplicaGroup([[0, 1, 2]]), op=nl.add)
+        return out
+
+    with pytest.raises(nkicc.NkiccError) as e:
+        nkicc.run_ranks(k, 2, xs)
+    assert e.value.code == "E191" and "rank 2" in str(e.value)
+
+    with pytest.raises(nkicc.NkiccError) as e:
+        nkicc.compile(k, xs[0]).run(xs[0])  # one rank, a group of three
+    assert e.value.code == "E191"
