@@ -378,7 +378,7 @@ def tune_cmd(
     timeout: Optional[float] = typer.Option(None, "--timeout", help="Seconds per variant; a slower one is stopped "
                                                                     "and is a failed row"),
     json_out: Optional[str] = typer.Option(None, "--json", help="Write the rows as JSON here"),
-    plot: Optional[str] = typer.Option(None, "--plot", help="Draw the estimated times to this image (matplotlib)"),
+    plot: Optional[str] = typer.Option(None, "--plot", help="Draw the estimated times as a bar chart to this .svg file"),
     no_cache: bool = NO_CACHE,
 ):
     """Compile and simulate every variant of a sweep on a Dask cluster; rank them by estimated time.

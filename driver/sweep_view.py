@@ -109,27 +109,36 @@ def show_shards(console, result) -> None:
 
 
 def plot(result: TuneResult, path: str) -> None:
-    """A bar chart of the estimated time of each finished variant, best at the top."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise NkiccError("E201", "--plot needs matplotlib", None, "pip install matplotlib (or nkicc[bench])") from None
-    rows = [r for r in result.rows if r.status == "ok"][::-1]
-    fig, ax = plt.subplots(figsize=(8, 0.3 * len(rows) + 1.2))
+    """An SVG bar chart of the estimated time of each finished variant, best at
+    the top. Written by hand: the package does not depend on a plotting library."""
+    if not path.lower().endswith(".svg"):
+        raise NkiccError("E201", f"--plot {path}: nkicc draws SVG", None, "give a file name ending in .svg")
+    rows = [r for r in result.rows if r.status == "ok"]
     labels = [" ".join(f"{k}={v}" for k, v in r.values.items()) for r in rows]
-    ax.barh(labels, [r.estimated_us for r in rows], color=["C2" if r.rank == 1 else "C0" for r in rows])
-    ax.set_xlabel("estimated time (us)")
-    ax.set_title(f"{result.kernel}: variants by estimated time")
-    fig.tight_layout()
+    longest = max((r.estimated_us for r in rows), default=1.0) or 1.0
+    left, bar_w, row_h, top = 8 + 7 * max((len(x) for x in labels), default=10), 420, 22, 40
+    width, height = left + bar_w + 110, top + row_h * len(rows) + 30
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+           f'font-family="monospace" font-size="12">',
+           f'<text x="8" y="20" font-size="14">{_xml(result.kernel)}: estimated time per variant (us)</text>']
+    for i, (r, label) in enumerate(zip(rows, labels)):
+        y = top + i * row_h
+        w = max(1.0, bar_w * r.estimated_us / longest)
+        colour = "#2a9d4b" if r.rank == 1 else "#3b75af"
+        out += [f'<text x="{left - 6}" y="{y + 14}" text-anchor="end">{_xml(label)}</text>',
+                f'<rect x="{left}" y="{y + 3}" width="{w:.1f}" height="{row_h - 6}" fill="{colour}"/>',
+                f'<text x="{left + w + 6:.1f}" y="{y + 14}">{r.estimated_us:.3f}</text>']
+    out.append("</svg>")
     try:
-        fig.savefig(path)
+        with open(path, "w") as f:
+            f.write("\n".join(out) + "\n")
     except OSError as exc:
         raise NkiccError("E205", f"cannot write --plot {path}: {exc.strerror or exc}", None,
                          "give a path in a folder that exists and is writable") from None
-    finally:
-        plt.close(fig)
+
+
+def _xml(text: str) -> str:
+    return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def _num(value, fmt: str) -> str:

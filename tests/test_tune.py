@@ -97,7 +97,7 @@ def test_cli_tune_table_json_and_best_command(dask_cluster, tmp_path):
     cluster, _ = dask_cluster
     out = tmp_path / "rows.json"
     p = nkicc_cli("tune", SCALE, "--sweep", "T=32,64,128,256", "--cluster", cluster.scheduler_address,
-                  "--json", str(out))
+                  "--json", str(out), "--plot", str(tmp_path / "rows.svg"))
     assert p.returncode == 0, p.stderr
     data = json.loads(out.read_text())
     assert [r["status"] for r in data["rows"]] == ["ok", "ok", "ok", "failed"]
@@ -105,9 +105,10 @@ def test_cli_tune_table_json_and_best_command(dask_cluster, tmp_path):
     assert best["estimated_us"] == min(r["estimated_us"] for r in data["rows"][:3])
     assert "est. us" in p.stdout and "failed: T=256: error[E110]" in p.stdout
     assert best["command"] in p.stdout
-    again = subprocess.run(best["command"].split() + ["--sim-json", str(tmp_path / "sim.json")],
-                           capture_output=True, text=True,
-                           env={**os.environ, "PATH": f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}"})
+    svg = (tmp_path / "rows.svg").read_text()
+    assert svg.startswith("<svg") and svg.count("<rect") == 3 and f">{best['estimated_us']:.3f}<" in svg
+    assert best["command"].startswith("nkicc simulate ")
+    again = nkicc_cli(*best["command"].split()[1:], "--sim-json", str(tmp_path / "sim.json"))
     assert again.returncode == 0, again.stderr
     assert round(json.loads((tmp_path / "sim.json").read_text())["total_ns"] / 1000, 3) == best["estimated_us"]
 
