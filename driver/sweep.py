@@ -134,7 +134,8 @@ def tune(kernel, sweeps: Mapping[str, Iterable], *, args: Mapping | None = None,
     tail = ["--inputs", inputs, "--seed", str(seed), *options, *([] if cache else ["--no-cache"])]
     rows, tasks = [], []
     for i, values in enumerate(variants):
-        const_items = [f"{k}={v!r}" for k, v in {**consts, **{k: v for k, v in values.items() if k != "target"}}.items()]
+        const_items = [f"{k}={_literal(v)}"
+                       for k, v in {**consts, **{k: v for k, v in values.items() if k != "target"}}.items()]
         target = ["--target", values["target"]] if "target" in values else []
         argv = [*base, *_flags("--const", const_items), *target, *tail]
         rows.append(Row(i, values, command=_command_line(argv, spec, shown)))
@@ -287,11 +288,20 @@ def _check_kernel(spec: str, arg_items: list[str], consts: dict, first: dict, ta
     from .passes import registry
 
     values = {**consts, **{k: v for k, v in first.items() if k != "target"}}
-    resolve_kernel(spec, arg_items, [f"{k}={v!r}" for k, v in values.items()])
+    resolve_kernel(spec, arg_items, [f"{k}={_literal(v)}" for k, v in values.items()])
     if targets:
         reg = registry()
         for t in targets:
             resolve_target(t, reg)
+
+
+def _literal(value) -> str:
+    """A constant as --const reads it back: a word that is no Python literal
+    stays bare (MODE=fast), anything else is its repr."""
+    from .loader import const_value
+    if isinstance(value, str) and value and const_value(value) == value and value.strip() == value:
+        return value
+    return repr(value)
 
 
 def _spec_text(value) -> str:

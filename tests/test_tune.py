@@ -135,6 +135,17 @@ def test_ctrl_c_stops_the_sweep_and_prints_what_finished(tmp_path):
     assert subprocess.run(["pgrep", "-f", "SLEEP=60"], capture_output=True).returncode == 1  # nothing left running
 
 
+def test_sweep_values_read_back_as_given():
+    from nkicc.sweep import _literal, parse_sweep
+
+    assert parse_sweep("T=32,64") == ("T", [32, 64])
+    assert parse_sweep("SHAPE=(1,2),(2,4)") == ("SHAPE", [(1, 2), (2, 4)])
+    assert parse_sweep("MODE=fast,slow") == ("MODE", ["fast", "slow"])
+    from nkicc.loader import const_value
+    for value in (3, 2.5, "fast", "12", "a b", (1, 2), None, True, ""):
+        assert const_value(_literal(value)) == value  # what --const reads back in the variant's command
+
+
 def test_sweep_mistakes_are_one_line_before_any_task():
     with pytest.raises(NkiccError, match=r"E201.*no parameter 'TILE'"):
         nkicc.tune(SCALE, {"TILE": [1, 2]}, workers=1)
