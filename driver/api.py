@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextvars
 import copy
 import functools
+import itertools
 import os
 import time
 import dataclasses
@@ -11,7 +12,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .ir import Kernel, NkiccError, count_instructions, format_kernel
+from .ir import Kernel, NkiccError, count_instructions, dtypes, format_kernel
+from .simulator.reference import poison
 from .simulator import run_reference
 from .simulator.reference import check_defined
 from .simulator.machine import MachineSimulator
@@ -62,6 +64,9 @@ class CompiledKernel:
     trace_path: str | None = None
     sim: object = None
     target_spec: Target | None = field(default=None, repr=False)
+    # a multi-core launch: one compiled program per core (kernel[2] whose
+    # programs meet at sendrecv / core_barrier / collectives), run at once
+    cores: list | None = field(default=None, repr=False)
 
     def run(self, *arrays, **named) -> np.ndarray | tuple[np.ndarray, ...] | None:
         inputs = dict(zip(self.ir.args, arrays))
@@ -73,7 +78,8 @@ class CompiledKernel:
         for name in self.ir.args:
             check_array(name, inputs[name], self.specs[name], caller_loc(self.ir.loc))
         outputs = self.simulate(inputs)[0]
-        check_defined(self.ir, inputs, outputs)  # E173/E174: never-written memory reached an output
+        if self.cores is None:  # (the multi-core run has no single-program reference to compare with)
+            check_defined(self.ir, inputs, outputs)  # E173/E174: never-written memory reached an output
         values = [outputs[o] for o in self.ir.outputs]
         if not values:
             return None
@@ -86,6 +92,8 @@ class CompiledKernel:
         simulator = simulator or self.simulator
         if simulator not in ("machine", "reference"):
             raise NkiccError("E201", f"unknown simulator {simulator!r}", None, "machine or reference")
+        if self.cores is not None:
+            return self._simulate_cores(inputs, simulator, timing, trace)
         lowered = all(t.address is not None for t in self.ir.tensors if t.on_chip)
         if simulator == "reference" or not lowered:
             return run_reference(self.ir, inputs), None
@@ -95,6 +103,23 @@ class CompiledKernel:
         outputs, self.sim = sim.run(inputs)
         self.report["sim"] = self.sim.to_dict()
         return outputs, self.sim
+
+    def _simulate_cores(self, inputs: dict, simulator: str, timing: bool | None, trace: str | None):
+        """The cores of a multi-core launch at once, sharing the kernel's HBM:
+        the inputs, and outputs each core writes its part of."""
+        args = {name: np.array(inputs[name], dtype=dtypes.storage(self.ir.tensor(name).dtype), copy=True)
+                for name in self.ir.args}
+        outs = [np.full(d.shape, poison(dtypes.storage(d.dtype), 1)[0], dtype=dtypes.storage(d.dtype))
+                for d in (self.ir.tensor(o) for o in self.ir.outputs)]
+        shared = [{**args, **dict(zip(core.ir.outputs, outs))} for core in self.cores]
+        target = self.target_spec or resolve_target(self.target, registry())
+        timing = self.timing if timing is None else timing
+        results = _simulate_ranks([core.ir for core in self.cores], [inputs] * len(self.cores), target, simulator,
+                                  timing, trace or False, shared)
+        reports = [r[1] for r in results]
+        self.report["ranks"] = [r.to_dict() if r is not None else None for r in reports]
+        self.sim = max((r for r in reports if r is not None), key=lambda r: r.total_ns, default=None)
+        return dict(zip(self.ir.outputs, outs)), self.sim
 
     def run_ranks(self, inputs_by_rank: list[dict], simulator: str | None = None, timing: bool | None = None,
                   trace: str | None = None) -> tuple[list[dict], list]:
@@ -141,12 +166,12 @@ def compile(kernel, *args, name: str | None = None, unroll: bool = False, passes
 
 def _compile(fn, specs: dict[str, TensorSpec], constants: dict, name: str | None,
              unroll: bool = False, passes=None, printer=print, cache: bool | None = None,
-             grid: tuple[int, ...] | None = None) -> CompiledKernel:
+             grid: tuple[int, ...] | None = None, program: tuple[int, ...] | None = None) -> CompiledKernel:
     options = PassOptions.coerce(passes)
     reg = registry(options.no_plugins, options.plugins)
     target = resolve_target(options.target, reg)
     plan = CachePlan.prepare(options, reg, target, cache=cache, unroll=unroll)
-    result = trace_kernel(fn, specs, constants, name, unroll=unroll, grid=grid)
+    result = trace_kernel(fn, specs, constants, name, unroll=unroll, grid=grid, program=program)
     t0 = time.perf_counter()
     try:
         pipeline = plan.pipeline(result.kernel, printer)
@@ -160,8 +185,19 @@ def _compile(fn, specs: dict[str, TensorSpec], constants: dict, name: str | None
     compiled.report["cache"] = plan.finish()
     if grid:
         compiled.report["grid"] = list(grid)
+    if grid and program is None and _meets_other_cores(pipeline.kernel):
+        # programs that meet (sendrecv, core_barrier, collectives) run at once, one core each
+        compiled.cores = [_compile(fn, specs, constants, name, unroll, passes, printer, cache, grid, p)
+                          for p in itertools.product(*(range(g) for g in grid))]
+        compiled.report["cores"] = len(compiled.cores)
     reg.manager.hook.nkicc_compile_finished(report=compiled.report)
     return compiled
+
+
+def _meets_other_cores(kernel: Kernel) -> bool:
+    from .ir import Op, ops
+    return any(isinstance(s, Op) and ops.of(s).collective is not None and s.attr("groups") != "self"
+               for s in kernel.body.walk())
 
 
 class BudgetError(Exception):

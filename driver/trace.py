@@ -161,7 +161,8 @@ def _innermost_is_nkicc(tb) -> bool:
 
 
 def trace_kernel(fn, tensor_args: dict[str, TensorSpec], constants: dict, name: str | None = None,
-                 unroll: bool = False, grid: tuple[int, ...] | None = None) -> TraceResult:
+                 unroll: bool = False, grid: tuple[int, ...] | None = None,
+                 program: tuple[int, ...] | None = None) -> TraceResult:
     """Trace `fn` with HBM tensors for `tensor_args` and Python values for
     `constants` (both keyed by parameter name). With `unroll`, every static
     loop runs once per iteration, as NKI itself traces. With a launch `grid`
@@ -178,7 +179,7 @@ def trace_kernel(fn, tensor_args: dict[str, TensorSpec], constants: dict, name: 
             for pname, spec in tensor_args.items():
                 kwargs[pname] = Tensor(builder, builder.new_tensor(spec.shape, spec.dtype, "hbm", pname, "arg"))
             try:
-                result = builder.launch(grid, lambda: traced(**kwargs)) if grid else traced(**kwargs)
+                result = builder.launch(grid, lambda: traced(**kwargs), program) if grid else traced(**kwargs)
             except TraceRetry as retry:
                 policy.learn(retry)
                 continue

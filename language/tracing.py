@@ -201,12 +201,19 @@ class Builder:
         self._shared.append(decl)
         return decl
 
-    def launch(self, grid: tuple[int, ...], call: Callable[[], object]) -> object:
+    def launch(self, grid: tuple[int, ...], call: Callable[[], object], program: tuple[int, ...] | None = None):
         """Run `call` (the kernel body) once per program id of a launch grid: one
         static loop per grid axis, axis 0 outermost, whose index is the program
-        id. The loops roll, split and go concrete like any other static loop."""
+        id. The loops roll, split and go concrete like any other static loop.
+        With `program`, only that program: the trace of one core of a
+        multi-core launch, whose programs run at once and meet at sendrecv,
+        core_barrier and collectives."""
         self.grid = tuple(grid)
         self.program_ids = [0] * len(grid)
+        if program is not None:
+            self.program_ids = list(program)
+            self._shared_next = 0
+            return call()
 
         def level(axis: int):
             if axis == len(self.grid):

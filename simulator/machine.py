@@ -397,7 +397,9 @@ class MachineSimulator:
                 if t.is_psum:
                     t.mask_footprint = np.ndarray((t.P, t.F * t.item), np.bool_, self._mask_mv, t.address, (PB, 1))
                 continue
-            if t.name in self.kernel.args:
+            if t.name in self._shared:
+                arr = self._shared[t.name].reshape(-1)
+            elif t.name in self.kernel.args:
                 if t.name not in inputs:
                     raise NkiccError("E002", f"kernel {self.kernel.name} needs an array for {t.name}", None)
                 arr = np.array(inputs[t.name], dtype=t.dtype, copy=True).reshape(-1)
@@ -411,6 +413,8 @@ class MachineSimulator:
             self._mv["hbm:" + t.name] = memoryview(arr.view(np.uint8))  # bytes: ml_dtypes export no buffer
 
     def _alloc(self, t: _Tensor) -> None:
+        if t.name in self._shared:
+            return  # HBM the cores of a multi-core launch share: the others' writes stay
         t.footprint[...] = t.fill
         if t.is_psum:
             t.mask_footprint[...] = False
@@ -522,9 +526,12 @@ class MachineSimulator:
 
     # --- execution -----------------------------------------------------------------------
 
-    def run(self, inputs: dict[str, np.ndarray]):
-        """Run the kernel; returns (outputs: name -> array, SimReport)."""
+    def run(self, inputs: dict[str, np.ndarray], shared: dict[str, np.ndarray] | None = None):
+        """Run the kernel; returns (outputs: name -> array, SimReport). `shared`:
+        HBM tensors by name that live in the given arrays, which other cores
+        of a multi-core launch read and write at the same time."""
         t0 = time.perf_counter()
+        self._shared = shared or {}
         self._init_memory(inputs)
         self.executed = 0
         for p in self.plans:

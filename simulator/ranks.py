@@ -12,11 +12,16 @@ from .machine import MachineSimulator
 from .reference import ReferenceMachine
 
 
-def run_ranks(kernel: Kernel, inputs_by_rank: list[dict], target=None, simulator: str = "machine",
-              timing: bool = True, trace=False) -> list[tuple[dict, object]]:
-    """[(outputs by name, SimReport or None)] per rank. trace: a path pattern
-    with `{rank}` for one Perfetto file per rank."""
+def run_ranks(kernel: Kernel | list[Kernel], inputs_by_rank: list[dict], target=None, simulator: str = "machine",
+              timing: bool = True, trace=False, shared_by_rank: list[dict] | None = None) -> list[tuple[dict, object]]:
+    """[(outputs by name, SimReport or None)] per rank. `kernel`: one program
+    for every rank, or one per rank (the cores of a multi-core launch).
+    shared_by_rank: per rank, HBM tensors by name backed by arrays the ranks
+    share (a multi-core launch's common HBM). trace: a path pattern with
+    `{rank}` for one Perfetto file per rank."""
     n = len(inputs_by_rank)
+    kernels = kernel if isinstance(kernel, list) else [kernel] * n
+    shared_by_rank = shared_by_rank or [None] * n
     comm = Communicator(n)
     results: list = [None] * n
     errors: list = [None] * n
@@ -25,10 +30,11 @@ def run_ranks(kernel: Kernel, inputs_by_rank: list[dict], target=None, simulator
         try:
             if simulator == "machine":
                 path = trace.format(rank=rank) if isinstance(trace, str) else trace
-                sim = MachineSimulator(kernel, target, timing=timing, trace=path, comm=comm.for_rank(rank))
-                results[rank] = sim.run(inputs_by_rank[rank])
+                sim = MachineSimulator(kernels[rank], target, timing=timing, trace=path, comm=comm.for_rank(rank))
+                results[rank] = sim.run(inputs_by_rank[rank], shared_by_rank[rank])
             else:
-                results[rank] = (ReferenceMachine(kernel, comm=comm.for_rank(rank)).run(inputs_by_rank[rank]), None)
+                machine = ReferenceMachine(kernels[rank], comm=comm.for_rank(rank))
+                results[rank] = (machine.run(inputs_by_rank[rank], shared_by_rank[rank]), None)
         except NkiccError as e:
             errors[rank] = e
             comm.fail(e)

@@ -56,6 +56,7 @@ class ReferenceMachine:
     def __init__(self, kernel: Kernel, fill=None, track_undefined: bool = False, comm: RankComm | None = None) -> None:
         self.kernel = kernel
         self.comm = comm or single()
+        self._shared: dict[str, np.ndarray] = {}
         self.decls = kernel.tensor_map()
         self.memory: dict[str, np.ndarray] = {}
         self.written: dict[str, np.ndarray] = {}
@@ -66,9 +67,15 @@ class ReferenceMachine:
         self.defined: dict[str, np.ndarray] | None = {} if track_undefined else None
         self.undefined_reads: list[tuple[Op, str, bool]] = []  # (op, tensor, past the end of a tile)
 
-    def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def run(self, inputs: dict[str, np.ndarray], shared: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+        """`shared`: HBM tensors by name that live in the given arrays (the other
+        cores of a multi-core launch use them at the same time)."""
+        self._shared = shared or {}
         for name in self.kernel.args:
             decl = self.decls[name]
+            if name in self._shared:
+                self.memory[name] = self._shared[name].reshape(-1)
+                continue
             arr = np.ascontiguousarray(inputs[name], dtype=dtypes.storage(decl.dtype))
             self.memory[name] = arr.reshape(-1).copy()
         for decl in self.decls.values():
@@ -129,6 +136,9 @@ class ReferenceMachine:
         env.pop(loop.var, None)
 
     def _allocate(self, decl: TensorDecl) -> None:
+        if decl.name in self._shared:
+            self.memory[decl.name] = self._shared[decl.name].reshape(-1)
+            return
         self.memory[decl.name] = poison(dtypes.storage(decl.dtype), decl.size, self.fill)
         if self.defined is not None:
             self.defined[decl.name] = np.zeros(decl.size, dtype=bool)

@@ -109,26 +109,32 @@ def test_rank_id_register_picks_each_ranks_slice(rng):
         np.testing.assert_array_equal(g, x[r:r + 1])
 
 
-def test_sendrecv_and_core_barrier_between_two_cores(rng):
-    xs = per_rank(rng, 2, (32, 16))
+@nkicc.jit
+def swap_halves(x):
+    """Two cores: each loads its half, swaps it with the other, writes to its half."""
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    pid = nl.program_id(0)
+    other = 1 - pid
+    mine = nl.load(x[pid * 64:(pid + 1) * 64, :])
+    theirs = nl.ndarray((64, 32), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.sendrecv(src=mine, dst=theirs, send_to_rank=other, recv_from_rank=other, pipe_id=0)
+    nl.store(out[pid * 64:(pid + 1) * 64, :], value=theirs)
+    nisa.core_barrier(data=out, cores=(0, 1))
+    return out
 
-    @nkicc.jit
-    def k(x):
-        out = nl.ndarray((32, 16), dtype=x.dtype, buffer=nl.shared_hbm)
-        mine = nl.load(x)
-        theirs = nl.ndarray((32, 16), dtype=x.dtype, buffer=nl.sbuf)
-        me = cc.rank_id()
-        # both cores: send to the other one, receive from it (ranks 0 <-> 1)
-        nisa.sendrecv(src=mine, dst=theirs, send_to_rank=1, recv_from_rank=1, pipe_id=0)
-        nl.store(out, value=theirs)
-        nisa.core_barrier(data=out, cores=(0, 1))
-        return out
 
-    # rank 1 names rank 0 as its partner: trace it with a partner per rank is the kernel's job;
-    # here both name rank 1, so rank 0 receives rank 1's tile and rank 1 its own
-    got = nkicc.run_ranks(k, 2, xs)
-    np.testing.assert_array_equal(got[0], xs[1])
-    np.testing.assert_array_equal(got[1], xs[1])
+@pytest.mark.parametrize("simulator", ["machine", "reference"])
+def test_a_two_core_launch_runs_its_programs_at_once(rng, simulator):
+    """kernel[2] whose programs meet at sendrecv and core_barrier: one core
+    each, their own SBUF, the kernel's HBM shared."""
+    x = rng.standard_normal((128, 32)).astype(np.float32)
+    ck = swap_halves[2].compile(x)
+    assert ck.report["cores"] == 2
+    outputs, _ = ck.simulate({"x": x}, simulator=simulator)
+    got = outputs[ck.ir.outputs[0]]
+    np.testing.assert_array_equal(got[:64], x[64:])
+    np.testing.assert_array_equal(got[64:], x[:64])
+    np.testing.assert_array_equal(swap_halves[2](x), got)
 
 
 def test_collective_time_is_on_each_ranks_timeline(rng, tmp_path):
