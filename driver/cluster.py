@@ -14,7 +14,6 @@ import contextlib
 import logging
 import os
 import threading
-import time
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
