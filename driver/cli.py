@@ -5,7 +5,6 @@ Exit codes: 0 ok, 1 user error (one line: code, kernel file:line, fix),
 """
 from __future__ import annotations
 
-import ast
 import contextlib
 import json
 import os
@@ -18,8 +17,8 @@ import numpy as np
 import typer
 
 from .ir import NkiccError
+from .loader import const_value, parse_pairs, resolve_kernel
 from .report import summary_lines
-from .specs import TensorSpec, annotated_specs, parameters
 
 app = typer.Typer(
     help="Compile NKI kernels with loops kept rolled, and simulate them.",
@@ -103,58 +102,8 @@ def _warn(compiled) -> None:
         typer.echo(line, err=True)
 
 
-def _parse_pairs(items: list[str], what: str) -> dict[str, str]:
-    out = {}
-    for item in items:
-        if "=" not in item:
-            raise NkiccError("E201", f"{what} {item!r} is not NAME=VALUE", None, f"write {what} NAME=VALUE")
-        k, v = item.split("=", 1)
-        out[k.strip()] = v.strip()
-    return out
-
-
-def _const_value(text: str):
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        return text
-
-
-def _resolve(target: str, args: list[str], consts: list[str], from_inputs: dict | None = None):
-    """Load FILE::KERNEL and split its parameters into tensor specs and constants.
-    `from_inputs`: specs of the arrays of an --inputs FILE.npz, used for
-    parameters with neither --arg nor an annotation."""
-    from .loader import load_kernel
-    from .trace import inspect_unwrap
-
-    kernel = load_kernel(target)
-    fn = inspect_unwrap(getattr(kernel, "fn", kernel))
-    given = {k: TensorSpec.parse(v) for k, v in _parse_pairs(args, "--arg").items()}
-    constants = {k: _const_value(v) for k, v in _parse_pairs(consts, "--const").items()}
-    defaults = annotated_specs(fn)
-    params = parameters(fn)
-    names = {p.name for p in params}
-    for k in list(given) + list(constants):
-        if k not in names:
-            raise NkiccError("E201", f"kernel {fn.__name__} has no parameter {k!r}", None,
-                             f"its parameters are {', '.join(names)}")
-    specs: dict[str, TensorSpec] = {}
-    missing = []
-    for p in params:
-        if p.name in given:
-            specs[p.name] = given[p.name]
-        elif p.name in constants:
-            continue
-        elif p.name in defaults:
-            specs[p.name] = defaults[p.name]
-        elif from_inputs and p.name in from_inputs:
-            specs[p.name] = from_inputs[p.name]
-        elif p.default is p.empty:
-            missing.append(p.name)
-    if missing:
-        raise NkiccError("E201", f"kernel {fn.__name__} needs a spec for {', '.join(missing)}", None,
-                         "add --arg NAME=DTYPE[D0,D1,...] (tensors) or --const NAME=VALUE")
-    return fn, specs, constants
+# FILE::KERNEL and its --arg/--const values (shared with `nkicc tune`)
+_parse_pairs, _const_value, _resolve = parse_pairs, const_value, resolve_kernel
 
 
 # options shared by compile and simulate
@@ -349,6 +298,8 @@ def simulate_cmd(
     trace_file: Optional[str] = typer.Option(None, "--trace", help="Write a Perfetto / chrome://tracing timeline "
                                                                    "(JSON) of the machine simulation here"),
     sim_json: Optional[str] = typer.Option(None, "--sim-json", help="Write the simulation report (JSON) here"),
+    report: Optional[str] = typer.Option(None, "--report", help="Write the compile report as JSON here, with the "
+                                                                "simulation report under \"sim\""),
 ):
     """Compile a kernel and run it on the simulator; print output shapes and statistics."""
     _remote_cache(remote_cache)
@@ -383,6 +334,9 @@ def simulate_cmd(
         if sim_json:
             with _writing(sim_json, "--sim-json") as f:
                 f.write(compiled.sim.to_json(indent=2))
+    if report:
+        with _writing(report, "--report") as f:
+            json.dump(compiled.report, f, indent=1, default=str)
     if output:
         with _writing(_npz_path(output), "--output", "wb") as f:
             np.savez(f, **dict(zip(compiled.output_names, outs)))
@@ -399,6 +353,15 @@ def run_cmd(
                                                                 "(compile and simulation time, peak RSS, the "
                                                                 "compile and simulation report)"),
     remote_cache: Optional[str] = REMOTE_CACHE,
+    shards: Optional[int] = typer.Option(None, "--shards", help="Run N copies, one per shard, on a Dask cluster; "
+                                                                "each gets SHARD / NSHARDS (and NKICC_SHARD / "
+                                                                "NKICC_NSHARDS) in its environment, and {shard} / "
+                                                                "{nshards} in its arguments are replaced"),
+    workers: Optional[int] = typer.Option(None, "--workers", help="With --shards: local worker processes "
+                                                                  "(default: one per core)"),
+    cluster: Optional[str] = typer.Option(None, "--cluster", help="With --shards: an existing Dask scheduler, "
+                                                                  "tcp://HOST:PORT"),
+    timeout: Optional[float] = typer.Option(None, "--timeout", help="With --shards: seconds per shard"),
 ):
     """Run an NKI script unchanged, with nkicc behind `import nki` (a real installed nki is never shadowed).
     Options go before the script; everything after it is the script's own arguments."""
@@ -412,6 +375,11 @@ def run_cmd(
     except NkiccError as err:
         _fail(err)
     _remote_cache(remote_cache)
+    if shards is not None:
+        _run_shards(script, ctx.args, shards, timing == "on", workers, cluster, timeout, report)
+        return
+    if workers or cluster or timeout:
+        _fail(NkiccError("E201", "--workers, --cluster and --timeout go with --shards", None, "add --shards N"))
     enable_nki_alias()
     sys.argv = [script, *ctx.args]
     folder = os.path.dirname(os.path.abspath(script))
@@ -429,6 +397,29 @@ def run_cmd(
         if report:
             with _writing(report, "--report") as f:
                 json.dump(settings.records, f, indent=1, default=str)
+
+
+def _run_shards(script, args, shards, timing, workers, cluster, timeout, report) -> None:
+    from . import sweep_view
+    from .shards import run_shards
+
+    console = sweep_view.console()
+    try:
+        result = run_shards(script, shards, args, timing=timing, workers=workers, cluster=cluster,
+                            timeout=timeout, progress=True)
+    except NkiccError as err:
+        _fail(err)
+    except KeyboardInterrupt:
+        typer.echo("stopped (Ctrl-C) before any shard finished", err=True)
+        raise typer.Exit(130)
+    sweep_view.show_shards(console, result)
+    if report:
+        with _writing(report, "--report") as f:
+            json.dump(result.to_dict(), f, indent=1, default=str)
+    if result.interrupted:
+        raise typer.Exit(130)
+    if not result.ok:
+        raise typer.Exit(EXIT_USER)
 
 
 def _script_failed(exc: Exception) -> None:
@@ -451,6 +442,58 @@ def _script_failed(exc: Exception) -> None:
         tb = tb.tb_next
     traceback.print_exception(type(exc), exc, tb or exc.__traceback__)
     raise typer.Exit(EXIT_USER)
+
+
+@app.command("tune")
+def tune_cmd(
+    target_spec: str = typer.Argument(..., metavar="FILE.py::KERNEL", help="The kernel: FILE.py::KERNEL"),
+    sweep: List[str] = typer.Option([], "--sweep", help="A constant to sweep: NAME=v1,v2,... (repeatable; the "
+                                                        "variants are the cross product)"),
+    arg: List[str] = ARG, const: List[str] = CONST,
+    target: Optional[str] = typer.Option(None, "--target", help="Target(s) to sweep, comma-separated: trn1,trn2"),
+    enable_pass: List[str] = ENABLE, disable_pass: List[str] = DISABLE,
+    inputs: str = typer.Option("random", "--inputs", help="random, ones, or an .npz file with one array per argument"),
+    seed: int = typer.Option(0, "--seed", help="Seed for --inputs random"),
+    workers: Optional[int] = typer.Option(None, "--workers", help="Local worker processes (default: one per core)"),
+    cluster: Optional[str] = typer.Option(None, "--cluster", help="An existing Dask scheduler, tcp://HOST:PORT"),
+    timeout: Optional[float] = typer.Option(None, "--timeout", help="Seconds per variant; a slower one is stopped "
+                                                                    "and is a failed row"),
+    json_out: Optional[str] = typer.Option(None, "--json", help="Write the rows as JSON here"),
+    plot: Optional[str] = typer.Option(None, "--plot", help="Draw the estimated times as a bar chart to this .svg file"),
+    no_cache: bool = NO_CACHE,
+):
+    """Compile and simulate every variant of a sweep on a Dask cluster; rank them by estimated time.
+    Exit 0 when at least one variant ran, 1 when none did, 130 when stopped with Ctrl-C."""
+    from . import sweep_view
+    from .sweep import parse_sweep, tune
+
+    console = sweep_view.console()
+    try:
+        sweeps = dict(parse_sweep(s) for s in sweep)
+        options = [*_flags("--enable-pass", enable_pass), *_flags("--disable-pass", disable_pass)]
+        result = tune(target_spec, sweeps, args=_parse_pairs(arg, "--arg"),
+                      consts={k: _const_value(v) for k, v in _parse_pairs(const, "--const").items()},
+                      targets=target, inputs=inputs, seed=seed, workers=workers, cluster=cluster,
+                      timeout=timeout, cache=not no_cache, options=options, progress=True)
+        sweep_view.show(console, result)
+        if json_out:
+            with _writing(json_out, "--json") as f:
+                f.write(result.to_json(indent=1))
+        if plot:
+            sweep_view.plot(result, plot)
+    except NkiccError as err:
+        _fail(err)
+    except KeyboardInterrupt:
+        typer.echo("stopped (Ctrl-C) before any variant finished", err=True)
+        raise typer.Exit(130)
+    if result.interrupted:
+        raise typer.Exit(130)
+    if result.best is None:
+        raise typer.Exit(EXIT_USER)
+
+
+def _flags(flag: str, items: List[str]) -> List[str]:
+    return [x for item in items for x in (flag, item)]
 
 
 @app.command("passes")

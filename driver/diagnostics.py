@@ -105,6 +105,19 @@ CODES: dict[str, tuple[str, str]] = {
     "E205": ("cannot write an output file",
              "A file nkicc was asked to write (--report, -o/--output, --sim-json, --trace) could not be "
              "opened or written: the folder must exist and be writable."),
+    "E210": ("the Dask cluster cannot be used",
+             "`nkicc tune` and `nkicc run --shards` with --cluster tcp://HOST:PORT connect to an existing Dask "
+             "scheduler; it did not answer within 10 s, or had no workers within 30 s. Start one with `dask "
+             "scheduler` and workers with `dask worker tcp://HOST:PORT`, or leave --cluster out to run on local "
+             "worker processes. See docs/scale-out.md."),
+    "E211": ("a variant or shard timed out",
+             "It ran longer than --timeout seconds; its process (and everything it started) was killed and it "
+             "is one failed row. The rest of the sweep goes on. Raise --timeout, or make the variant smaller."),
+    "E212": ("the process running a variant or shard died",
+             "The Dask worker running it died (killed, out of memory, or crashed), on every try: a task whose "
+             "worker dies is run once more on another worker, and fails when that one dies too. Or the "
+             "variant's own process was killed by a signal. It is one failed row; the rest of the sweep goes "
+             "on. The worker's log says more; a variant that needs more memory than a worker has kills it."),
     "E301": ("unknown pass", "`nkicc passes` lists every pass the installed plugins provide."),
     "E302": ("bad pass options", "See `nkicc compile --help`."),
     "E303": ("plugin module cannot be imported",

@@ -2,6 +2,7 @@
 nki` work for scripts written for NKI."""
 from __future__ import annotations
 
+import ast
 import difflib
 import importlib.util
 import os
@@ -83,3 +84,57 @@ def _only_kernel(path: str, module: types.ModuleType):
                          "write FILE.py::KERNEL to name a plain function, or decorate the kernel with @nkicc.jit")
     raise NkiccError("E200", f"{path} holds {len(kernels)} kernels", None,
                      f"write {path}::KERNEL, KERNEL one of {', '.join(kernels)}")
+
+
+def parse_pairs(items: list[str], what: str) -> dict[str, str]:
+    out = {}
+    for item in items:
+        if "=" not in item:
+            raise NkiccError("E201", f"{what} {item!r} is not NAME=VALUE", None, f"write {what} NAME=VALUE")
+        k, v = item.split("=", 1)
+        out[k.strip()] = v.strip()
+    return out
+
+
+def const_value(text: str):
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def resolve_kernel(target: str, args: list[str], consts: list[str], from_inputs: dict | None = None):
+    """Load FILE::KERNEL and split its parameters into tensor specs and constants.
+    `from_inputs`: specs of the arrays of an --inputs FILE.npz, used for
+    parameters with neither --arg nor an annotation."""
+    from .specs import TensorSpec, annotated_specs, parameters
+    from .trace import inspect_unwrap
+
+    kernel = load_kernel(target)
+    fn = inspect_unwrap(getattr(kernel, "fn", kernel))
+    given = {k: TensorSpec.parse(v) for k, v in parse_pairs(args, "--arg").items()}
+    constants = {k: const_value(v) for k, v in parse_pairs(consts, "--const").items()}
+    defaults = annotated_specs(fn)
+    params = parameters(fn)
+    names = {p.name for p in params}
+    for k in list(given) + list(constants):
+        if k not in names:
+            raise NkiccError("E201", f"kernel {fn.__name__} has no parameter {k!r}", None,
+                             f"its parameters are {', '.join(names)}")
+    specs: dict[str, TensorSpec] = {}
+    missing = []
+    for p in params:
+        if p.name in given:
+            specs[p.name] = given[p.name]
+        elif p.name in constants:
+            continue
+        elif p.name in defaults:
+            specs[p.name] = defaults[p.name]
+        elif from_inputs and p.name in from_inputs:
+            specs[p.name] = from_inputs[p.name]
+        elif p.default is p.empty:
+            missing.append(p.name)
+    if missing:
+        raise NkiccError("E201", f"kernel {fn.__name__} needs a spec for {', '.join(missing)}", None,
+                         "add --arg NAME=DTYPE[D0,D1,...] (tensors) or --const NAME=VALUE")
+    return fn, specs, constants
