@@ -18,6 +18,7 @@ import typer
 
 from .ir import NkiccError
 from .loader import const_value, parse_pairs, resolve_kernel
+from .specs import TensorSpec
 from .report import summary_lines
 
 app = typer.Typer(

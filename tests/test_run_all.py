@@ -131,7 +131,7 @@ def test_without_matplotlib_the_section_says_how_to_get_the_plots(monkeypatch, t
 def test_cache_seeds_skip_without_workloads(monkeypatch, tmp_path):
     cb = ra.bench_module("cache")
     monkeypatch.setattr(cb, "WORKLOADS", tmp_path / "absent")
-    assert cb.bench_seeds(1) is None
+    assert cb.bench_seeds(1, tmp_path / "absent") is None
     assert "not present" in cb.seeds_table(None)[0]
     monkeypatch.setattr(ra, "pyplot", lambda: (_ for _ in ()).throw(ra.NoMatplotlib("no matplotlib")))
     bench = ra.CacheBench(True, str(tmp_path), tmp_path / "img", tmp_path / "benchmarks.md")
