@@ -81,6 +81,23 @@ def per_partition(value, dst, what: str):
     return Const(scalar(value, what))
 
 
+def affine_pattern(pattern, offset, channel_multiplier, dst, what: str) -> dict:
+    """The attributes of an affine value per element (iota, affine_select):
+    offset + p * channel_multiplier + sum(i_k * step_k) over dst's free elements."""
+    try:
+        pairs = tuple((int(s), int(n)) for s, n in pattern)
+        offset, channel_multiplier = int(offset), int(channel_multiplier)
+    except (TypeError, ValueError):
+        raise NkiccError("E103", f"{what} takes a pattern of [step, num] pairs and integer offset and "
+                                 "channel_multiplier") from None
+    count = 1
+    for _, n in pairs:
+        count *= n
+    if count != free(dst):
+        raise NkiccError("E140", f"{what} pattern covers {count} free elements, dst has {free(dst)}")
+    return {"pattern": pairs, "offset": offset, "channel_multiplier": channel_multiplier}
+
+
 def normalize_axes(axis, ndim: int) -> tuple[int, ...]:
     try:
         axes = (axis,) if isinstance(axis, int) else tuple(axis)

@@ -6,9 +6,9 @@ import numpy as np
 from ..errors import NkiccError
 from ..nodes import Access, Const, Op
 from . import accumulator, alu, enums
-from .checks import free, not_both_psum, on_chip, on_chip_tensors, per_partition, same_layout, scalar, tensor
+from .checks import affine_pattern, free, not_both_psum, on_chip, on_chip_tensors, per_partition, same_layout, scalar, tensor
 from .core import DVE_ACC, CostContext, Emit, TensorOperand, free_size, instruction
-from .values import F32, operand, tile
+from .values import F32, affine_values, operand, tile
 
 
 def _copy(op: Op, read):
@@ -84,11 +84,7 @@ def tensor_scalar(dst, data, op0, operand0, reverse0=False, op1=None, operand1=N
 
 
 def _iota(op: Op, read):
-    free_idx = np.zeros((1,), dtype=np.int64)
-    for step, num in op.attr("pattern"):
-        free_idx = (free_idx[:, None] + np.arange(num, dtype=np.int64)[None, :] * step).reshape(-1)
-    p = np.arange(op.outs[0].shape[0], dtype=np.int64)[:, None] * op.attr("channel_multiplier")
-    return [(0, (op.attr("offset") + p + free_idx[None, :]).astype(np.float64))]
+    return [(0, affine_values(op, op.outs[0].shape[0]).astype(np.float64))]
 
 
 def _iota_cost(op: Op, ctx: CostContext) -> float:
@@ -99,18 +95,7 @@ def _iota_cost(op: Op, ctx: CostContext) -> float:
 def iota(dst, pattern, offset=0, channel_multiplier=0, name=None, **_hw_hints):
     """dst[p, i...] = offset + p * channel_multiplier + sum(i_k * step_k), in int32 (GpSimd)."""
     (dst,) = on_chip_tensors({"dst": dst}, "iota")
-    try:
-        pairs = tuple((int(s), int(n)) for s, n in pattern)
-        offset, channel_multiplier = int(offset), int(channel_multiplier)
-    except (TypeError, ValueError):
-        raise NkiccError("E103", "iota takes a pattern of [step, num] pairs and integer offset and "
-                                 "channel_multiplier") from None
-    count = 1
-    for _, n in pairs:
-        count *= n
-    if count != free(dst):
-        raise NkiccError("E140", f"iota pattern covers {count} free elements, dst has {free(dst)}")
-    return Emit([dst], [], {"pattern": pairs, "offset": offset, "channel_multiplier": channel_multiplier})
+    return Emit([dst], [], affine_pattern(pattern, offset, channel_multiplier, dst, "iota"))
 
 
 def _reciprocal(op: Op, read):

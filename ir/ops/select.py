@@ -7,9 +7,9 @@ import numpy as np
 from ..errors import NkiccError
 from ..nodes import Const, Op
 from . import accumulator, alu, enums
-from .checks import free, not_both_psum, on_chip_tensors, per_partition, same_layout, scalar
+from .checks import affine_pattern, free, not_both_psum, on_chip_tensors, per_partition, same_layout, scalar
 from .core import DVE_ACC, CostContext, Emit, TensorOperand, free_size, instruction
-from .values import F32, operand, tile
+from .values import F32, affine_values, operand, tile
 
 
 def _select(op: Op, read):
@@ -75,17 +75,9 @@ def tensor_copy_predicated(dst, src, predicate, reverse_pred=False, name=None, *
 _CMP = ("equal", "not_equal", "less", "less_equal", "greater", "greater_equal")
 
 
-def _affine_values(op: Op, partitions: int) -> np.ndarray:
-    free_idx = np.zeros((1,), dtype=np.int64)
-    for step, num in op.attr("pattern"):
-        free_idx = (free_idx[:, None] + np.arange(num, dtype=np.int64)[None, :] * step).reshape(-1)
-    p = np.arange(partitions, dtype=np.int64)[:, None] * op.attr("channel_multiplier")
-    return op.attr("offset") + p + free_idx[None, :]
-
-
 def _affine_select(op: Op, read):
     x = tile(op.ins[0], read)
-    pred = alu.BINARY[op.attr("cmp_op")](_affine_values(op, x.shape[0]).astype(np.float64), 0.0) != 0
+    pred = alu.BINARY[op.attr("cmp_op")](affine_values(op, x.shape[0]).astype(np.float64), 0.0) != 0
     return [(0, np.where(pred, x, F32(op.attr("on_false_value"))))]
 
 
@@ -105,18 +97,7 @@ def affine_select(dst, pattern, channel_multiplier, on_true_tile, on_false_value
             raise NkiccError("E120", f"affine_select {what} must be in SBUF, {t.name} is in {t.buffer}", None,
                              "GpSimd cannot access PSUM: copy it to SBUF first")
     same_layout(dst, src, "affine_select")
-    try:
-        pairs = tuple((int(s), int(n)) for s, n in pattern)
-        offset, channel_multiplier = int(offset), int(channel_multiplier)
-    except (TypeError, ValueError):
-        raise NkiccError("E103", "affine_select takes a pattern of [step, num] pairs and integer offset and "
-                                 "channel_multiplier") from None
-    count = 1
-    for _, n in pairs:
-        count *= n
-    if count != free(dst):
-        raise NkiccError("E140", f"affine_select pattern covers {count} free elements, dst has {free(dst)}")
-    return Emit([dst], [src], {"pattern": pairs, "offset": offset, "channel_multiplier": channel_multiplier,
+    return Emit([dst], [src], {**affine_pattern(pattern, offset, channel_multiplier, dst, "affine_select"),
                                "cmp_op": alu.op_name(cmp_op, _CMP, "affine_select cmp_op"),
                                "on_false_value": float(scalar(on_false_value, "affine_select on_false_value"))})
 

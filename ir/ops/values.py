@@ -23,6 +23,16 @@ def tile(x, read) -> np.ndarray:
     return as_tiles(f32(read(x)))
 
 
+def affine_values(op, partitions: int) -> np.ndarray:
+    """offset + p * channel_multiplier + sum(i_k * step_k) per element (int64), from
+    the attributes checks.affine_pattern made."""
+    free_idx = np.zeros((1,), dtype=np.int64)
+    for step, num in op.attr("pattern"):
+        free_idx = (free_idx[:, None] + np.arange(num, dtype=np.int64)[None, :] * step).reshape(-1)
+    p = np.arange(partitions, dtype=np.int64)[:, None] * op.attr("channel_multiplier")
+    return op.attr("offset") + p + free_idx[None, :]
+
+
 def operand(x, read) -> np.ndarray | float:
     """A Const as a float, a [P, 1] tile as a (P, 1) fp32 array."""
     if isinstance(x, Const):
