@@ -357,3 +357,33 @@ def test_reference_interpreter_agrees_on_accumulator_chains(rng):
     close(machine[0], np.cumsum(b + r, axis=1), rtol=1e-5, atol=1e-3)
     for name, got in zip(ck.ir.outputs, machine):
         np.testing.assert_array_equal(reference[name], got)
+
+
+def test_unary_alu_op_in_tensor_scalar_reduce_ignores_its_operand(rng):
+    """op0=nl.abs with reduce_op=max: the absolute maximum per row (the NKI Library's rmsnorm_quant)."""
+    a = rand(rng, (32, 40))
+
+    @nkicc.jit
+    def k(a):
+        o = _out((32, 1))
+        y = nl.ndarray((32, 40), dtype=nl.float32, buffer=nl.sbuf)
+        r = nl.ndarray((32, 1), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_scalar_reduce(dst=y, data=nl.load(a), op0=nl.abs, operand0=0.0, reduce_op=nl.maximum,
+                                  reduce_res=r)
+        nl.store(o, value=r)
+        return o
+
+    close(k(a), np.abs(a).max(1, keepdims=True))
+
+
+def test_core_barrier_on_one_core_waits_for_nobody(rng):
+    a = rand(rng, (8, 8))
+
+    @nkicc.jit
+    def k(a):
+        o = _out((8, 8))
+        nl.store(o, value=nl.load(a))
+        nisa.core_barrier(data=o, cores=(0, 1))
+        return o
+
+    close(k(a), a)

@@ -90,7 +90,10 @@ BINARY = {
     "abs_max": _abs_pick(True), "abs_min": _abs_pick(False),
     "left_shift": _as_int(np.left_shift), "right_shift": _as_int(np.right_shift),
     "fmod": np.fmod, "mod": np.mod,
-    "bypass": lambda a, b: a,  # the stage does nothing (activate2's op1, tensor_scalar)
+    "bypass": lambda a, b: a,
+    # the ALU's unary arithmetic, usable as an `op` of tensor_scalar-like instructions: the
+    # operand is ignored (nki.api.shared, "Supported Math Operators", Arithmetic Unary)
+    "abs": lambda a, b: np.abs(a), "square": lambda a, b: np.square(a),  # the stage does nothing (activate2's op1, tensor_scalar)
 }
 
 UNARY = {

@@ -65,6 +65,8 @@ def group_of(op: Op, rank: int, size: int) -> tuple[int, ...]:
         return tuple(range(size))
     if groups == "self":
         return (rank,)
+    if op.opcode == "core_barrier" and size == 1:
+        return (rank,)  # one core (no multi-core launch): nobody to wait for
     for g in groups:
         if rank in g:
             if max(g) >= size:
