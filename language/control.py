@@ -55,18 +55,24 @@ def _bound(value, what: str, loc):
         raise
 
 
+def counted_loop(b, loc, lower, upper, step, what: str):
+    """A runtime loop from lower to upper (ints or registers) by step (a
+    positive int): yields, once, the register that holds the index."""
+    from .. import isa
+    if not isinstance(step, int) or isinstance(step, bool) or step <= 0:
+        raise NkiccError("E103", f"{what} step must be a positive int, got {step!r}", loc)
+    bounds = [_bound(lower, f"{what} lower", loc), _bound(upper, f"{what} upper", loc)]
+    index = _new_register(f"nl.{what}")
+    for _ in b.runtime_loop(loc, lambda: isa._emit_internal("loop_guard", index, bounds, "fori", step, loc=loc)):
+        yield index
+
+
 def fori_loop(lower, upper, body_fun, step=1):
     """for i in range(lower, upper, step): body_fun(i), on the device: lower
     and upper are ints or registers, step a positive int; body_fun gets i as
     a register. Traced once, whatever the trip count."""
-    from .. import isa
     loc = user_loc(2)
-    b = require_builder("nl.fori_loop")
-    if not isinstance(step, int) or isinstance(step, bool) or step <= 0:
-        raise NkiccError("E103", f"fori_loop step must be a positive int, got {step!r}", loc)
-    bounds = [_bound(lower, "fori_loop lower", loc), _bound(upper, "fori_loop upper", loc)]
-    index = _new_register("nl.fori_loop")
-    for _ in b.runtime_loop(loc, lambda: isa._emit_internal("loop_guard", index, bounds, "fori", step, loc=loc)):
+    for index in counted_loop(require_builder("nl.fori_loop"), loc, lower, upper, step, "fori_loop"):
         body_fun(index)
 
 

@@ -108,21 +108,11 @@ class dynamic_range(LoopRange):
         loc = Loc(f.f_code.co_filename, f.f_lineno)
         b.warn("W150", "nl.dynamic_range is deprecated since NKI 0.6", loc)
         if self._registers:
-            return self._runtime(b, loc)
+            from .control import counted_loop
+            return counted_loop(b, loc, *self._bounds, self._step, "dynamic_range")
         if self.step <= 0:
             raise NkiccError("E103", "dynamic_range step must be a positive int", user_loc(2))
         return b.dynamic_loop(self.start, self.step, len(self._range), loc)
-
-    def _runtime(self, b, loc):
-        from .. import isa
-        from .control import _bound, _new_register
-        if not isinstance(self._step, int) or self._step <= 0:
-            raise NkiccError("E103", "dynamic_range step must be a positive int", loc)
-        bounds = [_bound(v, "dynamic_range bound", loc) for v in self._bounds]
-        index = _new_register("nl.dynamic_range")
-        for _ in b.runtime_loop(loc, lambda: isa._emit_internal("loop_guard", index, bounds, "fori", self._step,
-                                                                 loc=loc)):
-            yield index
 
 
 @contextlib.contextmanager
