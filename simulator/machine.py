@@ -36,7 +36,7 @@ from . import numerics, semantics
 from ._blas import single_threaded_blas
 from .reference import ReferenceMachine
 from .report import DMA_DIRECTIONS, EngineStats, SimReport
-from ..ir.ops.collectives import group_of
+from ..ir.ops.collectives import group_of, payload as collective_payload
 from .comm import RankComm, single
 from .timing import COMPUTE_ENGINES, CostTable, cost_ns, cost_table, traffic_bytes
 from .trace import DEFAULT_MAX_EVENTS, TraceRecorder, loop_label
@@ -679,7 +679,7 @@ class MachineSimulator:
         last is ready; the outputs come from everyone's inputs."""
         op, comm = p.op, self.comm
         group = group_of(op, comm.rank, comm.size)
-        payload = [np.array(self._read_view(p.by_id[id(a)]), dtype=np.float32) for a in op.ins if isinstance(a, Access)]
+        payload = collective_payload(op, lambda a: self._read_view(p.by_id[id(a)]))
         got = {}
 
         def meet(ready: float) -> float:

@@ -20,7 +20,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from ..ir import Access, Alloc, Block, Const, Kernel, Loop, NkiccError, Op, TensorDecl
 from ..ir.analysis import runtime_guard, written_args
-from ..ir.ops.collectives import group_of
+from ..ir.ops.collectives import group_of, payload as collective_payload
 from .comm import RankComm, single
 from ..ir import dtypes, ops
 from ..ir.ops import debug
@@ -206,8 +206,8 @@ class ReferenceMachine:
         collective = ops.of(op).collective
         if collective is not None:
             group = group_of(op, self.comm.rank, self.comm.size)
-            payload = [np.array(self.view(a, op), dtype=np.float32) for a in op.ins if isinstance(a, Access)]
-            results = collective(op, self.comm.exchange(group, op, payload, 0.0)[0], self.comm.rank, group)
+            mine = collective_payload(op, lambda a: self.view(a, op))
+            results = collective(op, self.comm.exchange(group, op, mine, 0.0)[0], self.comm.rank, group)
         else:
             results = semantics.compute(op, lambda a: self.view(a, op))
         if op.opcode == "device_print":

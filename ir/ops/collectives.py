@@ -16,7 +16,6 @@ from ..nodes import Access, Op
 from . import alu
 from .checks import free, tensor
 from .core import CostContext, Emit, instruction
-from .values import f32
 
 _REDUCE = ("add", "minimum", "maximum")
 
@@ -91,8 +90,10 @@ def _ring_ns(factor):
     return cost
 
 
-def _payload(op: Op, read) -> list:
-    return [f32(read(a)) for a in op.ins if isinstance(a, Access)]
+def payload(op: Op, read) -> list:
+    """What this rank contributes: copies of its inputs in fp32 (the other
+    ranks' threads read them after this one has moved on)."""
+    return [np.array(read(a), dtype=np.float32) for a in op.ins if isinstance(a, Access)]
 
 
 def _combine(name: str, arrays):
