@@ -24,6 +24,8 @@ from nkicc.ir.analysis import tensors_touched
 from nkicc.ir.dtypes import itemsize
 from nkicc.pass_api import Pass, hookimpl
 
+from . import live_order
+
 ALIGN = 64
 MAX_SPILLS = 64
 
@@ -298,11 +300,60 @@ def fits(kernel, target) -> bool:
     return _place_all(kernel, _Numbering(kernel), kernel.tensor_map(), capacity, banks)[1] is None
 
 
+def _demand(kernel, numbering=None) -> dict[str, int]:
+    """Most bytes per partition live at once, per buffer (placement needs at
+    least this much, more where fragmentation and PSUM banks get in the way)."""
+    numbering = numbering or _Numbering(kernel)
+    decls = kernel.tensor_map()
+    events: dict[str, list] = {"sbuf": [], "psum": []}
+    for name in numbering.alloc_at:
+        d = decls[name]
+        if d.buffer in events:
+            start, end = numbering.live_range(name)
+            events[d.buffer] += [(start, _align(partition_bytes(d))), (end + 1, -_align(partition_bytes(d)))]
+    peaks = {}
+    for buffer, evs in events.items():
+        live = peak = 0
+        for _, delta in sorted(evs, key=lambda e: (e[0], e[1])):
+            live += delta
+            peak = max(peak, live)
+        peaks[buffer] = peak
+    return peaks
+
+
+def _local_tensors(numbering) -> set[str]:
+    """Tensors used only in the block that allocates them (not in nested loops)."""
+    return {t for t, (_, chain) in numbering.alloc_at.items()
+            if all(use_chain == chain for _, use_chain in numbering.uses.get(t, ()))}
+
+
+def _shorten(kernel, buffer, capacity):
+    """Reorder straight-line blocks demand-first when that lowers the peak of
+    the buffer that overflowed and keeps the other within capacity (or no
+    higher than it was); (kernel, note or None)."""
+    numbering = _Numbering(kernel)
+    before = _demand(kernel, numbering)
+    trial, blocks = live_order.reorder(kernel, _local_tensors(numbering))
+    if not blocks:
+        return kernel, None
+    after = _demand(trial)
+    if after[buffer] >= before[buffer] or any(after[b] > max(before[b], capacity[b]) for b in after if b != buffer):
+        return kernel, None
+    note = {"buffer": buffer, "peak_bytes_per_partition_before": before[buffer],
+            "peak_bytes_per_partition_after": after[buffer],
+            "blocks": [dataclasses.asdict(b) for b in blocks]}
+    return trial, note
+
+
 def allocate(kernel, ctx):
     target = ctx.target
     capacity = {"sbuf": target.sbuf_partition_bytes, "psum": target.psum_partition_bytes}
     banks = {"sbuf": None, "psum": target.psum_bank_bytes}
     spills = []
+    shortened = None
+    placed, overflow, peaks = _place_all(kernel, _Numbering(kernel), kernel.tensor_map(), capacity, banks)
+    if overflow is not None:
+        kernel, shortened = _shorten(kernel, overflow[0], capacity)
     for _ in range(MAX_SPILLS + 1):
         decls = kernel.tensor_map()
         numbering = _Numbering(kernel)
@@ -323,11 +374,40 @@ def allocate(kernel, ctx):
     ctx.note("psum_peak_bytes_per_partition", peaks.get("psum", 0))
     ctx.note("capacity_bytes_per_partition", capacity)
     ctx.note("largest_tensors", [{"tensor": n, "buffer": b, "bytes_per_partition": s} for s, n, b in sizes[:8]])
-    ctx.note("spills", spills, show=bool(spills))
+    ctx.note("spills", spills)
+    ctx.note("live_ranges_shortened", shortened)
+    actions = _actions(shortened, spills)
+    ctx.note("what_alloc_did", actions, show=bool(actions))
     ctx.note("memory", f"SBUF {peaks.get('sbuf', 0) / 1024:.1f} of {capacity['sbuf'] // 1024} KiB per partition "
                        f"at peak, PSUM {peaks.get('psum', 0) / 1024:.1f} of {capacity['psum'] // 1024} KiB"
                        + (f", after {len(spills)} spill{'s' if len(spills) > 1 else ''}" if spills else ""), show=True)
     return kernel
+
+
+def _kib(n: int) -> str:
+    return f"{n / 1024:.1f} KiB"
+
+
+def _actions(shortened, spills) -> list[str]:
+    """What the allocator had to do to fit the kernel, one sentence each."""
+    out = []
+    if shortened:
+        where = sorted({b["loc"] or "the kernel body" for b in shortened["blocks"]})
+        moved = sum(b["moved"] for b in shortened["blocks"])
+        out.append(f"shortened live ranges: reordered {moved} independent statements in the body at "
+                   f"{', '.join(where)}; {shortened['buffer'].upper()} peak "
+                   f"{_kib(shortened['peak_bytes_per_partition_before'])} -> "
+                   f"{_kib(shortened['peak_bytes_per_partition_after'])} per partition")
+    groups: dict[tuple, list] = {}
+    for s in spills:
+        groups.setdefault((s["from"], s["to"], s.get("how", "spill"), s["loc"]), []).append(s)
+    for (src, dst, how, loc), group in groups.items():
+        size = sum(s["bytes_per_partition"] for s in group)
+        traffic = sum(s["estimated_traffic_bytes"] for s in group)
+        what = group[0]["tensor"] if len(group) == 1 else f"{len(group)} tiles made at {loc}"
+        verb = "reloaded from its source in HBM at each use" if how == "reload" else f"spilled to {dst.upper()}"
+        out.append(f"{what} ({_kib(size)} per partition) {verb}: {traffic / 1e6:.1f} MB more DMA")
+    return out
 
 
 def _spill_one(kernel, buffer, failed, items, numbering, decls):
