@@ -327,20 +327,30 @@ def _local_tensors(numbering) -> set[str]:
             if all(use_chain == chain for _, use_chain in numbering.uses.get(t, ()))}
 
 
-def _shorten(kernel, buffer, capacity):
+# loads issued this many compute steps ahead of their use after a reorder
+# (the most that fits is taken), so that DMA still overlaps compute
+PREFETCH_WINDOWS = (16, 8, 4, 2, 1, 0)
+
+
+def _shorten(kernel, buffer, capacity, banks):
     """Reorder straight-line blocks demand-first when that lowers the peak of
     the buffer that overflowed and keeps the other within capacity (or no
-    higher than it was); (kernel, note or None)."""
+    higher than it was), with the widest prefetch window that then fits;
+    (kernel, note or None)."""
     numbering = _Numbering(kernel)
     before = _demand(kernel, numbering)
-    trial, blocks = live_order.reorder(kernel, _local_tensors(numbering))
-    if not blocks:
-        return kernel, None
+    local = _local_tensors(numbering)
+    for window in PREFETCH_WINDOWS:
+        trial, blocks = live_order.reorder(kernel, local, window)
+        if not blocks:
+            return kernel, None
+        if _place_all(trial, _Numbering(trial), trial.tensor_map(), capacity, banks)[1] is None:
+            break
     after = _demand(trial)
     if after[buffer] >= before[buffer] or any(after[b] > max(before[b], capacity[b]) for b in after if b != buffer):
         return kernel, None
     note = {"buffer": buffer, "peak_bytes_per_partition_before": before[buffer],
-            "peak_bytes_per_partition_after": after[buffer],
+            "peak_bytes_per_partition_after": after[buffer], "prefetch_window": window,
             "blocks": [dataclasses.asdict(b) for b in blocks]}
     return trial, note
 
@@ -353,7 +363,7 @@ def allocate(kernel, ctx):
     shortened = None
     placed, overflow, peaks = _place_all(kernel, _Numbering(kernel), kernel.tensor_map(), capacity, banks)
     if overflow is not None:
-        kernel, shortened = _shorten(kernel, overflow[0], capacity)
+        kernel, shortened = _shorten(kernel, overflow[0], capacity, banks)
     for _ in range(MAX_SPILLS + 1):
         decls = kernel.tensor_map()
         numbering = _Numbering(kernel)
@@ -397,7 +407,8 @@ def _actions(shortened, spills) -> list[str]:
         out.append(f"shortened live ranges: reordered {moved} independent statements in the body at "
                    f"{', '.join(where)}; {shortened['buffer'].upper()} peak "
                    f"{_kib(shortened['peak_bytes_per_partition_before'])} -> "
-                   f"{_kib(shortened['peak_bytes_per_partition_after'])} per partition")
+                   f"{_kib(shortened['peak_bytes_per_partition_after'])} per partition, loads issued "
+                   f"{shortened['prefetch_window']} steps ahead")
     groups: dict[tuple, list] = {}
     for s in spills:
         groups.setdefault((s["from"], s["to"], s.get("how", "spill"), s["loc"]), []).append(s)

@@ -35,10 +35,12 @@ class Reordered:
     moved: int
 
 
-def reorder(kernel, local: set[str]) -> tuple[object, list[Reordered]]:
+def reorder(kernel, local: set[str], window: int = 0) -> tuple[object, list[Reordered]]:
     """The kernel with every long enough straight-line block reordered
     demand-first. `local`: tensors that may die inside the block that
-    allocates them (all their uses are in that block)."""
+    allocates them (all their uses are in that block). `window`: how many
+    compute steps ahead of its first use a load is issued, so that loads
+    overlap compute (each step ahead keeps one more tile live)."""
     decls = kernel.tensor_map()
     done: list[Reordered] = []
 
@@ -50,7 +52,7 @@ def reorder(kernel, local: set[str]) -> tuple[object, list[Reordered]]:
         for s in stmts + [None]:
             if s is None or _barrier(s):
                 if segment:
-                    new = _reorder_segment(segment, decls, local)
+                    new = _reorder_segment(segment, decls, local, window)
                     moved = sum(a is not b for a, b in zip(new, segment))
                     if moved:
                         done.append(Reordered(str(loc) if loc else None, len(segment), moved))
@@ -119,7 +121,7 @@ def _dependences(segment, decls):
     return preds
 
 
-def _reorder_segment(segment, decls, local):
+def _reorder_segment(segment, decls, local, window):
     n = len(segment)
     if n > MAX_BLOCK or sum(isinstance(s, Alloc) for s in segment) < 2:
         return segment
@@ -183,4 +185,33 @@ def _reorder_segment(segment, decls, local):
         while missing[j]:
             j = min(i for i in preds[j] if not done[i])
         take(j)
+    if window:
+        order = _prefetch(order, segment, preds, reads_here, window)
     return [segment[j] for j in order]
+
+
+def _prefetch(order, segment, preds, reads_here, window):
+    """Move each load (an allocation and the DMA that fills it from outside
+    the block, placed together by the demand-first order) up to `window`
+    compute steps earlier, never above a statement it depends on."""
+    out: list[int] = []
+    compute_at: list[int] = []  # positions in `out` of compute steps
+    k = 0
+    while k < len(order):
+        j = order[k]
+        nxt = order[k + 1] if k + 1 < len(order) else None
+        if (isinstance(segment[j], Alloc) and nxt is not None and isinstance(segment[nxt], Op)
+                and segment[nxt].opcode == "dma_copy" and not reads_here[nxt]
+                and {a.tensor for a in segment[nxt].outs} == {segment[j].tensor}):
+            where = {x: p for p, x in enumerate(out)}
+            floor = max((where[i] + 1 for i in preds[j] | preds[nxt] if i in where), default=0)
+            at = max(floor, compute_at[-window] if len(compute_at) >= window else 0)
+            out[at:at] = [j, nxt]
+            compute_at = [p + 2 if p >= at else p for p in compute_at]
+            k += 2
+            continue
+        if not isinstance(segment[j], Alloc):
+            compute_at.append(len(out))
+        out.append(j)
+        k += 1
+    return out
