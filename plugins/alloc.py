@@ -27,7 +27,7 @@ from nkicc.pass_api import Pass, hookimpl
 from . import live_order
 
 ALIGN = 64
-MAX_SPILLS = 64
+MAX_SPILLS = 64  # rounds of eviction, each as many tensors as the excess needs
 
 
 def row_major(shape):
@@ -371,10 +371,10 @@ def allocate(kernel, ctx):
         if overflow is None:
             break
         buffer, failed, items = overflow
-        kernel, spill = _spill_one(kernel, buffer, failed, items, numbering, decls)
-        spills.append(spill)
+        kernel, spilled = _spill_some(kernel, buffer, capacity[buffer], failed, items, numbering, decls)
+        spills += spilled
     else:
-        raise NkiccError("E400", f"the kernel does not fit on {target.name} even after {MAX_SPILLS} spills", None,
+        raise NkiccError("E400", f"the kernel does not fit on {target.name} even after {len(spills)} spills in {MAX_SPILLS} rounds", None,
                          "tile it more finely")
     tensors = tuple(dataclasses.replace(t, address=placed[t.name]) if t.name in placed else t
                     for t in kernel.tensors)
@@ -421,27 +421,36 @@ def _actions(shortened, spills) -> list[str]:
     return out
 
 
-def _spill_one(kernel, buffer, failed, items, numbering, decls):
-    """Evict the cheapest tensor live where `failed` did not fit."""
+def _spill_some(kernel, buffer, capacity, failed, items, numbering, decls):
+    """Evict the cheapest tensors live where `failed` did not fit, as many as
+    the bytes live there exceed the capacity by (at least one), so that many
+    small tiles over capacity take one round, not one round each."""
     start, end = numbering.live_range(failed)
     offsets = {a.scalar.tensor for s in kernel.body.walk() if isinstance(s, Op)
                for a in s.outs + s.ins if isinstance(a, Access) and a.scalar is not None and a.scalar.tensor}
+    excess = sum(_align(size) for _, size, s, e in items if s <= start <= e) - capacity
     live = [(name, size) for name, size, s, e in items
             if s <= end and e >= start and decls[name].role != "spill-temp" and name not in offsets]
     # cheapest traffic per byte freed; spill temporaries and runtime-offset tiles stay
-    ranked = [n for _, n in sorted((_spill_cost(n, kernel, numbering, decls) / size, n) for n, size in live)]
-    for victim in ranked:
+    costs = {n: _spill_cost(n, kernel, numbering, decls) for n, _ in live}
+    ranked = [(n, size) for _, n, size in sorted((costs[n] / size, n, size) for n, size in live)]
+    spills, freed = [], 0
+    for victim, size in ranked:
         try:
-            new = _sbuf_spill(kernel, victim) if buffer == "sbuf" else _psum_spill(kernel, victim)
+            kernel = _sbuf_spill(kernel, victim) if buffer == "sbuf" else _psum_spill(kernel, victim)
         except (_CannotSpill, NkiccError):
             continue
         d = decls[victim]
-        return new, {"tensor": d.described(), "from": buffer, "to": "hbm" if buffer == "sbuf" else "sbuf",
-                     "bytes_per_partition": partition_bytes(d), "shape": list(d.shape),
-                     "estimated_traffic_bytes": _spill_cost(victim, kernel, numbering, decls),
-                     "loc": str(d.loc) if d.loc else None}
-    raise NkiccError("E400", f"{buffer.upper()} is over capacity where {decls[failed].described()} is allocated and no live tensor "
-                             "can be spilled", decls[failed].loc, "use smaller tiles")
+        spills.append({"tensor": d.described(), "from": buffer, "to": "hbm" if buffer == "sbuf" else "sbuf",
+                       "bytes_per_partition": partition_bytes(d), "shape": list(d.shape),
+                       "estimated_traffic_bytes": costs[victim], "loc": str(d.loc) if d.loc else None})
+        freed += _align(size)
+        if freed >= excess:
+            break
+    if not spills:
+        raise NkiccError("E400", f"{buffer.upper()} is over capacity where {decls[failed].described()} is allocated "
+                                 "and no live tensor can be spilled", decls[failed].loc, "use smaller tiles")
+    return kernel, spills
 
 
 @hookimpl
