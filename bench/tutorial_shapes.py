@@ -57,6 +57,7 @@ class Case:
     published_where: str = ""
     reduced: tuple | None = None   # (shapes, factor): simulate this and scale the time by factor
     dtypes: dict = dataclasses.field(default_factory=dict)
+    consts: dict = dataclasses.field(default_factory=dict)   # compile-time arguments
 
 
 SDK_MM = "sdk:nki/examples/matrix_multiplication/matrix_multiplication_nki_kernels.py"
@@ -74,12 +75,16 @@ CASES = [
     Case("tensor add (sdk)", "sdk:nki/examples/tensor_addition/tensor_addition_nki_kernels.py", "nki_tensor_add",
          {"a_input": (256, 1024), "b_input": (256, 1024)}, "trn2"),
     Case("transpose2d (sdk)", "sdk:nki/examples/transpose2d/transpose2d_nki_kernels.py", "tensor_transpose2D_kernel_",
-         {"in_tensor": (5, 12)}, "trn2", dtypes={"in_tensor": "int8"}),
+         {"in_tensor": (5, 12)}, "trn2", dtypes={"in_tensor": "int8"},
+         consts={"shape2D": (3, 4)}),
     Case("avgpool2d (sdk)", "sdk:nki/examples/average_pool2d/average_pool2d_nki_kernels.py", "tensor_avgpool_kernel",
-         {"in_tensor": (2, 6, 6)}, "trn2", dtypes={"in_tensor": "bfloat16"}),
+         {"in_tensor": (2, 6, 6)}, "trn2", dtypes={"in_tensor": "bfloat16"},
+         consts={"pool_size": 2}),
     Case("mamba v1 (sdk)", SDK_MAMBA, "mamba_v1", mamba_shapes(1, 512, 256, 16), "trn1", 0.17293, MAMBA_RST),
-    Case("mamba v1 4K channels (sdk)", SDK_MAMBA, "mamba_v1", mamba_shapes(1, 512, 4096, 16), "trn1", 2.34, MAMBA_RST),
-    Case("mamba v2 4K channels (sdk)", SDK_MAMBA, "mamba_v2", mamba_shapes(1, 512, 4096, 16), "trn1", 1.61, MAMBA_RST),
+    Case("mamba v1 4K channels (sdk)", SDK_MAMBA, "mamba_v1", mamba_shapes(1, 512, 4096, 16), "trn1", 2.34, MAMBA_RST,
+         (mamba_shapes(1, 512, 512, 16), 8)),
+    Case("mamba v2 4K channels (sdk)", SDK_MAMBA, "mamba_v2", mamba_shapes(1, 512, 4096, 16), "trn1", 1.61, MAMBA_RST,
+         (mamba_shapes(1, 512, 512, 16), 8)),
     Case("mamba v2 8K seq (sdk)", SDK_MAMBA, "mamba_v2", mamba_shapes(1, 8192, 4096, 16), "trn1", 53.33, MAMBA_RST,
          (mamba_shapes(1, 8192, 512, 16), 8)),
     Case("mamba v3 8K seq (sdk)", SDK_MAMBA, "mamba_v3", mamba_shapes(1, 8192, 4096, 16), "trn1", 27.8, MAMBA_RST,
@@ -142,7 +147,7 @@ def run_case(case: Case, kernel, sim_limit: int, rng) -> dict:
            "published_where": case.published_where}
     t = time.perf_counter()
     try:
-        c = nkicc.compile(kernel, *specs(case, case.shapes), passes={"target": case.target})
+        c = nkicc.compile(kernel, *specs(case, case.shapes), passes={"target": case.target}, **case.consts)
     except nkicc.NkiccError as e:
         row.update(compile_s=round(time.perf_counter() - t, 2), error=str(e))
         return row
@@ -152,7 +157,7 @@ def run_case(case: Case, kernel, sim_limit: int, rng) -> dict:
     shapes, factor = case.shapes, 1
     if c.report["instructions_executed"] > sim_limit and case.reduced:
         shapes, factor = case.reduced
-        c = nkicc.compile(kernel, *specs(case, shapes), passes={"target": case.target})
+        c = nkicc.compile(kernel, *specs(case, shapes), passes={"target": case.target}, **case.consts)
     elif c.report["instructions_executed"] > sim_limit:
         row["estimate"] = "not simulated (over --sim-limit, no reduced shape)"
         return row

@@ -429,11 +429,12 @@ def _spill_some(kernel, buffer, capacity, failed, items, numbering, decls):
     offsets = {a.scalar.tensor for s in kernel.body.walk() if isinstance(s, Op)
                for a in s.outs + s.ins if isinstance(a, Access) and a.scalar is not None and a.scalar.tensor}
     excess = sum(_align(size) for _, size, s, e in items if s <= start <= e) - capacity
-    live = [(name, size) for name, size, s, e in items
+    live = [(name, size, s <= start <= e) for name, size, s, e in items
             if s <= end and e >= start and decls[name].role != "spill-temp" and name not in offsets]
-    # cheapest traffic per byte freed; spill temporaries and runtime-offset tiles stay
-    costs = {n: _spill_cost(n, kernel, numbering, decls) for n, _ in live}
-    ranked = [(n, size) for _, n, size in sorted((costs[n] / size, n, size) for n, size in live)]
+    # tensors live where it failed first (evicting them frees bytes there), then
+    # the cheapest traffic per byte freed; spill temporaries and runtime-offset tiles stay
+    costs = {n: _spill_cost(n, kernel, numbering, decls) for n, _, _ in live}
+    ranked = [(n, size) for _, _, n, size in sorted((not there, costs[n] / size, n, size) for n, size, there in live)]
     spills, freed = [], 0
     for victim, size in ranked:
         try:

@@ -55,7 +55,8 @@ def reorder(kernel, local: set[str], window: int = 0) -> tuple[object, list[Reor
                     new = _reorder_segment(segment, decls, local, window)
                     moved = sum(a is not b for a, b in zip(new, segment))
                     if moved:
-                        done.append(Reordered(str(loc) if loc else None, len(segment), moved))
+                        where = loc or next((x.loc for x in segment if isinstance(x, Op) and x.loc), None)
+                        done.append(Reordered(str(where) if where else None, len(segment), moved))
                     out.extend(new)
                     segment = []
                 if s is not None:
