@@ -8,11 +8,18 @@ allocated in a block lives from its allocation to its last use in that block
 iterations). Tensors whose live ranges overlap get disjoint bytes in every
 partition; PSUM tiles never straddle a 2 KiB bank.
 
-Over capacity, the allocator evicts the tensor whose eviction moves the
-fewest bytes (uses x executions x view size): an SBUF tensor gets an HBM home
-and DMA around each compute use (DMAs read the home directly); a PSUM tensor
-gets an SBUF home, its matmuls write a small PSUM tile that is then added or
-copied in. It repeats until everything fits, and reports every spill.
+Over capacity, the allocator first shortens live ranges: straight-line
+blocks (the iterations of loops traced concretely, where a kernel keeps tiles
+in Python lists) are reordered demand-first (live_order.py), each load issued
+a few compute steps ahead of its use, and the new order is kept where it
+lowers the peak. What still does not fit is spilled: the tensors live where
+placement failed whose eviction moves the fewest bytes per byte freed (uses x
+executions x view size), as many per round as the excess needs. An SBUF
+tensor gets an HBM home and DMA around each compute use (DMAs read the home
+directly); a PSUM tensor gets an SBUF home, its matmuls write a small PSUM
+tile that is then added or copied in. The spill DMAs are ordinary
+instructions, so the simulator's time includes them. The report says what
+was done (notes "what_alloc_did", "live_ranges_shortened", "spills").
 """
 from __future__ import annotations
 

@@ -206,7 +206,9 @@ def _prefetch(order, segment, preds, reads_here, window):
                 and {a.tensor for a in segment[nxt].outs} == {segment[j].tensor}):
             where = {x: p for p, x in enumerate(out)}
             floor = max((where[i] + 1 for i in preds[j] | preds[nxt] if i in where), default=0)
-            at = max(floor, compute_at[-window] if len(compute_at) >= window else 0)
+            # `window` compute steps back, or to the first one; loads before any compute keep their order
+            back = compute_at[-window] if len(compute_at) >= window else (compute_at[0] if compute_at else len(out))
+            at = max(floor, back)
             out[at:at] = [j, nxt]
             compute_at = [p + 2 if p >= at else p for p in compute_at]
             k += 2
