@@ -424,7 +424,8 @@ def _actions(shortened, spills) -> list[str]:
         traffic = sum(s["estimated_traffic_bytes"] for s in group)
         what = group[0]["tensor"] if len(group) == 1 else f"{len(group)} tiles made at {loc}"
         verb = "reloaded from its source in HBM at each use" if how == "reload" else f"spilled to {dst.upper()}"
-        out.append(f"{what} ({_kib(size)} per partition) {verb}: {traffic / 1e6:.1f} MB more DMA")
+        moved = "DMA" if dst == "hbm" else "copied between PSUM and SBUF"
+        out.append(f"{what} ({_kib(size)} per partition) {verb}: {traffic / 1e6:.1f} MB more {moved}")
     return out
 
 
