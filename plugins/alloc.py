@@ -15,8 +15,10 @@ a few compute steps ahead of its use, and the new order is kept where it
 lowers the peak. What still does not fit is spilled: the tensors live where
 placement failed whose eviction moves the fewest bytes per byte freed (uses x
 executions x view size), as many per round as the excess needs. An SBUF
-tensor gets an HBM home and DMA around each compute use (DMAs read the home
-directly); a PSUM tensor gets an SBUF home, its matmuls write a small PSUM
+tile that is a copy of input memory nothing writes (one DMA fills it whole,
+every use reads it whole) is rematerialised: the fill goes and each use loads
+its own short-lived tile from the input. Any other SBUF tensor gets an HBM
+home and DMA around each compute use (DMAs read the home directly); a PSUM tensor gets an SBUF home, its matmuls write a small PSUM
 tile that is then added or copied in. The spill DMAs are ordinary
 instructions, so the simulator's time includes them. The report says what
 was done (notes "what_alloc_did", "live_ranges_shortened", "spills").
@@ -148,6 +150,16 @@ def _spill_cost(name: str, kernel, numbering: _Numbering, decls) -> int:
     return cost
 
 
+def _reload_cost(name: str, kernel, decls) -> int:
+    """Bytes a reload moves beyond the fill it replaces: a load per use, less the fill."""
+    isz = itemsize(decls[name].dtype)
+    cost = 0
+    for op, chain in _ops_with_chain(kernel.body, ()):
+        n = sum(a.count for a in op.outs + tuple(x for x in op.ins if isinstance(x, Access)) if a.tensor == name)
+        cost += (-1 if any(a.tensor == name for a in op.outs) else 1) * n * isz * _executions(chain)
+    return max(cost, 0)
+
+
 def _ops_with_chain(block: Block, chain):
     for s in block.stmts:
         if isinstance(s, Op):
@@ -184,6 +196,64 @@ def _sbuf_spill(kernel, name: str):
 
     body = rewrite(kernel.body)
     tensors = tuple(home if t.name == name else t for t in kernel.tensors) + tuple(temps)
+    return dataclasses.replace(kernel, body=body, tensors=tensors)
+
+
+def _reload(kernel, name: str):
+    """Rematerialise SBUF tensor `name` instead of spilling it, where it is a
+    copy of input memory nothing writes: one DMA fills the whole tile from
+    HBM once per allocation and every other use reads the whole tile. The
+    fill goes; each use loads its own short-lived tile from the source (no
+    HBM home, no store). None where that does not hold."""
+    decls = kernel.tensor_map()
+    decl = decls[name]
+    whole = row_major(decl.shape)
+    numbering = _Numbering(kernel)  # of this kernel: an earlier eviction this round rewrote it
+    start, chain = numbering.alloc_at[name]
+    fills = [(s, c) for s, c in _ops_with_chain(kernel.body, ()) if any(a.tensor == name for a in s.outs)]
+    if len(fills) != 1:
+        return None
+    fill, fill_chain = fills[0]
+    src = fill.ins[0] if fill.ins else None
+    if (fill.opcode != "dma_copy" or fill_chain != chain or len(fill.ins) != 1 or not isinstance(src, Access)
+            or src.scalar is not None or decls[src.tensor].on_chip or len(fill.outs) != 1
+            or fill.outs[0] != Access(name, Affine(), whole) or src.count != decl.size):
+        return None
+    written = {a.tensor for s, _ in _ops_with_chain(kernel.body, ()) for a in s.outs}
+    if src.tensor in written:
+        return None
+    for s, use_chain in _ops_with_chain(kernel.body, ()):
+        if s is fill or name not in tensors_touched(s):
+            continue
+        if use_chain[:len(chain)] != chain or any(a.tensor == name for a in s.outs):
+            return None
+        if any(isinstance(a, Access) and a.tensor == name and (a.offset != Affine() or a.pattern != whole)
+               for a in s.ins):
+            return None
+    temps: list[TensorDecl] = []
+    counter = itertools.count()
+
+    def rewrite(block: Block) -> Block:
+        out = []
+        for s in block.stmts:
+            if isinstance(s, Loop):
+                out.append(dataclasses.replace(s, body=rewrite(s.body)))
+            elif s is fill or (isinstance(s, Alloc) and s.tensor == name):
+                continue
+            elif isinstance(s, Op) and name in tensors_touched(s):
+                t = TensorDecl(f"{name}.reload{next(counter)}", decl.shape, decl.dtype, "sbuf", "spill-temp",
+                               decl.loc)
+                temps.append(t)
+                tile = Access(t.name, Affine(), whole)
+                out += [Alloc(t.name), Op("dma_copy", (tile,), (src,), (), s.loc)]
+                out.append(Op(s.opcode, s.outs, tuple(tile if isinstance(a, Access) and a.tensor == name else a
+                                                      for a in s.ins), s.attrs, s.loc))
+            else:
+                out.append(s)
+        return Block(tuple(out))
+
+    body = rewrite(kernel.body)
+    tensors = tuple(t for t in kernel.tensors if t.name != name) + tuple(temps)
     return dataclasses.replace(kernel, body=body, tensors=tensors)
 
 
@@ -423,7 +493,7 @@ def _actions(shortened, spills) -> list[str]:
         size = sum(s["bytes_per_partition"] for s in group)
         traffic = sum(s["estimated_traffic_bytes"] for s in group)
         what = group[0]["tensor"] if len(group) == 1 else f"{len(group)} tiles made at {loc}"
-        verb = "reloaded from its source in HBM at each use" if how == "reload" else f"spilled to {dst.upper()}"
+        verb = "reloaded from the kernel's input in HBM at each use" if how == "reload" else f"spilled to {dst.upper()}"
         moved = "DMA" if dst == "hbm" else "copied between PSUM and SBUF"
         out.append(f"{what} ({_kib(size)} per partition) {verb}: {traffic / 1e6:.1f} MB more {moved}")
     return out
@@ -446,13 +516,17 @@ def _spill_some(kernel, buffer, capacity, failed, items, numbering, decls):
     spills, freed = [], 0
     for victim, size in ranked:
         try:
-            kernel = _sbuf_spill(kernel, victim) if buffer == "sbuf" else _psum_spill(kernel, victim)
+            before = kernel
+            reloaded = _reload(kernel, victim) if buffer == "sbuf" else None
+            kernel = reloaded or (_sbuf_spill(kernel, victim) if buffer == "sbuf" else _psum_spill(kernel, victim))
         except (_CannotSpill, NkiccError):
             continue
         d = decls[victim]
         spills.append({"tensor": d.described(), "from": buffer, "to": "hbm" if buffer == "sbuf" else "sbuf",
+                       "how": "reload" if reloaded else "spill",
                        "bytes_per_partition": partition_bytes(d), "shape": list(d.shape),
-                       "estimated_traffic_bytes": costs[victim], "loc": str(d.loc) if d.loc else None})
+                       "estimated_traffic_bytes": _reload_cost(victim, before, decls) if reloaded else costs[victim],
+                       "loc": str(d.loc) if d.loc else None})
         freed += _align(size)
         if freed >= excess:
             break
