@@ -3,12 +3,12 @@
 Compiles each kernel at that shape (compile seconds; what the allocator had to
 do to fit it: reordered statements to shorten live ranges, spills), then
 estimates its time on the machine simulator: at the full shape where that is
-affordable (at most --sim-limit executed instructions), else at a reduced
-shape (an outer, independent dimension cut by a factor) scaled back up by that
+affordable (at most --sim-limit executed instructions and --sim-mb of
+inputs), else at a reduced shape (an outer, independent dimension cut by a factor) scaled back up by that
 factor. The estimate is set beside the time the tutorial published for the
 hardware, where it published one.
 
-    python bench/tutorial_shapes.py [SDK] [--only NAME] [--sim-limit N] [--json out.json]
+    python bench/tutorial_shapes.py [SDK] [--only NAME] [--sim-limit N] [--sim-mb MB] [--json out.json]
 
 SDK: a checkout of aws-neuron/aws-neuron-sdk, or a git mirror of it (default:
 $NKI_SDK). Its kernels (nki/examples/...) are read from there at run time and
@@ -140,7 +140,7 @@ def arrays(case: Case, shapes, rng):
     return out
 
 
-def run_case(case: Case, kernel, sim_limit: int, rng) -> dict:
+def run_case(case: Case, kernel, sim_limit: int, sim_bytes: int, rng) -> dict:
     import nkicc
     row = {"name": case.name, "kernel": case.kernel, "target": case.target,
            "shapes": {n: list(s) for n, s in case.shapes.items()}, "published_ms": case.published_ms,
@@ -152,15 +152,17 @@ def run_case(case: Case, kernel, sim_limit: int, rng) -> dict:
         row.update(compile_s=round(time.perf_counter() - t, 2), error=str(e))
         return row
     alloc = c.report["notes"].get("alloc", {})
-    row.update(compile_s=round(time.perf_counter() - t, 2), executed=c.report["instructions_compiled"],
+    row.update(compile_s=round(time.perf_counter() - t, 2), instructions=c.report["instructions_compiled"],
+               executed=c.report["instructions_executed"],
                alloc=alloc.get("what_alloc_did", []), memory=alloc.get("memory"))
     shapes, factor = case.shapes, 1
-    if c.report["instructions_executed"] > sim_limit and case.reduced:
+    nbytes = sum(4 * int(np.prod(s)) for s in case.shapes.values())
+    if c.report["instructions_executed"] > sim_limit or nbytes > sim_bytes:
+        if not case.reduced:
+            row["estimate"] = "not simulated (over the simulation limits, no reduced shape)"
+            return row
         shapes, factor = case.reduced
         c = nkicc.compile(kernel, *specs(case, shapes), passes={"target": case.target}, **case.consts)
-    elif c.report["instructions_executed"] > sim_limit:
-        row["estimate"] = "not simulated (over --sim-limit, no reduced shape)"
-        return row
     t = time.perf_counter()
     c.run(*arrays(case, shapes, rng))
     row.update(sim_s=round(time.perf_counter() - t, 1), estimated_ms=c.sim.total_ns * factor / 1e6,
@@ -177,6 +179,8 @@ def main() -> None:
     p.add_argument("--only", help="run the cases whose name contains this")
     p.add_argument("--sim-limit", type=int, default=20_000,
                    help="simulate the full shape up to this many executed instructions")
+    p.add_argument("--sim-mb", type=int, default=64,
+                   help="simulate the full shape only when its inputs are at most this many MiB")
     p.add_argument("--json", help="write the rows here")
     args = p.parse_args()
     from nkicc.loader import enable_nki_alias
@@ -192,7 +196,7 @@ def main() -> None:
     for case in cases:
         if case.source.startswith("sdk:") and not have_sdk:
             continue
-        row = run_case(case, load(case, scratch), args.sim_limit, rng)
+        row = run_case(case, load(case, scratch), args.sim_limit, args.sim_mb * 2**20, rng)
         rows.append(row)
         est = f"{row['estimated_ms']:.2f} ms ({row['estimate']})" if "estimated_ms" in row else row.get("estimate", "")
         pub = f", published {row['published_ms']} ms" if row["published_ms"] else ""
