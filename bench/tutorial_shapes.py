@@ -8,7 +8,7 @@ inputs), else at a reduced shape (an outer, independent dimension cut by a facto
 factor. The estimate is set beside the time the tutorial published for the
 hardware, where it published one.
 
-    python bench/tutorial_shapes.py [SDK] [--only NAME] [--sim-limit N] [--sim-mb MB] [--json out.json]
+    python bench/tutorial_shapes.py [SDK] [--only NAME] [--sim-limit N] [--sim-mb MB] [--json out.json] [--markdown out.md]
 
 SDK: a checkout of aws-neuron/aws-neuron-sdk, or a git mirror of it (default:
 $NKI_SDK). Its kernels (nki/examples/...) are read from there at run time and
@@ -173,6 +173,19 @@ def run_case(case: Case, kernel, sim_limit: int, sim_bytes: int, rng) -> dict:
     return row
 
 
+def markdown(rows) -> str:
+    """The rows as the table in docs/benchmarks.md."""
+    out = ["| kernel | target | shape | compile s | what alloc did | estimated ms | how | published ms | ratio |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        shape = ", ".join(f"{n} {'x'.join(map(str, s))}" for n, s in r["shapes"].items())
+        did = "; ".join(r.get("alloc") or ["fits as written"]).replace("|", "/")
+        est = f"{r['estimated_ms']:.3g}" if "estimated_ms" in r else r.get("error") or r.get("estimate", "")
+        out.append(f"| {r['name']} | {r['target']} | {shape} | {r['compile_s']} | {did} | {est} | "
+                   f"{r.get('estimate', '')} | {r['published_ms'] or ''} | {r.get('estimate_over_published', '')} |")
+    return "\n".join(out) + "\n"
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("sdk", nargs="?", default=os.environ.get("NKI_SDK", str(MIRROR)))
@@ -182,6 +195,7 @@ def main() -> None:
     p.add_argument("--sim-mb", type=int, default=64,
                    help="simulate the full shape only when its inputs are at most this many MiB")
     p.add_argument("--json", help="write the rows here")
+    p.add_argument("--markdown", help="write the rows as a markdown table here")
     args = p.parse_args()
     from nkicc.loader import enable_nki_alias
     enable_nki_alias()
@@ -197,6 +211,8 @@ def main() -> None:
         if case.source.startswith("sdk:") and not have_sdk:
             continue
         row = run_case(case, load(case, scratch), args.sim_limit, args.sim_mb * 2**20, rng)
+        for folder in (scratch, REPO):  # file names, not this machine's folders
+            row["alloc"] = [a.replace(f"{folder}/", "") for a in row.get("alloc", [])]
         rows.append(row)
         est = f"{row['estimated_ms']:.2f} ms ({row['estimate']})" if "estimated_ms" in row else row.get("estimate", "")
         pub = f", published {row['published_ms']} ms" if row["published_ms"] else ""
@@ -204,6 +220,8 @@ def main() -> None:
               f"alloc: {'; '.join(row.get('alloc') or ['fits as written'])}", flush=True)
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(rows, indent=1))
+    if args.markdown:
+        pathlib.Path(args.markdown).write_text(markdown(rows))
 
 
 if __name__ == "__main__":
