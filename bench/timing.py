@@ -79,7 +79,7 @@ def main() -> None:
                      f"{r['max_err']:.2e} |")
     if large:
         lines += ["", f"Large blocked bf16 matmul K,M,N = {args.large}, blocks {LARGE_BLOCKS}", "",
-                  "| pipeline | estimated latency (us) | Tensor Engine utilisation | DMA queue utilisation | "
+                  "| pipeline | estimated latency (us) | Tensor Engine utilisation | DMA active | "
                   "matmuls | max abs error | loops multi-buffered |", "|---|---|---|---|---|---|---|"]
         for r in large:
             lines.append(f"| {r['step']} | {r['latency_us']:,.1f} | {r['pe_utilisation']:.1%} | "

@@ -195,6 +195,11 @@ def measure(task: VariantTask) -> Row:
         except (OSError, ValueError) as exc:
             row.status, row.error = "failed", f"internal error in nkicc: no simulation report ({exc})"
             return row
+    return fill_row(row, report)
+
+
+def fill_row(row: Row, report: dict) -> Row:
+    """A variant's row from its compile report (with the simulation report under "sim")."""
     sim = report.get("sim") or {}
     row.estimated_us = round(sim.get("total_ns", 0.0) / 1000, 3)
     row.compile_s = report.get("compile_s")

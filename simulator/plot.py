@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.util
 import io
 import os
+import sys
 
 from ..ir import NkiccError
 from .trace import Timeline
@@ -22,7 +23,13 @@ DPI = 100
 
 
 def have_matplotlib() -> bool:
-    return importlib.util.find_spec("matplotlib") is not None
+    """Whether matplotlib can be imported, without importing it (nkicc never does until it draws)."""
+    if "matplotlib" in sys.modules:
+        return sys.modules["matplotlib"] is not None
+    try:
+        return importlib.util.find_spec("matplotlib") is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def _matplotlib():
