@@ -290,3 +290,32 @@ def test_collectives_are_on_every_ranks_timeline(rng, ranks, tmp_path):
         assert any(n.startswith("rank 1: DMA queue") for n in labels)
         png = ck.plot_timeline(str(tmp_path / "ranks.png"))
         assert png[:8] == PNG and (tmp_path / "ranks.png").read_bytes() == png
+
+
+def test_a_two_core_launch_keeps_both_cores_timelines(rng, tmp_path):
+    """kernel[2] whose cores meet at sendrecv / core_barrier: each core's
+    timeline (and, with a trace path, its own Perfetto file), both in the picture."""
+    import nkicc.isa as nisa
+
+    @nkicc.jit
+    def swap(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        pid = nl.program_id(0)
+        mine = nl.load(x[pid * 64:(pid + 1) * 64, :])
+        theirs = nl.ndarray((64, 32), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.sendrecv(src=mine, dst=theirs, send_to_rank=1 - pid, recv_from_rank=1 - pid, pipe_id=0)
+        nl.store(out[pid * 64:(pid + 1) * 64, :], value=theirs)
+        return out
+
+    x = rng.standard_normal((128, 32)).astype(np.float32)
+    ck = swap[2].compile(x)
+    ck.trace_path = str(tmp_path / "t.json")
+    got = ck.run(x)
+    np.testing.assert_array_equal(got, np.concatenate([x[64:], x[:64]]))
+    assert len(ck.sim_ranks) == 2
+    for r, rep in enumerate(ck.sim_ranks):
+        trace = json.loads((tmp_path / f"t.rank{r}.json").read_text())
+        assert any(e.get("name") == "sendrecv" for e in trace["traceEvents"])
+        assert any(o == "sendrecv" for _, evs in rep.timeline.tracks for _, _, o in evs)
+    pytest.importorskip("matplotlib")
+    assert ck.plot_timeline()[:8] == PNG
