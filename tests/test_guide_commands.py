@@ -40,13 +40,10 @@ DOCS = [REPO / "docs" / "guide.md", REPO / "README.md"]
 SKIP = [
     (r"^(python3?|pip3?)\b.*\bpip3? install\b|^pip3? install\b",
      "installs into the environment; the test runs the nkicc already installed "
-     "(CI: a fresh venv with pip install '.[test]')"),
+     "(CI: a fresh venv with pip install '.[test]', which includes matplotlib for the timeline picture)"),
     (r"^python3? -m venv\b", "creates a virtual environment; the test runs in the current one"),
     (r"^(\.|source) \S*bin/activate$", "activates the venv the skipped `python3 -m venv` creates"),
     (r"^python3? -m pytest\b", "runs the whole test suite, this file included"),
-    (r"^nkicc (simulate|run)\b.*--timeline\b", "draws with matplotlib, the optional plot extra that CI's "
-     "pip install '.[test]' leaves out; tests/test_timeline.py runs these commands where it is installed "
-     "and checks the one-line E206 where it is not"),
     (r"^python3? bench/(run_all|testbench)\.py\b", "a benchmark run: minutes (run_all --quick) to an hour "
      "(the full-size testbench); bench/ scripts are checked by tests/test_run_all.py"),
 ]
