@@ -13,7 +13,7 @@ import numpy as np
 from .. import dtypes
 from ..errors import NkiccError
 from ..nodes import Access, Op
-from . import alu
+from . import alu, enums
 from .checks import free, tensor
 from .core import CostContext, Emit, instruction
 
@@ -241,7 +241,7 @@ def _sendrecv_ns(op: Op, ctx: CostContext) -> float:
 
 @instruction(family="collectives", compute=None, engine="dma", collective=_sendrecv, cost=_sendrecv_ns,
              traffic=_bytes, free_limited=False)
-def sendrecv(src, dst, send_to_rank, recv_from_rank, pipe_id, dma_engine=None, name=None):
+def sendrecv(src, dst, send_to_rank, recv_from_rank, pipe_id, dma_engine=enums.dma_engine.dma, name=None):
     """Send src to send_to_rank's dst while receiving recv_from_rank's src into
     this core's dst (the two cores of a logical NeuronCore; SBUF tiles of one
     shape and dtype)."""
@@ -268,7 +268,7 @@ def _barrier_ns(op: Op, ctx: CostContext) -> float:
 
 
 @instruction(family="collectives", compute=None, engine="pool", collective=_barrier, cost=_barrier_ns)
-def core_barrier(data, cores, engine=None, name=None):
+def core_barrier(data, cores, engine=enums.engine.gpsimd, name=None):
     """Every core of `cores` (only (0, 1)) waits here until all have arrived:
     their writes to the shared HBM tensor `data` are then visible to all."""
     data = tensor(data, "core_barrier data")
