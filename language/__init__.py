@@ -19,6 +19,7 @@ from .ops import (  # noqa: F401 - the op functions are generated in ops
 from . import dtypes
 from .control import fori_loop, while_loop
 from .objects import NKIObject
+from .rng import dropout, rand, random_seed
 from .ranges import affine_range, dynamic_range, no_reorder, sequential_range, static_range
 from .spmd import num_programs, program_id, program_ndim
 from .tensor import DynSlice, NkiTensor, Tensor, ds

@@ -412,7 +412,8 @@ class MachineSimulator:
                     raise NkiccError("E002", f"argument {t.name} has {arr.size} elements, the kernel was "
                                              f"compiled for shape {list(t.decl.shape)}", None)
             else:
-                arr = np.full(t.size, t.fill, dtype=t.dtype)
+                init = ops.initial_state(t.name) if t.decl.role == "state" else None
+                arr = np.full(t.size, t.fill if init is None else init, dtype=t.dtype)
             self.hbm[t.name] = arr
             t.footprint = arr
             self._mv["hbm:" + t.name] = memoryview(arr.view(np.uint8))  # bytes: ml_dtypes export no buffer

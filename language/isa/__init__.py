@@ -56,8 +56,8 @@ def _access(b, x):
         return x.access
     if isinstance(x, ops.StateRef):
         s = x.state
-        decl = b.state_tensor(s.name, (s.partitions, 1), s.dtype)
-        return Access(decl.name, Affine(), ((1, x.count), (1, 1)))
+        decl = b.state_tensor(s.name, (s.partitions, s.width), s.dtype)
+        return Access(decl.name, Affine(), ((s.width, x.count), (1, s.width)))
     return x
 
 
