@@ -17,7 +17,7 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 # counts nkicc has reached (of 284 names and members): raise, never lower
 PRESENT_FLOOR = 282
 SIGNATURE_FLOOR = 282
-TESTED_FLOOR = 192
+TESTED_FLOOR = 234
 
 
 def _load():

@@ -455,3 +455,30 @@ def test_variable_collective_errors(rng):
     with pytest.raises(nkicc.NkiccError) as e:
         nkicc.run_ranks(k, 2, x, big)
     check_error(e, "E170", "# OVERFLOW", "test_nki06_names.py")
+
+
+@api("nki.collectives.collective_permute_implicit_reduce",
+     "nki.collectives.collective_permute_implicit_current_processing_rank_id")
+@pytest.mark.parametrize("simulator", ["machine", "reference"])
+def test_ring_reduce_and_processing_rank(rng, simulator):
+    ranks, ring = 4, [2, 0, 3, 1]  # the ring follows the replica group's order
+    a = [rng.standard_normal((8, 16)).astype(np.float32) for _ in range(ranks)]
+    b = [rng.standard_normal((8, 16)).astype(np.float32) for _ in range(ranks)]
+
+    @nkicc.jit
+    def k(x, y):
+        out = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+        who = nl.ndarray((1, 3), dtype=nl.int32, buffer=nl.shared_hbm)
+        group = cc.ReplicaGroup([ring])
+        cc.collective_permute_implicit_reduce([[x]], [[y]], [[out]], group, nl.maximum)
+        t = nl.ndarray((1, 3), dtype=nl.int32, buffer=nl.sbuf)
+        for i in range(3):
+            reg = cc.collective_permute_implicit_current_processing_rank_id(i, group)
+            nisa.register_store(t[:, i:i + 1], reg)
+        nl.store(who, t)
+        return out, who
+    got = nkicc.run_ranks(k, ranks, a, b, simulator=simulator)
+    for r in range(ranks):
+        pred = ring[(ring.index(r) - 1) % ranks]
+        np.testing.assert_array_equal(got[r][0], np.maximum(a[pred], b[pred]))
+        assert list(got[r][1][0]) == [ring[(ring.index(r) - i) % ranks] for i in range(3)]
