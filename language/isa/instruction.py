@@ -10,6 +10,7 @@ nothing by itself; it shows on the timeline as the consumer waiting.
 """
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, replace
 
 from ..ir import NkiccError, Op
@@ -78,6 +79,11 @@ class NkiInstruction(NKIObject):
             if token not in reads:
                 me.set(_with(me.op, "dep_reads", reads + (token,)))
         return self
+
+
+# NKIObject's metaclass hides __init__ from inspect.signature(NkiInstruction): say it (docs/api.md)
+NkiInstruction.__signature__ = inspect.signature(NkiInstruction.__init__).replace(
+    parameters=list(inspect.signature(NkiInstruction.__init__).parameters.values())[1:])
 
 
 def _with(op: Op, key: str, value) -> Op:
