@@ -66,6 +66,31 @@ def test_depends_on_orders_independent_instructions(rng, tmp_path):
 
 
 @api("nisa.NkiInstruction.depends_on")
+def test_depends_on_inside_a_rolled_loop(rng):
+    a = rng.standard_normal((128, 64)).astype(np.float32)
+    b = rng.standard_normal((128, 64)).astype(np.float32)
+
+    @nkicc.jit
+    def k(x, y):
+        o1 = nl.ndarray(x.shape, nl.float32, buffer=nl.shared_hbm)
+        o2 = nl.ndarray(x.shape, nl.float32, buffer=nl.shared_hbm)
+        for i in nl.affine_range(4):
+            t1 = nl.ndarray((32, 64), nl.float32, buffer=nl.sbuf)
+            t2 = nl.ndarray((32, 64), nl.float32, buffer=nl.sbuf)
+            first = nisa.activation(t1, nl.exp, nl.load(x[i * 32:(i + 1) * 32]))
+            nisa.tensor_scalar(t2, nl.load(y[i * 32:(i + 1) * 32]), nl.multiply, 2.0).depends_on(first)
+            nl.store(o1[i * 32:(i + 1) * 32], t1)
+            nl.store(o2[i * 32:(i + 1) * 32], t2)
+        return o1, o2
+    r1, r2 = run_both_simulators(k, a, b)
+    u1, u2 = run_both_simulators(k, a, b, unroll=True)
+    np.testing.assert_allclose(r1, np.exp(a), rtol=2e-5, atol=1e-6)
+    np.testing.assert_array_equal(r2, 2 * b)
+    np.testing.assert_array_equal(r1, u1)
+    np.testing.assert_array_equal(r2, u2)
+
+
+@api("nisa.NkiInstruction.depends_on")
 def test_depends_on_errors():
     def make(case):
         @nkicc.jit
