@@ -74,7 +74,9 @@ def _barrier(s) -> bool:
     if isinstance(s, Alloc):
         return False
     d = ops.of(s)
-    return d.control or d.collective is not None or d.family in ("control", "collectives", "debug")
+    # random-number instructions name their state register as an operand, but the
+    # order of draws is what a kernel's results depend on: keep them in place
+    return d.control or d.collective is not None or d.family in ("control", "collectives", "debug", "rng")
 
 
 def _accesses(s, decls):
