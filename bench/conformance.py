@@ -263,7 +263,13 @@ def child(nkilib: str, relpath: str, func: str, name: str, stand_ins: bool = Fal
             if inputs.grid:
                 jk = jk[inputs.grid]
             t0 = time.perf_counter()
-            compiled = jk.compile(*inputs.args, **inputs.kwargs)
+            if inputs.dtypes:  # typed storage (MX *_x4): compile for TensorSpecs of those dtypes
+                from nkicc.specs import TensorSpec
+                typed = {k: TensorSpec(tuple(v.shape), inputs.dtypes[k]) if k in inputs.dtypes else v
+                         for k, v in inputs.kwargs.items()}
+                compiled = nkicc.compile(jk, *inputs.args, **typed)
+            else:
+                compiled = jk.compile(*inputs.args, **inputs.kwargs)
             res.compile_s = time.perf_counter() - t0
             res.rolled = compiled.report["instructions_rolled"]
             res.unrolled = compiled.report["instructions_unrolled"]

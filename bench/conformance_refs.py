@@ -40,6 +40,8 @@ class Inputs:
     host: Callable | None = None        # a host-side driver that launches the jit kernel itself
     kernel: Callable | None = None      # a top-level kernel of ours that calls an undecorated sub-kernel
     args: tuple = ()
+    # arguments whose arrays hold another NKI dtype's storage (the packed MX `*_x4` types as uint32/uint16)
+    dtypes: dict = field(default_factory=dict)
 
     @property
     def dtype(self) -> str:
@@ -460,3 +462,61 @@ CASES: dict[str, Case] = {
     "cross_entropy_backward": Case("experimental/loss/cross_entropy.py", "cross_entropy_backward",
                                    cross_entropy_backward),
 }
+
+
+# --- MX (microscaling) kernels -------------------------------------------------------------------
+# Kept in one block (another session adds non-MX cases above). MX operands are packed `*_x4` tensors
+# (Inputs.dtypes names them; the arrays hold their uint storage) with uint8 scales in the SBUF quadrant
+# layout the Tensor Engine reads: the scale of partitions 8r..8r+7 of quadrant q at row q*32 + r. The
+# references dequantize in numpy and multiply; the other 28 rows of each quadrant hold random codes that
+# the kernels must ignore.
+
+def _mx_operand(rng, shape, dtype: str):
+    """(packed storage of `shape`, scales [shape] uint8 in quadrant layout, dequantized [4*P, ...] float64):
+    random element values and random power-of-two scales 2^-3 .. 2^3."""
+    from nkicc.simulator import numerics
+    p = shape[0]
+    elems = rng.standard_normal(tuple(shape[:-1]) + (shape[-1] * 4,)).astype(np.float32)
+    packed = numerics.pack(elems, dtype)
+    values = numerics.unpack(packed, dtype).astype(np.float64).reshape(tuple(shape) + (4,))
+    codes = rng.integers(124, 131, size=shape).astype(np.uint8)  # every row random: only q*32+r are read
+    group = np.array([(i // 32) * 32 + (i % 32) // 8 for i in range(p)])
+    scale = 2.0 ** (codes[group].astype(np.float64) - 127)
+    deq = values * scale[..., None]                                   # [P, ..., F, 4]
+    deq = np.moveaxis(deq, -1, 1)                                     # [P, 4, ..., F]: contraction 4p + lane
+    return packed, codes, deq.reshape((4 * p,) + tuple(shape[1:]))
+
+
+def down_projection_mx(rng, m):
+    """One expert of the MoE token-generation down projection, LNC=1: out[T, H] = affinity[t] *
+    (act.T @ weight + bias) with act [128(I/4), 1, T] MXFP8 and weight [128(I/4), 1, H] MXFP4."""
+    T, H, I = 4, 512, 512
+    act, act_sc, a = _mx_operand(rng, (128, I // 512, T), "float8_e4m3fn_x4")
+    w, w_sc, b = _mx_operand(rng, (128, I // 512, H), "float4_e2m1fn_x4")
+    bias = _rand(rng, (T, H), BF16)
+    aff = _rand(rng, (T, 1), lo=0.1, hi=1.0)
+    want = aff.astype(np.float64) * (a.reshape(I, T).T @ b.reshape(I, H) + _f(bias))
+
+    def down_projection_mx_top(act, act_scale, weight, weight_scale, bias, affinity):
+        import nki.isa as nisa
+        import nki.language as nl
+        sb = []
+        for x in (act, act_scale, weight, weight_scale, bias, affinity):
+            t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=x)
+            sb.append(t)
+        out_sb = nl.ndarray((T, 1, H), dtype=nl.float32, buffer=nl.sbuf)
+        out = nl.ndarray((T, H), dtype=nl.float32, buffer=nl.shared_hbm)
+        m.down_projection_mx(act_sb=sb[0], act_scale_sb=sb[1], weight_sb=sb[2], weight_scale_sb=sb[3],
+                             bias_sb=sb[4], expert_affinities_masked_sb=sb[5], expert_idx=0, out_sb=out_sb,
+                             out_hbm=out, is_first_expert=True, is_last_expert=True, shard_on_I=False)
+        return out
+
+    kwargs = {"act": act, "act_scale": act_sc, "weight": w, "weight_scale": w_sc, "bias": bias, "affinity": aff}
+    return Inputs(kwargs, [want], tol=(2e-2, 2e-2 * np.abs(want).max()), kernel=down_projection_mx_top,
+                  dtypes={"act": "float8_e4m3fn_x4", "weight": "float4_e2m1fn_x4"})
+
+
+CASES.update({
+    "down_projection_mx": Case("core/moe/moe_tkg/down_projection_mx.py", "down_projection_mx", down_projection_mx),
+})
