@@ -471,15 +471,15 @@ CASES: dict[str, Case] = {
 # references dequantize in numpy and multiply; the other 28 rows of each quadrant hold random codes that
 # the kernels must ignore.
 
-def _mx_operand(rng, shape, dtype: str):
+def _mx_operand(rng, shape, dtype: str, lo: int = -3, hi: int = 3):
     """(packed storage of `shape`, scales [shape] uint8 in quadrant layout, dequantized [4*P, ...] float64):
-    random element values and random power-of-two scales 2^-3 .. 2^3."""
+    random element values and random power-of-two scales 2^lo .. 2^hi."""
     from nkicc.simulator import numerics
     p = shape[0]
     elems = rng.standard_normal(tuple(shape[:-1]) + (shape[-1] * 4,)).astype(np.float32)
     packed = numerics.pack(elems, dtype)
     values = numerics.unpack(packed, dtype).astype(np.float64).reshape(tuple(shape) + (4,))
-    codes = rng.integers(124, 131, size=shape).astype(np.uint8)  # every row random: only q*32+r are read
+    codes = rng.integers(127 + lo, 128 + hi, size=shape).astype(np.uint8)  # every row random: only q*32+r are read
     group = np.array([(i // 32) * 32 + (i % 32) // 8 for i in range(p)])
     scale = 2.0 ** (codes[group].astype(np.float64) - 127)
     deq = values * scale[..., None]                                   # [P, ..., F, 4]
@@ -517,6 +517,63 @@ def down_projection_mx(rng, m):
                   dtypes={"act": "float8_e4m3fn_x4", "weight": "float4_e2m1fn_x4"})
 
 
+def _mx_decode(packed, codes, dtype: str) -> np.ndarray:
+    """A kernel's MX output [P, ..., F] (uint storage) and its uint8 scales, compact (one row per
+    8 partitions) -> values [P, ..., F, 4] float64 (lane last)."""
+    from nkicc.simulator import numerics
+    values = numerics.unpack(packed, dtype).astype(np.float64).reshape(packed.shape + (4,))
+    group = np.arange(packed.shape[0]) // 8
+    return values * (2.0 ** (codes[group].astype(np.float64) - 127))[..., None]
+
+
+def _gelu_sigmoid(x):
+    """The sigmoid approximation of GELU, x * sigmoid(1.702 x) (the library's ActFnType.Swish)."""
+    return x / (1.0 + np.exp(-1.702 * x))
+
+
+def gate_up_projection_mx_shard_I(rng, m):
+    """MoE token-generation gate/up projection, LNC=1: act(Wg.T x + bg) * (Wu.T x + bu) for x [H, T]
+    MXFP8 and weights [H, I] MXFP4, re-quantized to MXFP8; act the default Swish (x * sigmoid(1.702 x)). Output element (p, i_tile, t, j) of the
+    [128, I/512, T] x4 result is intermediate row i_tile*512 + j*128 + p."""
+    T, H, I = 4, 512, 512
+    x, x_sc, xv = _mx_operand(rng, (128, H // 512, T), "float8_e4m3fn_x4", -5, -3)
+    wg, wg_sc, g = _mx_operand(rng, (128, H // 512, I), "float4_e2m1fn_x4", -5, -3)
+    wu, wu_sc, u = _mx_operand(rng, (128, H // 512, I), "float4_e2m1fn_x4", -5, -3)
+    bg, bu = _rand(rng, (128, I // 512, 4), BF16), _rand(rng, (128, I // 512, 4), BF16)
+    xs, gs, us = xv.reshape(H, T), g.reshape(H, I), u.reshape(H, I)
+    # bias [p, tile, j] belongs to intermediate row tile*512 + j*128 + p
+    b_rows = lambda b: _f(b).transpose(1, 2, 0).reshape(I)  # noqa: E731
+    inter = _gelu_sigmoid(gs.T @ xs + b_rows(bg)[:, None]) * (us.T @ xs + b_rows(bu)[:, None])   # [I, T]
+    want = inter.reshape(I // 512, 4, 128, T).transpose(2, 0, 3, 1)                    # [128, I/512, T, 4]
+
+    def gate_up_projection_mx_top(x, x_scale, w_gate, w_up, w_gate_scale, w_up_scale, b_gate, b_up):
+        import nki.isa as nisa
+        import nki.language as nl
+        sb = []
+        for a in (x, x_scale, w_gate, w_up, w_gate_scale, w_up_scale, b_gate, b_up):
+            t = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=a)
+            sb.append(t)
+        q_sb, s_sb = m.gate_up_projection_mx_shard_I(*sb)
+        q = nl.ndarray(q_sb.shape, dtype=q_sb.dtype, buffer=nl.shared_hbm)
+        s = nl.ndarray((16,) + tuple(s_sb.shape[1:]), dtype=s_sb.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=q, src=q_sb)
+        for quadrant in range(4):  # the scale rows: 0..3 of each quadrant
+            nisa.dma_copy(dst=s[4 * quadrant:4 * quadrant + 4], src=s_sb[32 * quadrant:32 * quadrant + 4])
+        return q, s
+
+    def check(outs):
+        got = _mx_decode(outs[0], outs[1], "float8_e4m3fn_x4")
+        return compare(got, want, (0.07, 0.02 * np.abs(want).max()))  # bf16 intermediates, then fp8 e4m3
+
+    kwargs = {"x": x, "x_scale": x_sc, "w_gate": wg, "w_up": wu, "w_gate_scale": wg_sc, "w_up_scale": wu_sc,
+              "b_gate": bg, "b_up": bu}
+    return Inputs(kwargs, check=check, kernel=gate_up_projection_mx_top,
+                  dtypes={"x": "float8_e4m3fn_x4", "w_gate": "float4_e2m1fn_x4", "w_up": "float4_e2m1fn_x4"})
+
+
 CASES.update({
+    "gate_up_projection_mx_shard_I": Case("core/moe/moe_tkg/gate_up_projection_mx.py", "gate_up_projection_mx_shard_I",
+                                          gate_up_projection_mx_shard_I),
     "down_projection_mx": Case("core/moe/moe_tkg/down_projection_mx.py", "down_projection_mx", down_projection_mx),
 })
