@@ -82,10 +82,12 @@ def _is_kernel_decorator(node: ast.expr) -> bool:
     return text.split(".")[-1] in ("jit", "_kernel")
 
 
-def discover(nkilib: str, wanted: set[tuple[str, str]]) -> list[Found]:
+def discover(nkilib: str, wanted: set[tuple[str, str]], variants=()) -> list[Found]:
     """Every public kernel of core/ and experimental/: decorated top-level
     functions, plus the (relpath, func) pairs in `wanted` (undecorated entry
-    points that have a case). A module that does not parse is one entry."""
+    points that have a case), plus `variants` (name, relpath, func): cases
+    named "kernel[variant]" that run another configuration of a kernel (its
+    MX path). A module that does not parse is one entry."""
     found: list[Found] = []
     for folder in FOLDERS:
         for dirpath, dirnames, filenames in os.walk(os.path.join(nkilib, folder)):
@@ -112,6 +114,10 @@ def discover(nkilib: str, wanted: set[tuple[str, str]]) -> list[Found]:
     for f in found:  # the same function name in two modules: qualify by the module
         if names[f.name] > 1:
             f.name = f"{f.relpath[:-3].replace(os.sep, '.')}.{f.func or f.name}"
+    for name, rel, func in variants:  # a second configuration of a kernel found above ("qkv_tkg[mx]")
+        base = next((f for f in found if (f.relpath, f.func) == (rel, func)), None)
+        if base is not None:
+            found.insert(found.index(base) + 1, Found(name, rel, func, base.decorated))
     return found
 
 
@@ -473,7 +479,8 @@ def main(argv=None) -> int:
         return 0
     sys.path.insert(0, HERE)
     import conformance_refs as refs
-    kernels = discover(nkilib, {(c.relpath, c.func) for c in refs.CASES.values()})
+    kernels = discover(nkilib, {(c.relpath, c.func) for c in refs.CASES.values()},
+                       [(n, c.relpath, c.func) for n, c in refs.CASES.items() if "[" in n])
     if args.only:
         kernels = [k for k in kernels if k.name in args.only]
         if not kernels:

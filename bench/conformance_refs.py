@@ -572,7 +572,40 @@ def gate_up_projection_mx_shard_I(rng, m):
                   dtypes={"x": "float8_e4m3fn_x4", "w_gate": "float4_e2m1fn_x4", "w_up": "float4_e2m1fn_x4"})
 
 
+def _mx_weight(rng, h: int, cols: int, dtype: str, lo: int = -4, hi: int = -2):
+    """An offline-quantized weight as the library stores it in HBM: data [H/4, cols] (row k*128 + p holds
+    hidden rows k*512 + 4p + lane) and uint8 scales [H/32, cols] (row r // 8 for data row r); returns
+    (data, scales, logical weight [H, cols] float64)."""
+    from nkicc.simulator import numerics
+    elems = rng.standard_normal((h // 4, cols * 4)).astype(np.float32)
+    data = numerics.pack(elems, dtype)
+    codes = rng.integers(127 + lo, 128 + hi, size=(h // 32, cols)).astype(np.uint8)
+    vals = numerics.unpack(data, dtype).astype(np.float64).reshape(h // 4, cols, 4)
+    vals = vals * (2.0 ** (codes.astype(np.float64) - 127))[np.arange(h // 4) // 8][..., None]
+    return data, codes, vals.transpose(0, 2, 1).reshape(h, cols)  # row 4r + lane = k*512 + 4p + lane
+
+
+def _shuffle_4h(x):
+    """[..., H] viewed [..., H/512, 128, 4] -> stored [..., 4, H/512, 128] (is_h_dim_4h_transposed)."""
+    lead, h = x.shape[:-1], x.shape[-1]
+    return np.ascontiguousarray(x.reshape(lead + (h // 512, 128, 4)).transpose(
+        tuple(range(len(lead))) + (len(lead) + 2, len(lead), len(lead) + 1)).reshape(lead + (h,)))
+
+
+def qkv_tkg_mx(rng, m):
+    """qkv_tkg's MX path: RMS norm, the activations quantized to MXFP8 on device, times an MXFP8 weight
+    (offline quantized), [B, S, I] out. Inputs come 4H-shuffled, as the MX path requires."""
+    B, S, H, I = 1, 4, 512, 256
+    x, g = _rand(rng, (B, S, H), BF16), _rand(rng, (1, H), BF16, lo=0.5, hi=1.5)
+    w, w_sc, wv = _mx_weight(rng, H, I, "float8_e4m3fn_x4")
+    want = _rms_norm(x, g, 1e-6) @ wv  # [B, S, I]; the activations' fp8 rounding is in the tolerance
+    kwargs = {"hidden": _shuffle_4h(x), "qkv_w": w, "norm_w": _shuffle_4h(g),
+              "quantization_type": m.QuantizationType.MX, "is_h_dim_4h_transposed": True, "qkv_w_scale": w_sc}
+    return Inputs(kwargs, [want], tol=(0.05, 0.03 * np.abs(want).max()), dtypes={"qkv_w": "float8_e4m3fn_x4"})
+
+
 CASES.update({
+    "qkv_tkg[mx]": Case("core/qkv/qkv_tkg.py", "qkv_tkg", qkv_tkg_mx),
     "gate_up_projection_mx_shard_I": Case("core/moe/moe_tkg/gate_up_projection_mx.py", "gate_up_projection_mx_shard_I",
                                           gate_up_projection_mx_shard_I),
     "down_projection_mx": Case("core/moe/moe_tkg/down_projection_mx.py", "down_projection_mx", down_projection_mx),
