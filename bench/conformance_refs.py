@@ -604,7 +604,20 @@ def qkv_tkg_mx(rng, m):
     return Inputs(kwargs, [want], tol=(0.05, 0.03 * np.abs(want).max()), dtypes={"qkv_w": "float8_e4m3fn_x4"})
 
 
+def qkv_cte_mx(rng, m):
+    """qkv_cte's MX path: bf16 activations transposed and quantized to MXFP8 on device, an MXFP8 weight
+    [H/4, I] with scales [H/32, I], no norm, [B, S, I] out."""
+    B, S, H, I = 1, 128, 512, 256
+    x = _rand(rng, (B, S, H), BF16)
+    w, w_sc, wv = _mx_weight(rng, H, I, "float8_e4m3fn_x4")
+    want = _f(x) @ wv
+    kwargs = {"input": x, "fused_qkv_weights": w, "quantization_type": m.QuantizationType.MX, "qkv_w_scale": w_sc,
+              "weight_layout": m.QKVWeightLayout.MX_CONTIGUOUS}  # packed row r holds hidden rows 4r..4r+3
+    return Inputs(kwargs, [want], tol=(0.05, 0.03 * np.abs(want).max()), dtypes={"fused_qkv_weights": "float8_e4m3fn_x4"})
+
+
 CASES.update({
+    "qkv_cte[mx]": Case("core/qkv/qkv_cte.py", "qkv_cte", qkv_cte_mx),
     "qkv_tkg[mx]": Case("core/qkv/qkv_tkg.py", "qkv_tkg", qkv_tkg_mx),
     "gate_up_projection_mx_shard_I": Case("core/moe/moe_tkg/gate_up_projection_mx.py", "gate_up_projection_mx_shard_I",
                                           gate_up_projection_mx_shard_I),
