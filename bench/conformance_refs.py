@@ -616,7 +616,68 @@ def qkv_cte_mx(rng, m):
     return Inputs(kwargs, [want], tol=(0.05, 0.03 * np.abs(want).max()), dtypes={"fused_qkv_weights": "float8_e4m3fn_x4"})
 
 
+def _scale_rows_out(nl, nisa, s_sb, rows: int = 16):
+    """A top kernel's copy of the scale rows of an SBUF scale tile (rows 0..3 of each quadrant), compact."""
+    s = nl.ndarray((rows,) + tuple(s_sb.shape[1:]), dtype=s_sb.dtype, buffer=nl.shared_hbm)
+    for quadrant in range(rows // 4):
+        nisa.dma_copy(dst=s[4 * quadrant:4 * quadrant + 4], src=s_sb[32 * quadrant:32 * quadrant + 4])
+    return s
+
+
+def _to_hbm(nl, nisa, t):
+    out = nl.ndarray(t.shape, dtype=t.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=t)
+    return out
+
+
+def load_gate_up_weight_scale_bias(rng, m):
+    """The MoE TKG gate/up loader, LNC=1: expert 1's up projection (index 1 of the fused pair) into SBUF,
+    scales spread to rows 0..3 of each quadrant; exact copies."""
+    E, H, I = 2, 1024, 512
+    from nkicc.simulator import numerics
+    w = numerics.random_values(rng, "float4_e2m1fn_x4", (E, 128, 2, H // 512, I))
+    sc = rng.integers(120, 130, size=(E, 16, 2, H // 512, I)).astype(np.uint8)
+    bias = _rand(rng, (E, 128, 2, I // 512, 4), BF16)
+
+    def load_gate_up_top(weight, scale, bias):
+        import nki.isa as nisa
+        import nki.language as nl
+        w_sb, s_sb, b_sb = m.load_gate_up_weight_scale_bias(weight, scale, bias, expert_idx=1, gate_or_up_idx=1,
+                                                              H=H, n_I512_tiles_local=I // 512, I_local=I,
+                                                              I_offset=0)
+        return _to_hbm(nl, nisa, w_sb), _scale_rows_out(nl, nisa, s_sb), _to_hbm(nl, nisa, b_sb)
+
+    return Inputs({"weight": w, "scale": sc, "bias": bias}, [w[1, :, 1], sc[1, :, 1], bias[1, :, 1]], tol=(0, 0),
+                  kernel=load_gate_up_top, dtypes={"weight": "float4_e2m1fn_x4"})
+
+
+def load_broadcast_down_weight_scale_bias(rng, m):
+    """The MoE TKG down-projection loader, LNC=1: expert 0's weight and scales into SBUF (scales to rows
+    0..3 of each quadrant) and its bias broadcast to tile_T rows; exact copies."""
+    E, H, I, T = 2, 512, 1024, 4
+    from nkicc.simulator import numerics
+    w = numerics.random_values(rng, "float8_e4m3fn_x4", (E, 128, I // 512, H))
+    sc = rng.integers(120, 130, size=(E, 16, I // 512, H)).astype(np.uint8)
+    bias = _rand(rng, (E, H), BF16)
+
+    def load_down_top(weight, scale, bias):
+        import nki.isa as nisa
+        import nki.language as nl
+        w_sb, s_sb, b_sb = m.load_broadcast_down_weight_scale_bias(weight, scale, bias, expert_idx=0, H=H,
+                                                                     tile_I=128, n_I512_tiles=I // 512,
+                                                                     tile_offset=0, tile_T=T)
+        return _to_hbm(nl, nisa, w_sb), _scale_rows_out(nl, nisa, s_sb), _to_hbm(nl, nisa, b_sb)
+
+    return Inputs({"weight": w, "scale": sc, "bias": bias}, [w[0], sc[0], np.broadcast_to(bias[0], (T, H))],
+                  tol=(0, 0), kernel=load_down_top, dtypes={"weight": "float8_e4m3fn_x4"})
+
+
 CASES.update({
+    "load_gate_up_weight_scale_bias": Case("core/moe/moe_tkg/gate_up_projection_mx.py",
+                                           "load_gate_up_weight_scale_bias", load_gate_up_weight_scale_bias),
+    "load_broadcast_down_weight_scale_bias": Case("core/moe/moe_tkg/down_projection_mx.py",
+                                                  "load_broadcast_down_weight_scale_bias",
+                                                  load_broadcast_down_weight_scale_bias),
     "qkv_cte[mx]": Case("core/qkv/qkv_cte.py", "qkv_cte", qkv_cte_mx),
     "qkv_tkg[mx]": Case("core/qkv/qkv_tkg.py", "qkv_tkg", qkv_tkg_mx),
     "gate_up_projection_mx_shard_I": Case("core/moe/moe_tkg/gate_up_projection_mx.py", "gate_up_projection_mx_shard_I",
