@@ -672,7 +672,61 @@ def load_broadcast_down_weight_scale_bias(rng, m):
                   tol=(0, 0), kernel=load_down_top, dtypes={"weight": "float8_e4m3fn_x4"})
 
 
+def _moe_mx_weights(rng, E, H, I, dtype):
+    """MoE expert weights as the MX kernels take them, with their logical matrices:
+    gate/up data [E, 128, 2, H/512, I] (element (p, k) lane l: hidden storage column l*H/4 + k*128 + p, the
+    [T, 4, H/512, 128] view of the hidden states), scales [E, 16, 2, H/512, I]; down data [E, 128, I/512, H]
+    (element (p, j) lane l: intermediate column j*512 + l*128 + p, the layout gate/up's PSUM tiles have),
+    scales [E, 16, I/512, H]. Returns (gu, gu_sc, dn, dn_sc, G [E, 2, H, I], D [E, I, H]) float64."""
+    from nkicc.simulator import numerics
+    nh, ni = H // 512, I // 512
+
+    def data_and_logical(shape, group_axis):
+        d = numerics.random_values(rng, dtype, shape)
+        v = numerics.unpack(d, dtype).astype(np.float64).reshape(shape + (4,))
+        sc_shape = list(shape)
+        sc_shape[group_axis] = 16
+        codes = rng.integers(123, 126, size=sc_shape).astype(np.uint8)
+        scale = 2.0 ** (np.take(codes, np.arange(128) // 8, axis=group_axis).astype(np.float64) - 127)
+        return d, codes, v * scale[..., None]
+
+    gu, gu_sc, gv = data_and_logical((E, 128, 2, nh, I), 1)          # gv [E, p, 2, k, I, l]
+    G = gv.transpose(0, 2, 5, 3, 1, 4).reshape(E, 2, H, I)          # hidden column l*H/4 + k*128 + p
+    dn, dn_sc, dv = data_and_logical((E, 128, ni, H), 1)             # dv [E, p, j, H, l]
+    D = dv.transpose(0, 2, 4, 1, 3).reshape(E, I, H)                 # intermediate j*512 + l*128 + p
+    return gu, gu_sc, dn, dn_sc, G, D
+
+
+def blockwise_mm_shard_intermediate_mx(rng, m):
+    """MoE context encoding, blockwise, I sharded on 2 cores: each block of B token slots runs one expert,
+    out[t] = sum over the slots of t of affinity[t, e] * (silu(x G_e) * (x U_e)) D_e (POST_SCALE), MXFP4
+    weights, hidden states and intermediates quantized to MXFP8 on device."""
+    T, H, I, E, B, N = 256, 512, 1024, 2, 256, 2
+    gu, gu_sc, dn, dn_sc, G, D = _moe_mx_weights(rng, E, H, I, "float4_e2m1fn_x4")
+    x = _rand(rng, (T, H), BF16)
+    tpid = np.concatenate([rng.permutation(T) for _ in range(N)]).astype(np.int32)  # every token once per block
+    b2e = np.array([[0], [1]], np.int32)
+    aff = _rand(rng, (T * E, 1), BF16, lo=0.1, hi=1.0)
+    xs = _f(x).astype(np.float64)
+    want = np.zeros((T, H))
+    for blk in range(N):
+        e = int(b2e[blk, 0])
+        inter = (lambda g: g / (1.0 + np.exp(-g)))(xs @ G[e, 0]) * (xs @ G[e, 1])
+        y = inter @ D[e]
+        toks = tpid[blk * B:(blk + 1) * B]
+        want[toks] += _f(aff).reshape(T, E)[toks, e:e + 1] * y[toks]
+    kwargs = {"hidden_states": x, "expert_affinities_masked": aff, "gate_up_proj_weight": gu,
+              "down_proj_weight": dn, "token_position_to_id": tpid, "block_to_expert": b2e,
+              "gate_up_proj_scale": gu_sc, "down_proj_scale": dn_sc, "block_size": B,
+              "expert_affinities_scaling_mode": m.ExpertAffinityScaleMode.POST_SCALE}
+    return Inputs(kwargs, [want], tol=(0.08, 0.04 * np.abs(want).max()), grid=2,
+                  dtypes={"gate_up_proj_weight": "float4_e2m1fn_x4", "down_proj_weight": "float4_e2m1fn_x4"})
+
+
 CASES.update({
+    "blockwise_mm_shard_intermediate_mx": Case("core/moe/moe_cte/bwmm_shard_on_I_mx.py",
+                                               "blockwise_mm_shard_intermediate_mx",
+                                               blockwise_mm_shard_intermediate_mx),
     "load_gate_up_weight_scale_bias": Case("core/moe/moe_tkg/gate_up_projection_mx.py",
                                            "load_gate_up_weight_scale_bias", load_gate_up_weight_scale_bias),
     "load_broadcast_down_weight_scale_bias": Case("core/moe/moe_tkg/down_projection_mx.py",
