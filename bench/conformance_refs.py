@@ -723,7 +723,21 @@ def blockwise_mm_shard_intermediate_mx(rng, m):
                   dtypes={"gate_up_proj_weight": "float4_e2m1fn_x4", "down_proj_weight": "float4_e2m1fn_x4"})
 
 
+def output_projection_cte_mx(rng, m):
+    """output_projection_cte's MX path: bf16 attention [B, N, D, S] quantized to MXFP8 on device (its N*D
+    axis viewed [N*D/512, 128, 4]), an MXFP4 weight [N*D/4, H] (packed row r holds rows 4r..4r+3) with
+    scales [N*D/32, H]; out [B, S, H] in bf16."""
+    B, N, D, S, H = 1, 4, 128, 128, 256
+    a = _rand(rng, (B, N, D, S), BF16)
+    w, w_sc, wv = _mx_weight(rng, N * D, H, "float4_e2m1fn_x4")
+    want = np.einsum("bcs,ch->bsh", _f(a).reshape(B, N * D, S).astype(np.float64), wv)
+    kwargs = {"attention": a, "weight": w, "quantization_type": m.QuantizationType.MX, "weight_scales": w_sc}
+    return Inputs(kwargs, [want], tol=(0.05, 0.03 * np.abs(want).max()), dtypes={"weight": "float4_e2m1fn_x4"})
+
+
 CASES.update({
+    "output_projection_cte[mx]": Case("core/output_projection/output_projection_cte/output_projection_cte.py",
+                                      "output_projection_cte", output_projection_cte_mx),
     "blockwise_mm_shard_intermediate_mx": Case("core/moe/moe_cte/bwmm_shard_on_I_mx.py",
                                                "blockwise_mm_shard_intermediate_mx",
                                                blockwise_mm_shard_intermediate_mx),
