@@ -340,3 +340,42 @@ def test_mx_errors_are_one_line_at_the_call(rng, case, code):
     with pytest.raises(NkiccError) as e:
         nkicc.compile(_bad(case), x)
     check_error(e, code, f"MARK {case}", "test_ops_mx.py")
+
+
+@nkicc.jit
+def quantize_3d(src):
+    """Library-style multi-dimensional free shapes: src [P, A, T, 4] -> dst and scales [P, A, T]."""
+    p, a, t, _ = src.shape
+    q = nl.ndarray((p, a, t), dtype=nl.float8_e5m2_x4, buffer=nl.shared_hbm)
+    s = nl.ndarray((4 * (p // 32), a, t), dtype=nl.uint8, buffer=nl.shared_hbm)
+    x = nl.ndarray(src.shape, dtype=src.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=x, src=src)
+    qt = nl.ndarray((p, a, t), dtype=nl.float8_e5m2_x4, buffer=nl.sbuf)
+    st = nl.ndarray((p, a, t), dtype=nl.uint8, buffer=nl.sbuf)
+    nisa.quantize_mx(dst=qt, src=x, dst_scale=st)
+    nisa.dma_copy(dst=q, src=qt)
+    for quadrant in range(p // 32):  # only rows 0..3 of each quadrant hold scales
+        nisa.dma_copy(dst=s[4 * quadrant:4 * quadrant + 4], src=st[32 * quadrant:32 * quadrant + 4])
+    return q, s
+
+
+@pytest.mark.parametrize("simulator", SIMULATORS)
+def test_quantize_mx_multidimensional_free_shapes(rng, simulator):
+    src = mx_source(rng, 64, 2 * 3 * 4).reshape(64, 2, 3, 4)
+    q, s = simulate(quantize_3d, [src], [src], simulator)
+    elems, exps = oracle_quantize(src.reshape(64, -1).astype(np.float32), "float8_e5m2_x4")
+    np.testing.assert_array_equal(numerics.unpack(q.reshape(64, -1), "float8_e5m2_x4").astype(np.float64), elems)
+    for row, e in exps.items():
+        compact = (row // 32) * 4 + row % 32
+        np.testing.assert_array_equal(s.reshape(8, -1)[compact].astype(np.int64) - 127, e)
+
+
+@pytest.mark.parametrize("simulator", SIMULATORS)
+def test_mx_with_precise_fp_off_equals_precise(rng, monkeypatch, simulator):
+    # packed data holds bits and e8m0/uint8 scales exact powers of two: NKI_PRECISE_FP=0 changes nothing
+    st_src, mv_src = mx_source(rng, 64, 4 * 32), mx_source(rng, 64, 4 * 48)
+    monkeypatch.delenv("NKI_PRECISE_FP", raising=False)
+    (precise,) = simulate(quantize_both_packed_scales, [st_src, mv_src], [st_src, mv_src], simulator)
+    monkeypatch.setenv("NKI_PRECISE_FP", "0")
+    (loose,) = simulate(quantize_both_packed_scales, [st_src, mv_src], [st_src, mv_src], simulator)
+    np.testing.assert_array_equal(loose, precise)
