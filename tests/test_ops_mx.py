@@ -379,3 +379,48 @@ def test_mx_with_precise_fp_off_equals_precise(rng, monkeypatch, simulator):
     monkeypatch.setenv("NKI_PRECISE_FP", "0")
     (loose,) = simulate(quantize_both_packed_scales, [st_src, mv_src], [st_src, mv_src], simulator)
     np.testing.assert_array_equal(loose, precise)
+
+
+@nkicc.jit
+def mx_three_accumulators(st, mv, s_sc, m_sc):
+    """Three PSUM accumulators live together over a K loop: on a small PSUM one must spill."""
+    k_steps, m, n = st.shape[1], st.shape[2], mv.shape[2] // 3
+    out = nl.ndarray((3, m, n), dtype=nl.float32, buffer=nl.shared_hbm)
+    tiles = []
+    for x in (st, mv, s_sc, m_sc):
+        t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        tiles.append(t)
+    accs = [nl.zeros((m, n), dtype=nl.float32, buffer=nl.psum) for _ in range(3)]
+    for k in nl.sequential_range(k_steps):
+        for j in range(3):
+            nisa.nc_matmul_mx(dst=accs[j], stationary=tiles[0][:, k, :], moving=tiles[1][:, k, j * n:(j + 1) * n],
+                              stationary_scale=tiles[2][:, k, :], moving_scale=tiles[3][:, k, j * n:(j + 1) * n],
+                              accumulate=True)
+    for j in range(3):
+        r = nl.ndarray((m, n), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=r, src=accs[j])
+        nisa.dma_copy(dst=out[j], src=r)
+    return out
+
+
+def test_nc_matmul_mx_destination_spills_from_a_small_psum(rng):
+    k, steps, m, n = 64, 2, 32, 256
+    st, mv = mx_operand(rng, k, steps * m, "float8_e4m3fn_x4"), mx_operand(rng, k, steps * 3 * n, "float4_e2m1fn_x4")
+    s_sc, m_sc = random_scales(rng, k, steps * m, "uint8"), random_scales(rng, k, steps * 3 * n, "uint8")
+    shapes = [(k, steps, m), (k, steps, 3 * n), (k, steps, m), (k, steps, 3 * n)]
+    dts = ["float8_e4m3fn_x4", "float4_e2m1fn_x4", "uint8", "uint8"]
+    arrays = [a.reshape(s) for a, s in zip((st, mv, s_sc, m_sc), shapes)]
+    specs = [TensorSpec(s, d) for s, d in zip(shapes, dts)]
+    c = nkicc.compile(mx_three_accumulators, *specs, passes={"plugins": ("tiny_target_plugin",), "target": "tiny-psum"})
+    assert {s["from"] for s in c.report["notes"]["alloc"]["spills"]} == {"psum"}
+    got = c.run(*arrays)
+    want = np.zeros((3, m, n))
+    for step in range(steps):
+        a = oracle_dequant(arrays[0][:, step], scale_values(arrays[2][:, step], "uint8"), dts[0])
+        for j in range(3):
+            cols = slice(j * n, (j + 1) * n)
+            b = oracle_dequant(arrays[1][:, step, cols], scale_values(arrays[3][:, step, cols], "uint8"), dts[1])
+            want[j] += a.T @ b
+    # each step's result is rounded to fp32 in PSUM (or in its SBUF home) before the next adds to it
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6 * np.abs(want).max())
