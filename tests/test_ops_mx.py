@@ -307,6 +307,8 @@ def _bad(case):
             nisa.quantize_mx(dst=q, src=src, dst_scale=sc[0:16])  # MARK scale_rows
         if case == "scale_start":
             nisa.quantize_mx(dst=q, src=src, dst_scale=sc[2:])  # MARK scale_start
+        if case == "scale_overflow":
+            nisa.quantize_mx(dst=q, src=src, dst_scale=sc[:, 2:6])  # MARK scale_overflow
         if case == "scale_free":
             nisa.quantize_mx(dst=q, src=src, dst_scale=sc[:, 0:2])  # MARK scale_free
         if case == "mm_psum":
@@ -332,7 +334,7 @@ def _bad(case):
 
 @pytest.mark.parametrize("case,code", [
     ("src_dtype", "E132"), ("fp4_dst", "E132"), ("partitions", "E130"), ("dst_shape", "E140"),
-    ("scale_rows", "E140"), ("scale_start", "E111"), ("scale_free", "E140"), ("mm_psum", "E131"),
+    ("scale_rows", "E140"), ("scale_start", "E111"), ("scale_overflow", "E101"), ("scale_free", "E140"), ("mm_psum", "E131"),
     ("mm_odd", "E130"), ("mm_dtype", "E132"), ("mm_tile", "E130"),
 ])
 def test_mx_errors_are_one_line_at_the_call(rng, case, code):

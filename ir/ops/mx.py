@@ -89,6 +89,9 @@ def scale_rows(scale, data, what: str) -> list[Access]:
         raise NkiccError("E111", f"{what} starts at partition {start}, row {start % QUADRANT} of its quadrant; "
                                  "MX scales start at row 0, 4, 8 or 12 of a quadrant", None,
                          "slice the scale buffer at a partition offset of 0, 4, 8 or 12")
+    if getattr(scale, "overflow", None):  # the rows are emitted as accesses, past the tracer's own check
+        raise NkiccError("E101", f"{what} runs past the end of its tile: {scale.overflow}", None,
+                         "check the slice bounds of the scale view")
     a = scale.access
     step = a.pattern[0][0]
     return [Access(a.tensor, a.offset + Affine.of(q * QUADRANT * step), ((step, SCALE_ROWS),) + a.pattern[1:],
