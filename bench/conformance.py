@@ -9,6 +9,9 @@ entry points this project writes a case for) runs in its own subprocess with a
 timeout: imported with nkicc behind `nki` and `neuronxcc.nki`, compiled on
 random inputs at a small shape its docstring allows, simulated, and compared
 with a numpy reference written in this project (bench/conformance_refs.py).
+A case named "kernel[variant]" runs another configuration of a kernel (its
+MX path) as a row of its own; a case's `dtypes` gives arguments whose arrays
+hold another dtype's storage (the packed MX `*_x4` types).
 Nothing of the library is copied here; without LIBRARY_DIR the script says so
 and exits 0.
 """
