@@ -338,6 +338,7 @@ def _fmt(x, spec="{:.2f}") -> str:
 def write_report(results: list[Result], out: str, library_dir: str, snapshot: str, command: str,
                  stand_ins: list[str]) -> None:
     status = collections.Counter(r.status for r in results)
+    variants = sum(1 for r in results if "[" in r.name)
     groups = collections.Counter(_group(r.first_error) for r in results if r.status == "error")
     users = collections.defaultdict(list)
     for r in results:
@@ -356,7 +357,9 @@ def write_report(results: list[Result], out: str, library_dir: str, snapshot: st
         "```",
         "",
         f"**{len(results)} kernels: " + ", ".join(f"{status[s]} {s}" for s in ("pass", "mismatch", "error", "not run")
-                                               if status[s]) + ".**",
+                                               if status[s]) + ".**"
+        + (f" ({variants} of the rows are variants, `kernel[mx]`: another configuration of a kernel listed "
+           "above them, its MX path.)" if variants else ""),
         "",
     ]
     projected = [r for r in results if r.projected is not None]
