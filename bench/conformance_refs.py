@@ -735,7 +735,40 @@ def output_projection_cte_mx(rng, m):
     return Inputs(kwargs, [want], tol=(0.05, 0.03 * np.abs(want).max()), dtypes={"weight": "float4_e2m1fn_x4"})
 
 
+def rmsnorm_mx_quantize_tkg(rng, m):
+    """Fused RMS norm + MX quantization (token generation, LNC=2): the normalized hidden [H0, B*S, H1]
+    (hidden column j*128 + p at [p, t, j]) and its MXFP8 form [H0, H/512, B*S], whose element (p, k, t)
+    lane l holds hidden column (l*H/512 + k)*128 + p. Each core does half the tokens; sendrecv swaps."""
+    B, S, H = 1, 4, 1024
+    x, g = _rand(rng, (B, S, H), BF16, lo=-2, hi=2), _rand(rng, (1, H), BF16, lo=0.5, hi=1.5)
+    y = _rms_norm(x, g, 1e-6).reshape(B * S, H)                       # [T, H]
+    T, H1 = B * S, H // 128
+    want_out = y.reshape(T, H1, 128).transpose(2, 0, 1)               # [128, T, H1]
+    want_q = y.reshape(T, 4, H // 512, 128).transpose(3, 2, 0, 1)     # [128, H/512, T, 4]
+
+    def rmsnorm_mx_top(input, gamma):
+        import nki.isa as nisa
+        import nki.language as nl
+        out = nl.ndarray((128, T, H1), dtype=input.dtype, buffer=nl.sbuf)
+        q = nl.ndarray((128, H // 512, T), dtype=nl.float8_e4m3fn_x4, buffer=nl.sbuf)
+        sc = nl.ndarray((128, H // 512, T), dtype=nl.uint8, buffer=nl.sbuf)
+        m.rmsnorm_mx_quantize_tkg(input=input, gamma=gamma, output=out, output_quant=q, output_scale=sc)
+        return _to_hbm(nl, nisa, out), _to_hbm(nl, nisa, q), _scale_rows_out(nl, nisa, sc)
+
+    def check(outs):
+        ok, err, msg = compare(outs[0], want_out, (2e-2, 2e-2))
+        if not ok:
+            return ok, err, "output: " + msg
+        got_q = _mx_decode(outs[1], outs[2], "float8_e4m3fn_x4")
+        ok, err2, msg = compare(got_q, want_q, (0.07, 0.02 * np.abs(want_q).max()))  # fp8 e4m3 of a bf16 value
+        return ok, max(err, err2), ("" if ok else "output_quant: " + msg)
+
+    return Inputs({"input": x, "gamma": g}, check=check, kernel=rmsnorm_mx_top, grid=2)
+
+
 CASES.update({
+    "rmsnorm_mx_quantize_tkg": Case("core/subkernels/rmsnorm_mx_quantize_tkg.py", "rmsnorm_mx_quantize_tkg",
+                                    rmsnorm_mx_quantize_tkg),
     "output_projection_cte[mx]": Case("core/output_projection/output_projection_cte/output_projection_cte.py",
                                       "output_projection_cte", output_projection_cte_mx),
     "blockwise_mm_shard_intermediate_mx": Case("core/moe/moe_cte/bwmm_shard_on_I_mx.py",
