@@ -296,12 +296,55 @@ def dma_statements() -> Table:
 
 # --- output ------------------------------------------------------------------------------------
 
-def markdown(tables: list[Table], command: str, wall: float) -> str:
-    lines = []
+def constants_table() -> str:
+    """Every CostTable constant with its per-target value and the source its
+    comment in ir/ops/costs.py names, and the engine clocks of the Targets."""
+    import dataclasses
+    import inspect
+    import re
+    from nkicc.ir.ops import costs
+    from nkicc.plugins.targets import TRN1, TRN2, TRN3
+    lines = inspect.getsource(costs.CostTable).splitlines()
+    notes, pending = {}, []
+    for line in lines:
+        text = line.strip()
+        if text.startswith("#"):
+            if not text.startswith("# ---"):
+                pending.append(text.lstrip("# "))
+            continue
+        m = re.match(r"(\w+): [^=]+= ", text)
+        if m:
+            notes[m.group(1)] = " ".join(pending) or notes.get(prev, "")
+            prev = m.group(1)
+        elif text and not text.startswith("#"):
+            prev = None
+        if not text.startswith("#"):
+            pending = [] if m or text else pending
+    targets = ("trn1", "trn2", "trn3")
+    out = ["| constant | trn1 | trn2 | trn3 | source |", "|---|---|---|---|---|"]
+    for f in dataclasses.fields(costs.CostTable):
+        if f.name == "name":
+            continue
+        vals = [getattr(costs.COST_TABLES[t], f.name) for t in targets]
+        shown = [f"{v:.4g}" if isinstance(v, float) else str(v) for v in vals]
+        out.append(f"| `{f.name}` | " + " | ".join(shown) + f" | {notes.get(f.name, '').replace('|', '/')} |")
+    for clock in ("pe_ghz", "dve_ghz", "act_ghz", "pool_ghz"):
+        out.append(f"| Target.`{clock}` | " + " | ".join(str(getattr(t, clock)) for t in (TRN1, TRN2, TRN3))
+                   + " | [doc: ARCH1 / ARCH2 / ARCH3, 'Compute Engine Specifications' (Frequency)] |")
+    return "\n".join(out)
+
+
+def markdown(tables: list[Table], plots: str | None = None) -> str:
+    rows = [r for t in tables for r in t.rows]
+    claims = [c for t in tables for c in t.claims]
+    lines = [f"{sum(r.ok for r in rows)} of {len(rows)} published figures reproduced within 15%; "
+             f"{sum(bool(c.ok) for c in claims)} of {len(claims)} published rankings agree.", ""]
     for t in tables:
         lines += [f"### {t.title}", "", f"Published: {t.source}.", "", f"nkicc: {t.setup}.",
-                  "" if t.held_out else "\n*Fitted on this table* (see the constants table).", "",
-                  f"| {t.unit} | published | nkicc | error | within 15% |", "|---|---|---|---|---|"]
+                  "" if t.held_out else "\n**Fitted on this table** (`dma_fixed_ns`, see the constants).", ""]
+        if plots:
+            lines += [f"![{t.title}](img/fidelity_{t.key}.png)", ""]
+        lines += [f"| {t.unit} | published | nkicc | error | within 15% |", "|---|---|---|---|---|"]
         for r in t.rows:
             lines.append(f"| {r.label} | {r.published:.3g} | {r.nkicc:.3g} | {100 * r.error:+.1f}% | "
                          f"{'yes' if r.ok else '**no**'} |")
@@ -312,6 +355,16 @@ def markdown(tables: list[Table], command: str, wall: float) -> str:
             lines += ["", "nkicc's absolute estimates: " + ", ".join(f"{k} {v:,.1f}" for k, v in t.raw.items())]
         lines.append("")
     return "\n".join(lines)
+
+
+def splice(path: str, marker: str, text: str) -> None:
+    """Replace what lies between `<!-- marker -->` and `<!-- /marker -->` in the file."""
+    with open(path) as f:
+        doc = f.read()
+    start, end = f"<!-- {marker} -->", f"<!-- /{marker} -->"
+    a, b = doc.index(start) + len(start), doc.index(end)
+    with open(path, "w") as f:
+        f.write(doc[:a] + "\n" + text + "\n" + doc[b:])
 
 
 def plot(t: Table, folder: str) -> str | None:
@@ -346,22 +399,19 @@ def run_tables(quick: bool) -> list[Table]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smaller shapes (what tests/test_fidelity.py runs)")
-    ap.add_argument("--markdown", help="write the tables to this file")
+    ap.add_argument("--markdown", help="update the generated sections of this file (docs/fidelity.md)")
     ap.add_argument("--plots", help="write one PNG per table into this folder")
     ap.add_argument("--json", help="write the rows to this file")
     args = ap.parse_args()
     t0 = time.perf_counter()
     tables = run_tables(args.quick)
     wall = time.perf_counter() - t0
-    text = markdown(tables, " ".join(sys.argv), wall)
+    text = markdown(tables, args.plots)
     print(text)
-    rows = [r for t in tables for r in t.rows]
-    claims = [c for t in tables for c in t.claims]
-    print(f"{sum(r.ok for r in rows)} of {len(rows)} rows within 15%; {sum(bool(c.ok) for c in claims)} of "
-          f"{len(claims)} rankings agree; {wall:.1f} s")
+    print(f"{wall:.1f} s")
     if args.markdown:
-        with open(args.markdown, "w") as f:
-            f.write(text)
+        splice(args.markdown, "tables", text)
+        splice(args.markdown, "constants", constants_table())
     if args.plots:
         for t in tables:
             plot(t, args.plots)

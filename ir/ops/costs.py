@@ -57,12 +57,14 @@ class CostTable:
     # [doc: ARCH1, "Data movement between HBM and SBUF using DMAs"] 16 DMA engines per NeuronCore
     # (ARCH2 / ARCH3: 128 DMA engines for 8 NeuronCores, "paired with 16x DMA engines")
     dma_engines: int = 16
-    # [doc: ARCH1, same section] each engine drives a peak of 27 GiB/s (bytes/ns)
+    # [doc: ARCH1, same section] each engine drives a peak of 27 GiB/s (bytes/ns); trn2 [assumed] the
+    # same; trn3 [assumed] what lets 16 engines reach its HBM share (no public per-engine figure)
     dma_engine_bytes_per_ns: float = 27 * GIB / 1e9
     # [doc: ARCH1/2/3 device overview] HBM bandwidth of the device / its NeuronCores (bytes/ns per core):
     # the DMA engines of one core share it
     hbm_bytes_per_ns: float = 3000.0 / 8
-    # [fitted: the kernel-optimization tutorial's DMA-active percentages (table "kernel-opt")]
+    # [fitted on the kernel-optimization tutorial's table (bench/fidelity.py "kernel-opt"): of the values
+    # tried (300, 700, 1300, 2000 ns at --quick size) the one that keeps all three of its published rankings; the Mamba tables are held out]
     # the fixed latency of one DMA instruction (descriptor processing, the first bytes in flight)
     dma_fixed_ns: float = 2000.0
     # [doc: ARCH1, "Data movement ..."] a transfer is split into DMA buffers (contiguous chunks); each
