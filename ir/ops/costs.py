@@ -64,7 +64,8 @@ class CostTable:
     # the DMA engines of one core share it
     hbm_bytes_per_ns: float = 3000.0 / 8
     # [fitted on the kernel-optimization tutorial's table (bench/fidelity.py "kernel-opt"): of the values
-    # tried (300, 700, 1300, 2000 ns at --quick size) the one that keeps all three of its published rankings; the Mamba tables are held out]
+    # tried (300, 700, 1300, 2000 ns at --quick size) the one that keeps all three of its published
+    # rankings; the Mamba tables are held out]
     # the fixed latency of one DMA instruction (descriptor processing, the first bytes in flight)
     dma_fixed_ns: float = 2000.0
     # [doc: ARCH1, "Data movement ..."] a transfer is split into DMA buffers (contiguous chunks); each
