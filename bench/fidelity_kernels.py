@@ -114,7 +114,8 @@ def mamba_v3(delta, u, A, B, C):
 def mamba_inputs(batch, channels, seq, states, seed=0):
     rng = np.random.default_rng(seed)
     f = np.float32
-    return (rng.uniform(0.01, 0.2, (batch, channels, seq)).astype(f), rng.standard_normal((batch, channels, seq)).astype(f),
+    return (rng.uniform(0.01, 0.2, (batch, channels, seq)).astype(f),
+            rng.standard_normal((batch, channels, seq)).astype(f),
             -rng.uniform(0.5, 2.0, (channels, states)).astype(f), rng.standard_normal((batch, states, seq)).astype(f),
             rng.standard_normal((batch, states, seq)).astype(f))
 

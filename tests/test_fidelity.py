@@ -5,6 +5,7 @@ xfail: the day one is fixed, this file must be updated)."""
 import os
 import sys
 
+import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
@@ -46,3 +47,14 @@ def test_rankings(tables):
 def test_mamba_v3_faster_at_2048(tables):
     seq = next(t for t in tables if t.key == "mamba-seq")
     assert all(c.ok for c in seq.claims)
+
+
+@pytest.mark.parametrize("name", ["mamba_v1", "mamba_v2", "mamba_v3"])
+def test_bench_mamba_kernels_compute_the_scan(name):
+    """The bench's tutorial kernels are the same computation as numpy's
+    (v3 over two sequence tiles, so the carried scan state is checked)."""
+    import fidelity_kernels as fk
+    import nkicc
+    args = fk.mamba_inputs(1, 128, 2 * fk.SEQ_TILE, 3, seed=7)
+    got = nkicc.simulate(getattr(fk, name))(*args)
+    np.testing.assert_allclose(got, fk.mamba_reference(*args), rtol=2e-4, atol=2e-4)

@@ -328,7 +328,8 @@ def test_cost_table_entries(rng):
     # 128 partition rows of 2 KiB: all 16 engines (capped by the core's HBM share), at the
     # per-buffer efficiency of 2 KiB rows (ir/ops/costs.py, ARCH1 "Data movement ...")
     eff = 2048 / (2048 + t.dma_buffer_overhead_bytes)
-    assert ns == pytest.approx(t.dma_fixed_ns + nbytes / (min(16 * t.dma_engine_bytes_per_ns, t.hbm_bytes_per_ns) * eff))
+    peak = min(16 * t.dma_engine_bytes_per_ns, t.hbm_bytes_per_ns)
+    assert ns == pytest.approx(t.dma_fixed_ns + nbytes / (peak * eff))
 
 
 def test_perfetto_trace(rng, tmp_path):
