@@ -371,21 +371,45 @@ def splice(path: str, marker: str, text: str) -> None:
 
 
 def plot(t: Table, folder: str) -> str | None:
+    """Left: the values, published beside nkicc's (for the Mamba seq_len table, latency against
+    seq_len); right: nkicc / published per row, the 15% band shaded."""
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
         return None
-    fig, ax = plt.subplots(figsize=(7, 0.45 * len(t.rows) + 1.4))
-    y = np.arange(len(t.rows))
-    ax.barh(y - 0.2, [r.published for r in t.rows], 0.4, label="published (hardware)", color="#888")
-    ax.barh(y + 0.2, [r.nkicc for r in t.rows], 0.4, label="nkicc estimate", color="#3b7dd8")
-    ax.set_yticks(y, [r.label for r in t.rows], fontsize=8)
-    ax.invert_yaxis()
-    ax.set_xlabel(t.unit)
-    ax.set_title(t.title, fontsize=10)
-    ax.legend(fontsize=8)
+    rows = [r for r in t.rows if not r.reference]
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 0.42 * len(t.rows) + 1.6),
+                                 gridspec_kw={"width_ratios": [3, 2]})
+    if t.key == "mamba-seq":
+        for variant, style in (("v2", "o"), ("v3", "s")):
+            pts = [(int(r.label.split()[-1]), r) for r in t.rows if r.label.startswith(f"{variant} seq_len")]
+            xs = [x for x, _ in pts]
+            ax.plot(xs, [r.published for _, r in pts], style + "--", color="#888", label=f"{variant} published")
+            ax.plot(xs, [r.nkicc for _, r in pts], style + "-", color="#3b7dd8" if variant == "v3" else "#d8703b",
+                    label=f"{variant} nkicc")
+        ax.set_xlabel("seq_len")
+        ax.set_ylabel(t.unit)
+        ax.legend(fontsize=8)
+    else:
+        y = np.arange(len(t.rows))
+        ax.barh(y - 0.2, [r.published for r in t.rows], 0.4, label="published (hardware)", color="#888")
+        ax.barh(y + 0.2, [r.nkicc for r in t.rows], 0.4, label="nkicc estimate", color="#3b7dd8")
+        ax.set_yticks(y, [r.label for r in t.rows], fontsize=8)
+        ax.invert_yaxis()
+        ax.set_xlabel(t.unit)
+        ax.legend(fontsize=8)
+    y = np.arange(len(rows))
+    bx.axvspan(1 - TOLERANCE, 1 + TOLERANCE, color="#cfe8cf")
+    bx.axvline(1.0, color="#555", lw=0.8)
+    bx.barh(y, [r.nkicc / r.published - 1 for r in rows], 0.6, left=1.0,
+            color=["#3b7dd8" if r.ok else "#d84b3b" for r in rows])
+    bx.set_yticks(y, [r.label for r in rows], fontsize=8)
+    bx.yaxis.tick_right()
+    bx.invert_yaxis()
+    bx.set_xlabel("nkicc / published (green: within 15%)")
+    fig.suptitle(t.title, fontsize=10)
     fig.tight_layout()
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, f"fidelity_{t.key}.png")
