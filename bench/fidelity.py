@@ -331,9 +331,19 @@ def constants_table() -> str:
         vals = [getattr(costs.COST_TABLES[t], f.name) for t in targets]
         shown = [f"{v:.4g}" if isinstance(v, float) else str(v) for v in vals]
         out.append(f"| `{f.name}` | " + " | ".join(shown) + f" | {notes.get(f.name, '').replace('|', '/')} |")
-    for clock in ("pe_ghz", "dve_ghz", "act_ghz", "pool_ghz"):
-        out.append(f"| Target.`{clock}` | " + " | ".join(str(getattr(t, clock)) for t in (TRN1, TRN2, TRN3))
-                   + " | [doc: ARCH1 / ARCH2 / ARCH3, 'Compute Engine Specifications' (Frequency)] |")
+    target_sources = {
+        "pe_ghz": "[doc: ARCH1 / ARCH2 / ARCH3, 'Compute Engine Specifications' (Frequency)]",
+        "dve_ghz": "[doc: same tables]", "act_ghz": "[doc: same tables]", "pool_ghz": "[doc: same tables]",
+        "partitions": "[doc: ARCH1, 'NeuronCore-v2 Compute Engines': SBUF and PSUM have 128 partitions]",
+        "sbuf_partition_bytes": "[doc: ARCH1 24 MiB = 128 x 192 KiB; ARCH2 28 MiB = 128 x 224 KiB; "
+                                "ARCH3 32 MiB = 128 x 256 KiB]",
+        "psum_partition_bytes": "[doc: ARCH1 2 MiB = 128 x 16 KiB; 'remains the same' in ARCH2 / ARCH3]",
+        "psum_bank_bytes": "[doc: ARCH1, 'Tensor Engine': a PSUM bank holds 512 fp32 per partition]",
+        "dma_queues": "[doc: ARCH1 / ARCH2, 16 DMA engines per NeuronCore] (one queue per engine)",
+    }
+    for attr, source in target_sources.items():
+        out.append(f"| Target.`{attr}` | " + " | ".join(str(getattr(t, attr)) for t in (TRN1, TRN2, TRN3))
+                   + f" | {source} |")
     return "\n".join(out)
 
 
@@ -429,7 +439,12 @@ def main() -> None:
     ap.add_argument("--markdown", help="update the generated sections of this file (docs/fidelity.md)")
     ap.add_argument("--plots", help="write one PNG per table into this folder")
     ap.add_argument("--json", help="write the rows to this file")
+    ap.add_argument("--constants-only", action="store_true",
+                    help="only regenerate the constants section of --markdown (runs no kernel)")
     args = ap.parse_args()
+    if args.constants_only:
+        splice(args.markdown, "constants", constants_table())
+        return
     t0 = time.perf_counter()
     tables = run_tables(args.quick)
     wall = time.perf_counter() - t0
