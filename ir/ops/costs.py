@@ -33,7 +33,8 @@ class CostTable:
     # --- every compute instruction ---------------------------------------------------------
     # [doc: ARCH1, "Vector Engine" > "Cost Model"] a static instruction overhead of 100 engine cycles
     fixed_cycles: int = 100
-    # [doc: ARCH1, "Accessing SBUF/PSUM tensors using compute engines" > "Tensor access overhead"] about 60 cycles to start an access
+    # [doc: ARCH1, "Accessing SBUF/PSUM tensors using compute engines" > "Tensor access overhead"]
+    # about 60 cycles to start an access
     onchip_access_cycles: int = 60
     # --- Tensor Engine ----------------------------------------------------------------------
     # [doc: ARCH1, "Tensor Engine" > "Performance Consideration"] max(N, MM_INIT_LATENCY), MM_INIT_LATENCY 64
@@ -72,8 +73,8 @@ class CostTable:
     # costs an overhead, amortized by "4KiB or above" per partition. [assumed] the overhead, as bytes of
     # transfer time: 4 KiB rows then move at 4096 / (4096 + 512) = 89% of peak, 512 B rows at 50%
     dma_buffer_overhead_bytes: int = 512
-    # [doc: ARCH1, "Accessing SBUF/PSUM tensors using compute engines"] a most-minor stride above 16 bytes halves the bandwidth
-    # of an SBUF access; [assumed] the same for a DMA's SBUF side (the guide states it for the engines)
+    # [doc: ARCH1, "Accessing SBUF/PSUM tensors using compute engines"] a most-minor stride above
+    # 16 bytes halves the bandwidth of an SBUF access; [assumed] the same for a DMA's SBUF side (the guide states it for the engines)
     dma_strided_bytes: int = 16
     dma_strided_factor: float = 0.5
     # [doc: ARCH2, "HBM2SBUF DMA transpose" > "Performance Consideration"] up to 90% of a copy's throughput
