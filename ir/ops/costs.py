@@ -74,7 +74,8 @@ class CostTable:
     # transfer time: 4 KiB rows then move at 4096 / (4096 + 512) = 89% of peak, 512 B rows at 50%
     dma_buffer_overhead_bytes: int = 512
     # [doc: ARCH1, "Accessing SBUF/PSUM tensors using compute engines"] a most-minor stride above
-    # 16 bytes halves the bandwidth of an SBUF access; [assumed] the same for a DMA's SBUF side (the guide states it for the engines)
+    # 16 bytes halves the bandwidth of an SBUF access; [assumed] the same for a DMA's SBUF side
+    # (the guide states it for the engines)
     dma_strided_bytes: int = 16
     dma_strided_factor: float = 0.5
     # [doc: ARCH2, "HBM2SBUF DMA transpose" > "Performance Consideration"] up to 90% of a copy's throughput
