@@ -85,44 +85,15 @@ class Table:
 
 # --- running kernels ------------------------------------------------------------------------
 
-def simulate(kernel, args, target, passes=None, names=None, active=False, meta=None) -> dict:
-    """nkicc's estimate: total ns, and with `active` each engine's active
-    percentage as neuron-profile's summary shows it: the share of the kernel's
-    time an instruction of that engine is in flight (for DMA: any queue)."""
+def simulate(kernel, args, target, passes=None, meta=None) -> dict:
+    """nkicc's estimate: total ns, and each engine's active percentage as
+    neuron-profile's summary shows it (the simulation report's active_pct:
+    the share of the kernel's time an instruction of that engine is in
+    flight; for DMA, any queue)."""
     c = nkicc.compile(kernel, *args, passes={"target": target, **(passes or {})}, cache=False, **(meta or {}))
-    if not active:
-        c.run(*args)
-        return {"total_ns": c.report["sim"]["total_ns"]}
-    with tempfile.TemporaryDirectory() as d:
-        path = os.path.join(d, "t.json")
-        c.simulate(dict(zip(names, args)), trace=path)
-        sim = c.report["sim"]
-        assert not sim["trace_capped"], "the trace was capped: DMA activity would be undercounted"
-        # a compute engine runs one instruction at a time: busy / total is its active share
-        out = {f"{e}_active_pct": 100.0 * s["utilisation"] for e, s in sim["engines"].items() if e != "dma"}
-        out["dma_active_pct"] = dma_active_percent(path, sim["total_ns"])
-        return {"total_ns": sim["total_ns"], **out}
-
-
-def dma_active_percent(trace_path: str, total_ns: float) -> float:
-    """Share of the time at least one DMA queue is busy (the union of the
-    trace's DMA spans: queues overlap)."""
-    with open(trace_path) as f:
-        ev = json.load(f)
-    ev = ev["traceEvents"] if isinstance(ev, dict) else ev
-    dma_tids = {e["tid"] for e in ev if e.get("ph") == "M" and e.get("name") == "thread_name"
-                and e["args"]["name"].startswith("DMA")}
-    spans = sorted((e["ts"], e["ts"] + e["dur"]) for e in ev if e.get("ph") == "X" and e["tid"] in dma_tids)
-    busy, lo, hi = 0.0, None, None
-    for s, e in spans:
-        if hi is None or s > hi:
-            busy += 0.0 if hi is None else hi - lo
-            lo, hi = s, e
-        else:
-            hi = max(hi, e)
-    if hi is not None:
-        busy += hi - lo
-    return 100.0 * busy * 1000.0 / total_ns  # trace times are in us
+    c.run(*args)
+    sim = c.report["sim"]
+    return {"total_ns": sim["total_ns"], **{f"{e}_active_pct": s["active_pct"] for e, s in sim["engines"].items()}}
 
 
 # --- the tables ---------------------------------------------------------------------------------
@@ -182,7 +153,7 @@ def mamba_active(quick: bool) -> Table:
         ch = 128
         args = fk.mamba_inputs(1, ch, seq, 16)
         passes = {"disable": ["licm"]} if name == "mamba_v1" else None
-        r = simulate(getattr(fk, name), args, "trn1", passes, names=("delta", "u", "A", "B", "C"), active=True)
+        r = simulate(getattr(fk, name), args, "trn1", passes)
         t.rows.append(Row(f"{name[6:]}, {channels} channels, seq_len {seq}", pub, r["dve_active_pct"], section))
     return t
 
@@ -240,7 +211,7 @@ def kernel_opt(quick: bool) -> Table:
     a = rng.random((k, m), dtype=np.float32)
     b = rng.random((k, n), dtype=np.float32)
     for label, name, meta, pub, section in KOPT_STEPS:
-        r = simulate(getattr(mm, name), (a, b), "trn2", names=("lhsT", "rhs"), active=True, meta=meta)
+        r = simulate(getattr(mm, name), (a, b), "trn2", meta=meta)
         t.raw[f"{name}_us"] = r["total_ns"] / 1e3
         for eng, value in pub.items():
             t.rows.append(Row(f"{label}: {eng}", value, r.get(f"{eng}_active_pct", 0.0), section))
