@@ -167,7 +167,7 @@ def run_case(case: Case, kernel, sim_limit: int, sim_bytes: int, rng) -> dict:
     c.run(*arrays(case, shapes, rng))
     row.update(sim_s=round(time.perf_counter() - t, 1), estimated_ms=c.sim.total_ns * factor / 1e6,
                estimate="full shape" if factor == 1 else f"reduced shape x{factor}",
-               pe_busy=round(c.sim.engines["pe"].utilisation * 100, 1))
+               pe_active_pct=round(c.sim.engines["pe"].active_pct, 1))
     if case.published_ms:
         row["estimate_over_published"] = round(row["estimated_ms"] / case.published_ms, 2)
     return row
