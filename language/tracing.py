@@ -280,7 +280,8 @@ class Builder:
         from ..ir import Kernel
         assert len(self._blocks) == 1
         for name in outputs:
-            self.set_role(name, "output")
+            if self.decls[name].role != "arg":  # a returned argument stays an argument (the caller's array)
+                self.set_role(name, "output")
         return Kernel(self.name, tuple(self.decls.values()), tuple(args), tuple(outputs),
                       Block(tuple(self._blocks[0])), loc)
 
