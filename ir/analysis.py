@@ -6,6 +6,7 @@ from typing import Mapping
 
 from . import ops
 from .nodes import Access, Op, TensorDecl
+from .dtypes import itemsize
 
 
 def engine_of(op: Op, decls: Mapping[str, TensorDecl]) -> str:
@@ -60,7 +61,15 @@ def extent(a: Access, trips: Mapping[str, int], decl: TensorDecl) -> tuple[int, 
             hi += span
         else:
             lo += span
+    if a.dtype is not None and a.dtype != decl.dtype:  # elements of another dtype: the tensor's own they touch
+        ai, ti = itemsize(a.dtype), itemsize(decl.dtype)
+        lo, hi = (lo * ai) // ti, ((hi + 1) * ai - 1) // ti
     return lo, hi
+
+
+def access_dtype(a: Access, decls) -> str:
+    """The dtype an access reads or writes: its own (a reinterpreting view) or its tensor's."""
+    return a.dtype or decls[a.tensor].dtype
 
 
 def overlaps(a: tuple[int, int], b: tuple[int, int]) -> bool:

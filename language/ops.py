@@ -45,7 +45,7 @@ def broadcast_view(t: Tensor, shape: tuple[int, ...], loc) -> Tensor:
         else:
             raise NkiccError("E140", f"cannot broadcast {list(t.shape)} to {list(shape)}", loc)
     a = t.access
-    return Tensor(t.builder, t.decl, Access(a.tensor, a.offset, tuple(out), a.scalar, a.scalar_scale))
+    return Tensor(t.builder, t.decl, Access(a.tensor, a.offset, tuple(out), a.scalar, a.scalar_scale, a.dtype))
 
 
 def _axes(axis, ndim: int, loc) -> tuple[int, ...]:
@@ -89,7 +89,7 @@ def load_transpose2d(src, dtype=None, mask=None, name="", **_hints) -> Tensor:
         raise NkiccError("E140", f"load_transpose2d needs a 2-d source, got {list(src.shape)}", loc)
     a = src.access
     transposed = Tensor(src.builder, src.decl, Access(a.tensor, a.offset, (a.pattern[1], a.pattern[0]),
-                                                      a.scalar, a.scalar_scale))
+                                                      a.scalar, a.scalar_scale, a.dtype))
     out = new_tensor(transposed.shape, dtype or src.dtype, "sbuf", name, loc)
     isa.dma_copy(out, transposed)
     return out
@@ -364,4 +364,4 @@ def expand_dims(x, axis, **_hints) -> Tensor:
         raise NkiccError("E103", f"expand_dims axis {axis} out of range for {list(x.shape)}", loc)
     pattern.insert(axis, (0, 1))
     a = x.access
-    return Tensor(x.builder, x.decl, Access(a.tensor, a.offset, tuple(pattern), a.scalar, a.scalar_scale))
+    return Tensor(x.builder, x.decl, Access(a.tensor, a.offset, tuple(pattern), a.scalar, a.scalar_scale, a.dtype))

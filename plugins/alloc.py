@@ -190,6 +190,8 @@ def _around(op: Op, name: str, dtype: str, temps, counter) -> list:
     store the views it writes back."""
     if any(a.scalar is not None and a.scalar.tensor == name for a in op.outs + op.ins if isinstance(a, Access)):
         raise NkiccError("E900", f"cannot spill {name}: it is used as a runtime offset", op.loc)
+    if any(a.tensor == name and a.dtype is not None for a in op.outs + op.ins if isinstance(a, Access)):
+        raise _CannotSpill()  # its bytes are read as another dtype: a temp of its own dtype would not hold them
     before, after = [], []
     mapping: dict[Access, Access] = {}
     for a in op.outs + tuple(x for x in op.ins if isinstance(x, Access)):
@@ -209,7 +211,7 @@ def _around(op: Op, name: str, dtype: str, temps, counter) -> list:
 def _memset_home(op: Op, home: TensorDecl, temps, counter) -> list:
     """memset of a spilled tensor: fill a small tile once, DMA it over the home."""
     a = op.outs[0]
-    if a.pattern != row_major(a.shape) or len(a.pattern) < 2:
+    if a.pattern != row_major(a.shape) or len(a.pattern) < 2 or a.dtype is not None:
         raise _CannotSpill()  # not whole rows in order
     parts = a.pattern[0][1]
     free = a.count // parts
@@ -259,7 +261,7 @@ def _psum_spill(kernel, name: str):
                     out.append(Op("tensor_copy", (s.outs[0],), (full,), (), s.loc))
             else:
                 if isinstance(s, Op) and any(a.tensor == name for a in s.outs):
-                    full_cover = s.outs[0].count == decls[name].size
+                    full_cover = s.outs[0].count == decls[name].size and s.outs[0].dtype is None
                     seen_write[0] = seen_write[0] or full_cover
                 out.append(s)
         return Block(tuple(out))

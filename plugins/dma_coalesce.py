@@ -23,7 +23,7 @@ MAX_MERGED_BYTES = 64 * 1024
 
 
 def _small(a: Access, decls) -> bool:
-    return a.count * itemsize(decls[a.tensor].dtype) <= MAX_MERGED_BYTES
+    return a.count * itemsize(a.dtype or decls[a.tensor].dtype) <= MAX_MERGED_BYTES
 
 
 def _insert_at(src: Access, dst: Access, decls) -> int | None:
@@ -34,7 +34,7 @@ def _insert_at(src: Access, dst: Access, decls) -> int | None:
 
 def _with_pair(a: Access, at: int, step: int, count: int, offset: Affine) -> Access:
     pattern = a.pattern[:at] + ((step, count),) + a.pattern[at:]
-    return Access(a.tensor, offset, pattern, a.scalar, a.scalar_scale)
+    return Access(a.tensor, offset, pattern, a.scalar, a.scalar_scale, a.dtype)
 
 
 def _mergeable(op: Op) -> bool:

@@ -78,7 +78,7 @@ def _copy(block: Block, var: str, repl: Affine, tensors: dict[str, str], suffix:
         if not isinstance(a, Access):
             return a
         offset = a.offset.substitute(var, repl).rename(inner)
-        return Access(tensors.get(a.tensor, a.tensor), offset, a.pattern, a.scalar, a.scalar_scale)
+        return Access(tensors.get(a.tensor, a.tensor), offset, a.pattern, a.scalar, a.scalar_scale, a.dtype)
 
     def walk(b: Block) -> Block:
         out = []

@@ -30,7 +30,7 @@ def normalize_pattern(pattern, keep_first: bool):
 
 def _normal_access(a: Access, decls) -> Access:
     pattern = normalize_pattern(a.pattern, keep_first=decls[a.tensor].on_chip)
-    return Access(a.tensor, a.offset, pattern, a.scalar, a.scalar_scale)
+    return Access(a.tensor, a.offset, pattern, a.scalar, a.scalar_scale, a.dtype)
 
 
 def _simplify_op(op: Op, decls):

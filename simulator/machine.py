@@ -197,6 +197,7 @@ class MachineSimulator:
             [-(-dtypes.storage(d.dtype, False).itemsize // dtypes.itemsize(d.dtype))
              for d in self.decls.values() if d.on_chip] + [1])
         self.tensors = {name: _Tensor(d, self.precise, self.scale) for name, d in self.decls.items()}
+        self._retypes: dict[tuple[str, str], _Tensor] = {}  # (name, dtype): a tensor read as another dtype
         self.env: dict[str, int] = {}
         self.executed = 0
         self.plans: list[_Plan] = []
@@ -299,15 +300,32 @@ class MachineSimulator:
             return False
         size = self.decls[name].size
         for a in writes(op):
-            if (a.tensor == name and a.scalar is None and a.offset.is_const and a.count == size
+            if (a.tensor == name and a.scalar is None and a.dtype is None and a.offset.is_const and a.count == size
                     and injective(a.pattern)  # count distinct elements from 0 to size - 1: all of them
                     and a.offset.const + sum(s * (n - 1) for s, n in a.pattern if s < 0) == 0
                     and a.offset.const + sum(s * (n - 1) for s, n in a.pattern if s > 0) == size - 1):
                 return True
         return False
 
-    def _acc(self, a: Access) -> _Acc:
+    def _retyped(self, t: _Tensor, dtype: str, op: Op | None) -> _Tensor:
+        """Tensor `t` seen as `dtype` (a reinterpreting view): the same bytes, its
+        last dimension holding as many elements of `dtype` as they make."""
+        v = self._retypes.get((t.name, dtype))
+        if v is None:
+            if not self.precise:
+                raise NkiccError("E160", f"{t.decl.described()} is read as {dtype}: reinterpreting bytes needs each "
+                                         "dtype held as itself", op.loc if op else None,
+                                 "run with NKI_PRECISE_FP=1 (the default)")
+            d = t.decl
+            shape = d.shape[:-1] + (d.shape[-1] * dtypes.itemsize(d.dtype) // dtypes.itemsize(dtype),)
+            v = self._retypes[(t.name, dtype)] = _Tensor(TensorDecl(d.name, shape, dtype, d.buffer, d.role, d.loc,
+                                                                    d.address), True, self.scale)
+        return v
+
+    def _acc(self, a: Access, op: Op | None = None) -> _Acc:
         t = self.tensors[a.tensor]
+        if a.dtype is not None:
+            t = self._retyped(t, a.dtype, op)
         acc = _Acc(a, t, self._pb(t))
         self._all_accs.append(acc)
         if self.timing:  # hazard checks need to know whether the access is a dense box
@@ -343,7 +361,7 @@ class MachineSimulator:
         def get(a: Access) -> _Acc:
             acc = by_id.get(id(a))
             if acc is None:
-                acc = by_id[id(a)] = self._acc(a)
+                acc = by_id[id(a)] = self._acc(a, op)
                 accs.append(acc)
             return acc
 
@@ -416,6 +434,13 @@ class MachineSimulator:
             self.hbm[t.name] = arr
             t.footprint = arr
             self._mv["hbm:" + t.name] = memoryview(arr.view(np.uint8))  # bytes: ml_dtypes export no buffer
+        for v in self._retypes.values():  # the same bytes as another dtype
+            base = self.tensors[v.name]
+            if v.onchip:
+                v.footprint = np.ndarray((v.P, v.F), v.dtype, self._mv[v.decl.buffer], v.address, (self._pb(v), v.item))
+                v.mask_footprint = base.mask_footprint  # (bytes: the same for every dtype)
+            else:
+                v.footprint = base.footprint.view(v.dtype)
 
     def _alloc(self, t: _Tensor) -> None:
         if t.name in self._shared:

@@ -162,7 +162,7 @@ class ReferenceMachine:
                 hi += step * (num - 1)
             else:
                 lo += step * (num - 1)
-        size = self.decls[a.tensor].size
+        size = self.flat(a).size
         if read and lo >= 0 and self.decls[a.tensor].on_chip:
             return start  # reading past a tile's end: see view()
         if lo < 0 or hi >= size:
@@ -171,8 +171,44 @@ class ReferenceMachine:
                              "the runtime scalar offset is out of range: check how it is updated")
         return start
 
-    def view(self, a: Access, op: Op) -> np.ndarray:
+    def flat(self, a: Access) -> np.ndarray:
+        """The tensor's memory as the flat array the access indexes: its bytes
+        as another dtype for a reinterpreting view (precise storage only)."""
         flat = self.memory[a.tensor]
+        if a.dtype is None:
+            return flat
+        if not self.precise:
+            raise NkiccError("E160", f"{a.tensor} is read as {a.dtype}: reinterpreting bytes needs each dtype held "
+                                     "as itself", None, "run with NKI_PRECISE_FP=1 (the default)")
+        return flat.view(dtypes.storage(a.dtype, True))
+
+    def _mask(self, mask: np.ndarray, a: Access, start: int) -> np.ndarray:
+        """The written-mask elements of an access, shaped like it. A reinterpreting
+        access sees the mask of the tensor's first element under each of its own
+        (a strided view when it is one, else a copy: see _set_mask)."""
+        if a.dtype is None:
+            return strided(mask, start, a.pattern)
+        return mask[self._base_index(a, start)]
+
+    def _set_mask(self, mask: np.ndarray, a: Access, start: int) -> None:
+        if a.dtype is None:
+            strided(mask, start, a.pattern)[...] = True
+            return
+        ai, ti = dtypes.itemsize(a.dtype), dtypes.itemsize(self.decls[a.tensor].dtype)
+        first = self._base_index(a, start)
+        for k in range(max(1, ai // ti)):  # every element of the tensor the bytes cover
+            mask[np.minimum(first + k, mask.size - 1)] = True
+
+    def _base_index(self, a: Access, start: int) -> np.ndarray:
+        idx = np.full(tuple(n for _, n in a.pattern), start, dtype=np.int64)
+        for axis, (s, n) in enumerate(a.pattern):
+            shape = [1] * len(a.pattern)
+            shape[axis] = n
+            idx = idx + (np.arange(n, dtype=np.int64) * s).reshape(shape)
+        return idx * dtypes.itemsize(a.dtype) // dtypes.itemsize(self.decls[a.tensor].dtype)
+
+    def view(self, a: Access, op: Op) -> np.ndarray:
+        flat = self.flat(a)
         start = self.start(a, op, read=True)
         end = start + sum(s * (n - 1) for s, n in a.pattern) + 1
         if self.defined is not None and a.tensor in self.defined:
@@ -186,6 +222,10 @@ class ReferenceMachine:
 
     def _check_defined(self, a: Access, op: Op, start: int, end: int) -> None:
         mask = self.defined[a.tensor]
+        if a.dtype is not None:
+            if not self._mask(mask, a, start).all():
+                self._undefined(op, a.tensor, False)
+            return
         if end > mask.size:
             self._undefined(op, a.tensor, True)
             mask = np.concatenate([mask[start:], np.ones(end - mask.size, dtype=bool)])
@@ -216,15 +256,16 @@ class ReferenceMachine:
                 print(self.prints[-1])
         for index, values in results:
             dst_access = op.outs[index]
-            dst = strided(self.memory[dst_access.tensor], self.start(dst_access, op), dst_access.pattern)
+            start = self.start(dst_access, op)
+            dst = strided(self.flat(dst_access), start, dst_access.pattern)
             if self.defined is not None and dst_access.tensor in self.defined:
-                strided(self.defined[dst_access.tensor], self.start(dst_access, op), dst_access.pattern)[...] = True
+                self._set_mask(self.defined[dst_access.tensor], dst_access, start)
             mask = self.written.get(dst_access.tensor)
             if mask is not None:
-                wmask = strided(mask, self.start(dst_access, op), dst_access.pattern)
+                wmask = self._mask(mask, dst_access, start)
                 if ops.of(op).accumulates(op):
                     values = self._accumulate(op.attr("accumulate"), dst, wmask, values)
-                wmask[...] = True
+                self._set_mask(mask, dst_access, start)
             if np.ndim(values) == 0:
                 semantics.store(dst, np.full(dst.shape, values))
             else:

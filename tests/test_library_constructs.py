@@ -90,3 +90,76 @@ def test_returning_part_of_an_argument_is_one_line(rng):
     with pytest.raises(nkicc.NkiccError) as e:
         part(rand(rng, (16, 16)), np.zeros((16, 16), np.float32))
     check_error(e, "E104", "# PART", "test_library_constructs.py")
+
+
+# --- .ap(dtype=) and view(dtype): the same bytes as another dtype ---------------------------
+
+fp8 = nl.float8_e4m3
+
+
+def _bits(x) -> np.ndarray:
+    return np.asarray(x).view(np.uint8)
+
+
+@pytest.mark.parametrize("simulator", ["machine", "reference"])
+def test_ap_dtype_reads_sbuf_bytes_as_fp8(rng, simulator):
+    """As rmsnorm_quant stores a float32 scale per row into an fp8 output: the
+    row's 4 bytes read as 4 fp8 elements."""
+    import ml_dtypes
+
+    def scales_as_fp8(x):
+        P = x.shape[0]
+        t = nl.ndarray((P, 2), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        out = nl.ndarray((P, 8), dtype=fp8, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=t.ap(pattern=[[8, P], [1, 8]], dtype=fp8))
+        return out
+
+    x = rand(rng, (64, 2))
+    ck = nkicc.compile(scales_as_fp8, x)
+    ck.simulator = simulator
+    got = ck.run(x)
+    want = x.view(np.dtype(ml_dtypes.float8_e4m3))
+    np.testing.assert_array_equal(_bits(got), _bits(want))
+
+
+@pytest.mark.parametrize("simulator", ["machine", "reference"])
+def test_view_dtype_in_both_directions(rng, simulator):
+    """view(int32) of a float32 HBM tensor (same width), view(bfloat16) of an SBUF
+    tile (narrower) written through, and view(float32) of that back (wider)."""
+    import ml_dtypes
+    bf16 = np.dtype(ml_dtypes.bfloat16)
+
+    def views(x, y):
+        bits = nl.ndarray(x.shape, dtype=nl.int32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=bits, src=x.view(nl.int32))          # HBM -> HBM, read as int32
+        t = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t.view(nl.bfloat16), src=y)           # write bf16 pairs into float32 storage
+        back = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=back, src=t)
+        halves = nl.ndarray((y.shape[0], 6), dtype=nl.bfloat16, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=halves, src=t.view(nl.bfloat16)[:, 1:y.shape[1]:2])  # odd halves: strided
+        return bits, back, halves
+
+    x = rand(rng, (32, 6))
+    y = rand(rng, (32, 12)).astype(bf16)
+    ck = nkicc.compile(views, x, y)
+    ck.simulator = simulator
+    bits, back, halves = ck.run(x, y)
+    np.testing.assert_array_equal(bits, x.view(np.int32))
+    np.testing.assert_array_equal(_bits(back), _bits(np.ascontiguousarray(y).view(np.float32)))
+    np.testing.assert_array_equal(_bits(halves), _bits(np.ascontiguousarray(y[:, 1::2])))
+
+
+def test_reinterpreting_a_row_that_does_not_split_is_one_line(rng):
+    def odd(x):
+        t = nl.ndarray((16, 3), dtype=nl.bfloat16, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        out = nl.ndarray((16, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=t.view(nl.float32))  # ODD
+        return out
+
+    import ml_dtypes
+    with pytest.raises(nkicc.NkiccError) as e:
+        nkicc.compile(odd, rand(rng, (16, 3)).astype(ml_dtypes.bfloat16))
+    check_error(e, "E140", "# ODD", "test_library_constructs.py")

@@ -77,7 +77,7 @@ def group_of(op: Op, rank: int, size: int) -> tuple[int, ...]:
 
 
 def _bytes(op: Op, decls) -> int:
-    return sum(a.count * dtypes.itemsize(decls[a.tensor].dtype) for a in op.outs)
+    return sum(a.count * dtypes.itemsize(a.dtype or decls[a.tensor].dtype) for a in op.outs)
 
 
 def _ring_ns(factor):

@@ -41,7 +41,8 @@ def _minor_stride_bytes(a: Access, item: int) -> int:
 
 def _bytes(op: Op, decls) -> int:
     dst, src = op.outs[0], op.ins[0]
-    return max(dst.count * dtypes.itemsize(decls[dst.tensor].dtype), src.count * dtypes.itemsize(decls[src.tensor].dtype))
+    return max(dst.count * dtypes.itemsize(dst.dtype or decls[dst.tensor].dtype),
+               src.count * dtypes.itemsize(src.dtype or decls[src.tensor].dtype))
 
 
 def _transfer_ns(op: Op, ctx: CostContext) -> float:
@@ -50,7 +51,7 @@ def _transfer_ns(op: Op, ctx: CostContext) -> float:
     t, decls = ctx.table, ctx.decls
     dst, src = op.outs[0], op.ins[0]
     ddecl, sdecl = decls[dst.tensor], decls[src.tensor]
-    ditem, sitem = dtypes.itemsize(ddecl.dtype), dtypes.itemsize(sdecl.dtype)
+    ditem, sitem = dtypes.itemsize(dst.dtype or ddecl.dtype), dtypes.itemsize(src.dtype or sdecl.dtype)
     bw = t.dma_bytes_per_ns or ctx.target.dma_bytes_per_ns
     if max(_minor_stride_bytes(dst, ditem), _minor_stride_bytes(src, sitem)) > t.dma_strided_bytes:
         bw *= t.dma_strided_factor
@@ -163,7 +164,7 @@ def _dma_compute(op: Op, read):
 
 
 def _compute_bytes(op: Op, decls) -> int:
-    return sum(a.count * dtypes.itemsize(decls[a.tensor].dtype) for a in op.outs + op.ins if isinstance(a, Access))
+    return sum(a.count * dtypes.itemsize(a.dtype or decls[a.tensor].dtype) for a in op.outs + op.ins if isinstance(a, Access))
 
 
 def _compute_ns(op: Op, ctx: CostContext) -> float:
