@@ -9,6 +9,7 @@ from ..ir import Access, Affine, NkiccError, ScalarOffset, TensorDecl
 from ..ir.analysis import extent
 from ..ir.ops import TensorOperand
 from . import dtypes, views
+from .operators import TileOperators
 from .tracing import Builder, SymInt, as_affine, current_builder, user_loc
 
 
@@ -37,7 +38,7 @@ def ds(start, size) -> DynSlice:
     return DynSlice(start, size.const)
 
 
-class NkiTensor(TensorOperand):
+class NkiTensor(TileOperators, TensorOperand):
     """A kernel-visible tensor or a zero-copy view of one (`nl.NkiTensor`).
     Every view (slice, permute, reshape, select, `.ap`, ...) is the same base
     tensor with another `Access`; the shape algebra is in views.py."""

@@ -163,3 +163,100 @@ def test_reinterpreting_a_row_that_does_not_split_is_one_line(rng):
     with pytest.raises(nkicc.NkiccError) as e:
         nkicc.compile(odd, rand(rng, (16, 3)).astype(ml_dtypes.bfloat16))
     check_error(e, "E140", "# ODD", "test_library_constructs.py")
+
+
+# --- tile arithmetic operators -----------------------------------------------------------------
+
+def _load(x):
+    t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    return t
+
+
+def _store(t):
+    out = nl.ndarray(t.shape, dtype=t.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=t)
+    return out
+
+
+def test_binary_operators_on_two_tiles_and_with_numbers(rng):
+    def arith(a, b, row):
+        x, y, r = _load(a), _load(b), _load(row)
+        return tuple(_store(t) for t in (x + y, x - y, x * y, x / y, x + r, 2.5 - x, x * 3.0, 1.0 / y, -x,
+                                         x - 0.5, 3 + x, abs(x)))
+
+    a, b = rand(rng, (64, 32)), rand(rng, (64, 32), lo=0.5, hi=2.0)
+    row = rand(rng, (64, 1))
+    got = nkicc.compile(arith, a, b, row).run(a, b, row)
+    want = (a + b, a - b, a * b, a / b, a + row, 2.5 - a, a * 3.0, 1.0 / b, -a, a - 0.5, 3 + a, np.abs(a))
+    for g, w in zip(got, want):
+        close(g, w)
+
+
+def test_comparisons_give_0_1_tiles(rng):
+    def cmp(a, b):
+        x, y = _load(a), _load(b)
+        return tuple(_store(t) for t in (x < y, x <= y, x > 0.0, x >= y, x == y, x != y, 0.25 < x))
+
+    a = rng.integers(-3, 4, size=(32, 16)).astype(np.float32)
+    b = rng.integers(-3, 4, size=(32, 16)).astype(np.float32)
+    got = nkicc.compile(cmp, a, b).run(a, b)
+    want = (a < b, a <= b, a > 0.0, a >= b, a == b, a != b, 0.25 < a)
+    for g, w in zip(got, want):
+        close(g, w.astype(np.float32))
+
+
+def test_in_place_accumulation_in_a_rolled_loop(rng):
+    """acc += x keeps acc's storage: the sum over a loop's iterations (a Python
+    rebinding would keep only the last one in a rolled loop)."""
+    def acc_rows(a):
+        n = a.shape[0] // 32
+        acc = nl.ndarray((32, a.shape[1]), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.memset(dst=acc, value=0.0)
+        for i in nl.sequential_range(n):
+            t = nl.ndarray((32, a.shape[1]), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=a[i * 32:(i + 1) * 32, :])
+            acc += t
+            acc *= 0.5
+        acc -= 1.0
+        return _store(acc)
+
+    a = rand(rng, (128, 24))
+    want = np.zeros((32, 24), np.float32)
+    for i in range(4):
+        want = (want + a[i * 32:(i + 1) * 32]) * 0.5
+    close(nkicc.compile(acc_rows, a).run(a), want - 1.0)
+
+
+def test_optional_argument_checks_keep_python_comparison(rng):
+    """`t != None` / `t == None` stay Python booleans; tensors stay hashable."""
+    def opt(a, b=None):
+        assert a != None and not (a == None)  # noqa: E711 - as library kernels write it
+        assert b == None  # noqa: E711
+        x = _load(a)
+        assert len({x, x}) == 1
+        return _store(x + x)
+
+    a = rand(rng, (8, 8))
+    close(nkicc.compile(opt, a).run(a), a + a)
+
+
+def test_operator_mistakes_are_one_line(rng):
+    def hbm_acc(a):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=a)
+        out += 1.0  # HBM_ACC
+        return out
+
+    with pytest.raises(nkicc.NkiccError) as e:
+        nkicc.compile(hbm_acc, rand(rng, (8, 8)))
+    check_error(e, "E120", "# HBM_ACC", "test_library_constructs.py")
+
+    def bad_shape(a, b):
+        x, y = _load(a), _load(b)
+        x += y  # BAD_SHAPE
+        return _store(x)
+
+    with pytest.raises(nkicc.NkiccError) as e:
+        nkicc.compile(bad_shape, rand(rng, (8, 1)), rand(rng, (8, 4)))
+    check_error(e, "E140", "# BAD_SHAPE", "test_library_constructs.py")

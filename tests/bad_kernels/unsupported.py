@@ -59,14 +59,6 @@ def activation_with_a_numpy_function(a: "float32[128,64]"):
 
 
 @nkicc.jit
-def reinterpreting_dtype(a: "float32[128,64]"):
-    out = nl.ndarray((128, 128), dtype=nl.bfloat16, buffer=nl.shared_hbm)
-    t = nl.load(a.ap([[64, 128], [1, 64]], dtype=nl.bfloat16))  # EXPECT: E160
-    nl.store(out, value=t)
-    return out
-
-
-@nkicc.jit
 def unknown_buffer(a: "float32[128,64]"):
     out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
     t = nl.ndarray(a.shape, dtype=a.dtype, buffer="l2cache")  # EXPECT: E160
