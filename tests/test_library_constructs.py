@@ -260,3 +260,29 @@ def test_operator_mistakes_are_one_line(rng):
     with pytest.raises(nkicc.NkiccError) as e:
         nkicc.compile(bad_shape, rand(rng, (8, 1)), rand(rng, (8, 4)))
     check_error(e, "E140", "# BAD_SHAPE", "test_library_constructs.py")
+
+
+# --- str() of dtypes -------------------------------------------------------------------------
+
+def test_str_of_dtypes_is_the_plain_name(rng):
+    """Kernels compare str(dtype): `str(t.dtype) == str(nl.bfloat16)`,
+    `getattr(nl, str(t.dtype))`, `str(dtype) == "int32"`."""
+    import ml_dtypes
+    for d, name in [(nl.float32, "float32"), (nl.bfloat16, "bfloat16"), (nl.float8_e4m3, "float8_e4m3"),
+                    (nl.float8_e5m2, "float8_e5m2"), (nl.int32, "int32"), (nl.uint8, "uint8"), (nl.bool_, "bool"),
+                    (nl.float16, "float16"), (nl.float8_e4m3fn_x4, "float8_e4m3fn_x4")]:
+        assert str(d) == name
+        assert str(getattr(nl, name if name != "bool" else "bool_")) == name
+    assert nl.float32 == np.float32 and nl.bfloat16 == ml_dtypes.bfloat16  # still equal to the scalar types
+    assert {nl.float32: 1}[np.zeros(1, np.float32).dtype] == 1             # and hash like a numpy array's dtype
+
+    def by_name(a, b):
+        assert str(a.dtype) == str(nl.bfloat16) and str(b.dtype) == "float32"
+        wide = getattr(nl, str(b.dtype))
+        t = nl.ndarray(a.shape, dtype=wide, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=a)
+        return _store(t)
+
+    a = rand(rng, (16, 8)).astype(ml_dtypes.bfloat16)
+    b = rand(rng, (16, 8))
+    close(nkicc.compile(by_name, a, b).run(a, b), a.astype(np.float32))
