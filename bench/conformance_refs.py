@@ -425,6 +425,35 @@ def cross_entropy_backward(rng, m):
                    "inplace": False}, [grad / P], tol=(1e-3, 1e-5))
 
 
+def attention_bwd(rng, m):
+    """Flash attention's backward pass, written from its documented algorithm:
+    P = softmax(scale * Q^T K) (from the forward's log-sum-exp), dV = P^T dY,
+    dS = P * (dY^T V - rowsum(dY * O)), dQ = scale * dS K, dK = scale * dS^T Q.
+    Two query heads share one key/value head (GQA): dK, dV sum over both."""
+    bs, nh, nkv, d, S, tile = 1, 2, 1, 64, 256, 128
+    q, o_, dy = _rand(rng, (bs, nh, d, S)), np.zeros((bs, nh, d, S), F32), _rand(rng, (bs, nh, d, S))
+    k, v = _rand(rng, (bs, nkv, d, S)), _rand(rng, (bs, nkv, d, S))
+    scale = 1.0 / np.sqrt(d)
+    dq, dk, dv = np.zeros(q.shape), np.zeros(k.shape), np.zeros(v.shape)
+    lse_in = np.zeros((bs, nh, tile, S // tile), F32)  # lse[b, h, p, t]: query t * tile + p
+    for b in range(bs):
+        for h in range(nh):
+            g = h // (nh // nkv)
+            Q, K, V, dY = _f(q[b, h]), _f(k[b, g]), _f(v[b, g]), _f(dy[b, h])  # [d, S] each
+            s_ = scale * Q.T @ K                                                # [Sq, Sk]
+            top = s_.max(axis=1)
+            lse = np.log(np.exp(s_ - top[:, None]).sum(axis=1)) + top
+            p = np.exp(s_ - lse[:, None])
+            o = V @ p.T                                                         # [d, Sq]
+            ds = p * (dY.T @ V - (dY * o).sum(axis=0)[:, None])
+            o_[b, h] = o
+            dq[b, h] = scale * K @ ds.T
+            dk[b, g] += scale * Q @ ds
+            dv[b, g] += dY @ p
+            lse_in[b, h] = lse.reshape(S // tile, tile).T
+    return Inputs({"q_ref": q, "k_ref": k, "v_ref": v, "o_ref": o_, "dy_ref": dy, "lse_ref": lse_in},
+                  [dq, dk, dv], tol=(2e-3, 2e-3))
+
 CASES: dict[str, Case] = {
     "cumsum": Case("core/cumsum/cumsum.py", "cumsum", cumsum),
     "cascaded_max": Case("core/max/cascaded_max.py", "cascaded_max", cascaded_max),
@@ -459,4 +488,5 @@ CASES: dict[str, Case] = {
                                             "find_nonzero_indices_with_count", find_nonzero_indices_with_count),
     "cross_entropy_backward": Case("experimental/loss/cross_entropy.py", "cross_entropy_backward",
                                    cross_entropy_backward),
+    "attention_bwd": Case("core/attention/attention_bwd.py", "attention_bwd", attention_bwd),
 }
