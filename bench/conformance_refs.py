@@ -454,6 +454,84 @@ def attention_bwd(rng, m):
     return Inputs({"q_ref": q, "k_ref": k, "v_ref": v, "o_ref": o_, "dy_ref": dy, "lse_ref": lse_in},
                   [dq, dk, dv], tol=(2e-3, 2e-3))
 
+
+# --- blockwise MoE (context encoding): one reference for the variants ------------------------
+
+def _silu(x):
+    return x / (1.0 + np.exp(-x))
+
+
+def _moe_routing(rng, T, E, B, topk):
+    """Each token picks `topk` distinct experts; each expert's tokens fill whole
+    blocks, the rest of a block padded with token id T. Returns (token_position_to_id
+    [N*B] int32, block_to_expert [N, 1] int32, affinities [T+1, E] with row T zero)."""
+    aff = np.zeros((T + 1, E), F32)
+    chosen = [rng.permutation(E)[:topk] for _ in range(T)]
+    positions, experts = [], []
+    for e in range(E):
+        toks = [t for t in range(T) if e in chosen[t]]
+        nblk = max(1, -(-len(toks) // B))
+        toks = toks + [T] * (nblk * B - len(toks))
+        positions += toks
+        experts += [e] * nblk
+        for t in toks:
+            if t < T:
+                aff[t, e] = rng.uniform(0.1, 1.0)
+    return (np.array(positions, np.int32), np.array(experts, np.int32).reshape(-1, 1), aff)
+
+
+def _moe_reference(h, aff, gup, down, pos, blk_expert, B):
+    """output[t] = sum over the blocks holding token t of aff[t, e] * (silu(h_t Wg) * (h_t Wu)) Wd,
+    e the block's expert (post-scaling: the affinity multiplies the block's output)."""
+    T = aff.shape[0] - 1
+    out = np.zeros((T + 1, h.shape[1]))
+    for n, e in enumerate(blk_expert.reshape(-1)):
+        toks = pos[n * B:(n + 1) * B]
+        x = _f(h)[toks]
+        inter = _silu(x @ _f(gup[e, :, 0, :])) * (x @ _f(gup[e, :, 1, :]))
+        y = (inter @ _f(down[e])) * _f(aff)[toks, e][:, None]
+        for i, t in enumerate(toks):
+            if t < T:
+                out[t] += y[i]
+    return out
+
+
+def _moe_inputs(rng, m, T=255, H=512, I=256, E=2, B=256, topk=2):
+    types = _common_types(m)
+    pos, blk, aff = _moe_routing(rng, T, E, B, topk)
+    h = _rand(rng, (T + 1, H))
+    gup = _rand(rng, (E, H, 2, I), lo=-0.1, hi=0.1)
+    down = _rand(rng, (E, I, H), lo=-0.1, hi=0.1)
+    want = _moe_reference(h, aff, gup, down, pos, blk, B)
+    import nki.language as nl
+    kwargs = {"hidden_states": h, "expert_affinities_masked": aff.reshape(-1, 1), "gate_up_proj_weight": gup,
+              "down_proj_weight": down, "block_size": B, "token_position_to_id": pos, "block_to_expert": blk,
+              "activation_function": types.ActFnType.SiLU, "compute_dtype": nl.float32,
+              "expert_affinities_scaling_mode": types.ExpertAffinityScaleMode.POST_SCALE}
+
+    def check(got):  # the padding row T is scratch: compare the T token rows
+        out = got[0].reshape(-1, H)
+        if out.shape[0] == 2 * (T + 1):  # [T+1, 2, H]-style partial sums of two cores
+            out = got[0].reshape(T + 1, 2, H).sum(axis=1)
+        return compare(out[:T], want[:T], (2e-3, 2e-3))
+
+    return kwargs, check
+
+
+def _common_types(m):
+    from importlib import import_module
+    return import_module(m.__name__.split(".core.")[0].split(".experimental.")[0] + ".core.utils.common_types")
+
+
+def bwmm_shard_on_I(rng, m):
+    kwargs, check = _moe_inputs(rng, m)
+    return Inputs(kwargs, check=check, grid=2)
+
+
+def bwmm_shard_on_block(rng, m):
+    kwargs, check = _moe_inputs(rng, m)
+    return Inputs(kwargs, check=check, grid=2)
+
 CASES: dict[str, Case] = {
     "cumsum": Case("core/cumsum/cumsum.py", "cumsum", cumsum),
     "cascaded_max": Case("core/max/cascaded_max.py", "cascaded_max", cascaded_max),
@@ -489,4 +567,9 @@ CASES: dict[str, Case] = {
     "cross_entropy_backward": Case("experimental/loss/cross_entropy.py", "cross_entropy_backward",
                                    cross_entropy_backward),
     "attention_bwd": Case("core/attention/attention_bwd.py", "attention_bwd", attention_bwd),
+    "blockwise_mm_baseline_shard_intermediate": Case("core/moe/moe_cte/bwmm_shard_on_I.py",
+                                                     "blockwise_mm_baseline_shard_intermediate", bwmm_shard_on_I),
+    "blockwise_mm_baseline_shard_intermediate_hybrid": Case(
+        "core/moe/moe_cte/bwmm_shard_on_I.py", "blockwise_mm_baseline_shard_intermediate_hybrid", bwmm_shard_on_I),
+    "bwmm_shard_on_block": Case("core/moe/moe_cte/bwmm_shard_on_block.py", "bwmm_shard_on_block", bwmm_shard_on_block),
 }

@@ -39,6 +39,7 @@ def reads(op: Op) -> tuple[Access, ...]:
     ins = tuple(a for a in op.ins if isinstance(a, Access))
     scalars = tuple(Access(a.scalar.tensor, a.scalar.offset, ((1, 1),))
                     for a in ins + op.outs if a.scalar is not None and a.scalar.tensor)
+    scalars += tuple(a.vector for a in ins + op.outs if a.vector is not None)  # gather / scatter indices
     if ops.of(op).accumulates(op):
         return ins + op.outs + scalars  # accumulation reads the destination
     return ins + scalars
@@ -52,7 +53,7 @@ def tensors_touched(op: Op) -> set[str]:
 def extent(a: Access, trips: Mapping[str, int], decl: TensorDecl) -> tuple[int, int]:
     """Smallest and largest element index the access can touch over the given
     loop ranges; a runtime scalar offset makes it the whole tensor."""
-    if a.scalar is not None:
+    if a.scalar is not None or a.vector is not None:
         return 0, decl.size - 1
     lo, hi = a.offset.bounds(trips)
     for step, num in a.pattern:

@@ -133,16 +133,26 @@ class NkiTensor(TileOperators, TensorOperand):
                          "index it with a loop: for i in nl.affine_range(t.shape[0])")
 
     def __bool__(self):
-        raise NkiccError("E103", "a tensor has no truth value at trace time", user_loc(2),
+        # An HBM tensor is there or not: `if outs.extra:` checks an optional
+        # output (as library kernels do). A tile's truth would be its values,
+        # known only on the device (`if t > 0:`): that stays an error.
+        if not self.decl.on_chip and self.decl.buffer != "reg":
+            return True
+        raise NkiccError("E103", "a tile has no truth value at trace time", user_loc(2),
                          "compare values on the device with nl.where or nl.greater")
 
     # views
     def _view(self, access: Access, overflow: str | None = None) -> "NkiTensor":
+        old = self.access
+        if old.vector is not None and (access.vector is not old.vector or access.offset != old.offset
+                                       or access.pattern[:1] != old.pattern[:1]):
+            raise NkiccError("E160", f"re-viewing the gathered rows of {self.shown} (a vector_offset view) is not "
+                                     "supported", user_loc(3), "make the .ap(..., vector_offset=) view last")
         return NkiTensor(self.builder, self.decl, access, overflow or self.overflow)
 
     def _pattern(self, pattern, loc=None) -> "NkiTensor":
         a = self.access
-        return self._view(Access(a.tensor, a.offset, tuple(pattern), a.scalar, a.scalar_scale, a.dtype))
+        return self._view(Access(a.tensor, a.offset, tuple(pattern), a.scalar, a.scalar_scale, a.dtype, a.vector))
 
     def __getitem__(self, key) -> "NkiTensor":
         loc = user_loc(2)
@@ -186,7 +196,7 @@ class NkiTensor(TileOperators, TensorOperand):
                 if dim == 0 and self.decl.on_chip:
                     new_pattern.append((step, 1))
         access = Access(self.access.tensor, offset, tuple(new_pattern), self.access.scalar, self.access.scalar_scale,
-                        self.access.dtype)
+                        self.access.dtype, self.access.vector)
         return self._view(access, overflow)
 
     def ap(self, pattern, offset=None, scalar_offset=None, vector_offset=None, indirect_dim=0,
@@ -196,7 +206,7 @@ class NkiTensor(TileOperators, TensorOperand):
         it by that many steps of dimension `indirect_dim` of this view."""
         loc = user_loc(2)
         if vector_offset is not None:
-            raise NkiccError("E160", "vector_offset (indirect DMA) is not supported yet", loc)
+            return self._gather(pattern, offset, vector_offset, indirect_dim, dtype, scalar_offset, loc)
         if dtype is not None and dtypes.dtype_name(dtype) != self.decl.dtype:
             return self._retyped_ap(pattern, offset, dtypes.dtype_name(dtype), scalar_offset, loc)
         try:
@@ -225,6 +235,41 @@ class NkiTensor(TileOperators, TensorOperand):
         access = Access(self.decl.name, start, pairs, scalar, scalar_scale if scalar else 0, self.access.dtype)
         if scalar is None:
             check_access_bounds(access, self.decl, self.builder.trips(), loc)
+        return self._view(access)
+
+    # --- gathers and scatters: a per-partition offset from an index tile ------------------------
+
+    def _gather(self, pattern, offset, vector_offset, indirect_dim, dtype, scalar_offset, loc) -> "NkiTensor":
+        """`.ap(pattern, offset, vector_offset=idx, indirect_dim=d)`: row i of the
+        first pair starts at idx[i] steps of this view's dimension d (not at i
+        steps of the pair's own); the other pairs step as written."""
+        if scalar_offset is not None or self.is_indirect():
+            raise NkiccError("E160", f"{self.name}: one runtime offset per view (vector_offset with another one is "
+                                     "not supported)", loc, "check t.is_indirect() before adding one")
+        if dtype is not None and dtypes.dtype_name(dtype) != self.decl.dtype:
+            raise NkiccError("E160", ".ap(dtype=) with a vector_offset is not supported yet", loc)
+        if self.decl.on_chip:
+            raise NkiccError("E120", f"vector_offset gathers from / scatters to HBM tensors; {self.shown} lives in "
+                                     f"{self.buffer}", loc, "gather rows of an HBM tensor with nisa.dma_copy")
+        if not isinstance(vector_offset, NkiTensor) or not vector_offset.decl.on_chip \
+                or len(vector_offset.shape) != 2 or vector_offset.shape[1] != 1 \
+                or dtypes.is_float(vector_offset.decl.dtype):
+            raise NkiccError("E103", "vector_offset must be an integer SBUF tile of shape (n, 1)", loc,
+                             "copy the indices into an nl.int32 tile of shape (n, 1)")
+        try:
+            pairs = tuple((int(s), int(n)) for s, n in pattern)
+        except (TypeError, ValueError):
+            raise NkiccError("E103", "an access pattern is a list of [step, num] pairs", loc) from None
+        if not pairs or any(n <= 0 for _, n in pairs):
+            raise NkiccError("E103", f"access pattern {list(map(list, pairs))} must have pairs with num >= 1", loc)
+        if pairs[0][1] != vector_offset.shape[0]:
+            raise NkiccError("E140", f"vector_offset holds {vector_offset.shape[0]} indices for the {pairs[0][1]} "
+                                     "rows of the pattern's first pair", loc)
+        if not 0 <= indirect_dim < self.ndim:
+            raise NkiccError("E103", f"indirect_dim={indirect_dim} for a tensor of {self.ndim} dimensions", loc)
+        start = self.access.offset + as_affine(0 if offset is None else offset, "ap offset")
+        access = Access(self.decl.name, start, pairs, None, self.strides[indirect_dim], self.access.dtype,
+                        vector_offset.access)
         return self._view(access)
 
     # --- the same bytes as another dtype -------------------------------------------------------
@@ -452,7 +497,7 @@ class NkiTensor(TileOperators, TensorOperand):
         step = a.pattern[d][0]
         pattern = a.pattern[:d] + a.pattern[d + 1:]
         scalar = _scalar_offset(index, "select index", loc)
-        return self._view(Access(a.tensor, a.offset, pattern, scalar, step, a.dtype))
+        return self._view(Access(a.tensor, a.offset, pattern, scalar, step, a.dtype, a.vector))
 
     def vector_select(self, dim, vector_offset) -> "NkiTensor":
         loc = user_loc(2)
@@ -461,8 +506,9 @@ class NkiTensor(TileOperators, TensorOperand):
             raise NkiccError("E103", f"vector_select works on dimension 0, got {dim}", loc)
         if self.decl.on_chip:
             raise NkiccError("E120", "vector_select works on HBM tensors only", loc)
-        raise NkiccError("E160", "vector_select (a per-partition indirect offset) is not supported yet", loc,
-                         "gather rows with one select(0, index) per partition group, or nl.gather_flattened")
+        rows = vector_offset.shape[0] if isinstance(vector_offset, NkiTensor) else 1
+        pattern = [(self.strides[0], rows)] + list(self.access.pattern[1:])
+        return self._gather(pattern, 0, vector_offset, 0, None, None, loc)
 
     def indirect(self, index, num_elem=None) -> "NkiTensor":
         raise NkiccError("E160", "tensor indirection (NkiTensor.indirect, NeuronCore-v4) is not supported yet",

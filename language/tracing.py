@@ -261,6 +261,8 @@ class Builder:
                 self.check_vars(Affine.var(access.scalar.register), loc)
             if access.scalar.tensor:
                 self.check_live(Access(access.scalar.tensor, access.scalar.offset, ((1, 1),)), loc)
+        if access.vector is not None:
+            self.check_live(access.vector, loc)
 
     def check_vars(self, expr: Affine, loc: Loc | None = None) -> None:
         for v in expr.vars:

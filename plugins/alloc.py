@@ -190,6 +190,8 @@ def _around(op: Op, name: str, dtype: str, temps, counter) -> list:
     store the views it writes back."""
     if any(a.scalar is not None and a.scalar.tensor == name for a in op.outs + op.ins if isinstance(a, Access)):
         raise NkiccError("E900", f"cannot spill {name}: it is used as a runtime offset", op.loc)
+    if any(a.vector is not None and a.vector.tensor == name for a in op.outs + op.ins if isinstance(a, Access)):
+        raise _CannotSpill()  # gather / scatter indices stay on chip
     if any(a.tensor == name and a.dtype is not None for a in op.outs + op.ins if isinstance(a, Access)):
         raise _CannotSpill()  # its bytes are read as another dtype: a temp of its own dtype would not hold them
     before, after = [], []
@@ -337,6 +339,8 @@ def _spill_one(kernel, buffer, failed, items, numbering, decls):
     start, end = numbering.live_range(failed)
     offsets = {a.scalar.tensor for s in kernel.body.walk() if isinstance(s, Op)
                for a in s.outs + s.ins if isinstance(a, Access) and a.scalar is not None and a.scalar.tensor}
+    offsets |= {a.vector.tensor for s in kernel.body.walk() if isinstance(s, Op)  # gather / scatter indices
+                for a in s.outs + s.ins if isinstance(a, Access) and a.vector is not None}
     live = [(name, size) for name, size, s, e in items
             if s <= end and e >= start and decls[name].role != "spill-temp" and name not in offsets]
     # cheapest traffic per byte freed; spill temporaries and runtime-offset tiles stay

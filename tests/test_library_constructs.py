@@ -286,3 +286,92 @@ def test_str_of_dtypes_is_the_plain_name(rng):
     a = rand(rng, (16, 8)).astype(ml_dtypes.bfloat16)
     b = rand(rng, (16, 8))
     close(nkicc.compile(by_name, a, b).run(a, b), a.astype(np.float32))
+
+
+# --- .ap(vector_offset=): gathers and scatters of HBM rows ------------------------------------
+
+@pytest.mark.parametrize("simulator", ["machine", "reference"])
+def test_vector_offset_gathers_and_scatters_rows(rng, simulator):
+    """out[perm[i]] = 2 * table[idx[i]]: a gather of rows by an index tile, and
+    a scatter through another (the MoE kernels' token gather / output store)."""
+    def gather_scatter(table, idx, perm):
+        T, H = table.shape
+        n = idx.shape[0]
+        it = nl.ndarray((n, 1), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=it, src=idx)
+        pt = nl.ndarray((n, 1), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=pt, src=perm)
+        rows = nl.ndarray((n, H), dtype=table.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=rows, src=table.ap([[H, n], [1, H]], offset=0, vector_offset=it, indirect_dim=0))
+        nisa.tensor_scalar(dst=rows, data=rows, op0=nl.multiply, operand0=2.0)
+        out = nl.ndarray((n, H), dtype=table.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out.ap([[H, n], [1, H]], offset=0, vector_offset=pt, indirect_dim=0), src=rows)
+        return out
+
+    table = rand(rng, (50, 24))
+    idx = rng.integers(0, 50, size=(32, 1)).astype(np.int32)
+    perm = rng.permutation(32).astype(np.int32).reshape(32, 1)
+    ck = nkicc.compile(gather_scatter, table, idx, perm)
+    ck.simulator = simulator
+    got = ck.run(table, idx, perm)
+    want = np.empty((32, 24), np.float32)
+    want[perm[:, 0]] = 2 * table[idx[:, 0]]
+    close(got, want)
+
+
+@pytest.mark.parametrize("simulator", ["machine", "reference"])
+def test_vector_offset_out_of_range_rows(rng, simulator):
+    """oob_mode.skip leaves the rows whose index is out of range as they were;
+    without it an index out of range is E170 at the DMA's line."""
+    def gather(table, idx, skip: bool):
+        T, H = table.shape
+        n = idx.shape[0]
+        it = nl.ndarray((n, 1), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=it, src=idx)
+        rows = nl.ndarray((n, H), dtype=table.dtype, buffer=nl.sbuf)
+        nisa.memset(dst=rows, value=-7.0)
+        src = table.ap([[H, n], [1, H]], offset=0, vector_offset=it, indirect_dim=0)
+        if skip:
+            nisa.dma_copy(dst=rows, src=src, oob_mode=nisa.oob_mode.skip)
+        else:
+            nisa.dma_copy(dst=rows, src=src)  # OOB
+        return _store(rows)
+
+    table = rand(rng, (20, 8))
+    idx = rng.integers(0, 20, size=(16, 1)).astype(np.int32)
+    idx[3], idx[9] = 20, -1
+    ck = nkicc.compile(gather, table, idx, skip=True)
+    ck.simulator = simulator
+    got = ck.run(table, idx)
+    want = np.full((16, 8), -7.0, np.float32)
+    ok = (idx[:, 0] >= 0) & (idx[:, 0] < 20)
+    want[ok] = table[idx[ok, 0]]
+    close(got, want)
+    ck = nkicc.compile(gather, table, idx, skip=False)
+    ck.simulator = simulator
+    with pytest.raises(nkicc.NkiccError) as e:
+        ck.run(table, idx)
+    check_error(e, "E170", "# OOB", "test_library_constructs.py")
+
+
+@pytest.mark.parametrize("simulator", ["machine", "reference"])
+def test_vector_offset_gathers_in_a_loop(rng, simulator):
+    """A gather whose index tile each iteration rewrites: the passes (licm,
+    multi-buffering, alloc) must see the indices as the gather's input."""
+    def gather_tiles(table, idx):
+        T, H = table.shape
+        n = idx.shape[0] // 32
+        out = nl.ndarray((n * 32, H), dtype=table.dtype, buffer=nl.shared_hbm)
+        for i in nl.affine_range(n):
+            it = nl.ndarray((32, 1), dtype=nl.int32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=it, src=idx[i * 32:(i + 1) * 32, :])
+            rows = nl.ndarray((32, H), dtype=table.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=rows, src=table.ap([[H, 32], [1, H]], offset=0, vector_offset=it, indirect_dim=0))
+            nisa.dma_copy(dst=out[i * 32:(i + 1) * 32, :], src=rows)
+        return out
+
+    table = rand(rng, (40, 16))
+    idx = rng.integers(0, 40, size=(128, 1)).astype(np.int32)
+    ck = nkicc.compile(gather_tiles, table, idx)
+    ck.simulator = simulator
+    close(ck.run(table, idx), table[idx[:, 0]])

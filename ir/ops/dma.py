@@ -94,10 +94,13 @@ def dma_copy(dst, src, priority=None, oob_mode=enums.oob_mode.error, dge_mode=en
     dst, src = tensor(dst, "dma_copy dst"), tensor(src, "dma_copy src")
     _unsupported_hints("dma_copy", _hw_hints)
     _check_copy("dma_copy", dst, src)
-    enums.member_name(oob_mode, enums.oob_mode, "oob_mode")
+    oob = enums.member_name(oob_mode, enums.oob_mode, "oob_mode")
     enums.member_name(dge_mode, enums.dge_mode, "dge_mode")
     # a DMA between different dtypes converts through fp32
-    return Emit([dst], [src], {"cast": "float32"} if dst.decl.dtype != src.decl.dtype else {})
+    attrs = {"cast": "float32"} if dst.decl.dtype != src.decl.dtype else {}
+    if oob == "skip" and (dst.access.vector is not None or src.access.vector is not None):
+        attrs["oob"] = "skip"  # gathered / scattered rows whose index is out of range are not moved
+    return Emit([dst], [src], attrs)
 
 
 _TRANSPOSE_PERM = {2: (1, 0), 3: (2, 1, 0), 4: (3, 1, 2, 0)}
