@@ -528,6 +528,18 @@ def bwmm_shard_on_I(rng, m):
     return Inputs(kwargs, check=check, grid=2)
 
 
+def bwmm_shard_on_I_hybrid(rng, m):
+    """The hybrid variant stops at the first padded block: `conditions` marks the
+    active ones (1), a trailing all-padding block (0) is never computed."""
+    kwargs, check = _moe_inputs(rng, m)
+    B, T = kwargs["block_size"], kwargs["hidden_states"].shape[0] - 1
+    kwargs["token_position_to_id"] = np.concatenate([kwargs["token_position_to_id"], np.full(B, T, np.int32)])
+    kwargs["block_to_expert"] = np.concatenate([kwargs["block_to_expert"], np.zeros((1, 1), np.int32)])
+    N = kwargs["block_to_expert"].shape[0]
+    conditions = np.array([1] * (N - 1) + [0, 0], np.int32)
+    return Inputs({"conditions": conditions, **kwargs}, check=check, grid=2)
+
+
 def bwmm_shard_on_block(rng, m):
     kwargs, check = _moe_inputs(rng, m)
     return Inputs(kwargs, check=check, grid=2)
@@ -570,6 +582,7 @@ CASES: dict[str, Case] = {
     "blockwise_mm_baseline_shard_intermediate": Case("core/moe/moe_cte/bwmm_shard_on_I.py",
                                                      "blockwise_mm_baseline_shard_intermediate", bwmm_shard_on_I),
     "blockwise_mm_baseline_shard_intermediate_hybrid": Case(
-        "core/moe/moe_cte/bwmm_shard_on_I.py", "blockwise_mm_baseline_shard_intermediate_hybrid", bwmm_shard_on_I),
+        "core/moe/moe_cte/bwmm_shard_on_I.py", "blockwise_mm_baseline_shard_intermediate_hybrid",
+        bwmm_shard_on_I_hybrid),
     "bwmm_shard_on_block": Case("core/moe/moe_cte/bwmm_shard_on_block.py", "bwmm_shard_on_block", bwmm_shard_on_block),
 }

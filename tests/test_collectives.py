@@ -177,6 +177,7 @@ def max_of_halves_on_core0(x):
     nisa.sendrecv(src=mine, dst=theirs, send_to_rank=1 - pid, recv_from_rank=1 - pid, pipe_id=0)
     best = nl.ndarray((64, 32), dtype=x.dtype, buffer=nl.sbuf)
     nisa.tensor_tensor(dst=best, data1=mine, data2=theirs, op=nl.maximum)
+    nisa.core_barrier(best, (0, 1))  # on an SBUF tile, as library kernels order a loop counter
     if pid == 0:
         nl.store(out, value=best)
     return out

@@ -272,8 +272,8 @@ def core_barrier(data, cores, engine=None, name=None):
     """Every core of `cores` (only (0, 1)) waits here until all have arrived:
     their writes to the shared HBM tensor `data` are then visible to all."""
     data = tensor(data, "core_barrier data")
-    if data.decl.on_chip:
-        raise NkiccError("E120", "core_barrier data must be a shared HBM tensor")
+    if data.decl.buffer == "psum":  # (library kernels also order an SBUF tile this way, e.g. a loop counter)
+        raise NkiccError("E120", "core_barrier data must be an HBM or SBUF tensor")
     cores = tuple(int(c) for c in cores)
     if cores != (0, 1):
         raise NkiccError("E160", f"core_barrier supports cores=(0, 1) only, got {list(cores)}")
