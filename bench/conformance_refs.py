@@ -540,6 +540,19 @@ def bwmm_shard_on_I_hybrid(rng, m):
     return Inputs({"conditions": conditions, **kwargs}, check=check, grid=2)
 
 
+def bwmm_shard_on_I_dropping(rng, m):
+    """Token dropping: one block per expert (block n holds expert n's tokens, up to B)."""
+    kwargs, check = _moe_inputs(rng, m)
+    assert list(kwargs["block_to_expert"].reshape(-1)) == list(range(kwargs["block_to_expert"].shape[0]))
+    return Inputs(kwargs, check=check, grid=2)
+
+
+def bwmm_shard_on_H(rng, m):
+    kwargs, check = _moe_inputs(rng, m)
+    del kwargs["activation_function"]  # this variant takes no activation argument: it computes SiLU
+    return Inputs(kwargs, check=check, grid=2)
+
+
 def bwmm_shard_on_block(rng, m):
     kwargs, check = _moe_inputs(rng, m)
     return Inputs(kwargs, check=check, grid=2)
@@ -584,5 +597,9 @@ CASES: dict[str, Case] = {
     "blockwise_mm_baseline_shard_intermediate_hybrid": Case(
         "core/moe/moe_cte/bwmm_shard_on_I.py", "blockwise_mm_baseline_shard_intermediate_hybrid",
         bwmm_shard_on_I_hybrid),
+    "blockwise_mm_shard_intermediate_dropping": Case(
+        "core/moe/moe_cte/bwmm_shard_on_I.py", "blockwise_mm_shard_intermediate_dropping", bwmm_shard_on_I_dropping),
+    "blockwise_mm_baseline_shard_hidden": Case("experimental/moe/forward/bwmm_shard_on_H.py",
+                                               "blockwise_mm_baseline_shard_hidden", bwmm_shard_on_H),
     "bwmm_shard_on_block": Case("core/moe/moe_cte/bwmm_shard_on_block.py", "bwmm_shard_on_block", bwmm_shard_on_block),
 }

@@ -36,7 +36,7 @@ def indexing_with_a_tile(a: "float32[128,64]", idx: "int32[128,1]"):
 def vector_offset(a: "float32[128,64]", idx: "int32[128,1]"):
     out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
     i = nl.load(idx)
-    t = nl.load(a.ap([[64, 128], [1, 64]], vector_offset=i))  # EXPECT: E160
+    t = nl.load(a.ap([[32, 128], [1, 32]], vector_offset=i, dtype=nl.bfloat16))  # EXPECT: E160
     nl.store(out, value=t)
     return out
 
