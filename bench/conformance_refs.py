@@ -553,6 +553,52 @@ def bwmm_shard_on_H(rng, m):
     return Inputs(kwargs, check=check, grid=2)
 
 
+def blockwise_mm_bwd(rng, m):
+    """The MoE layer's gradients (this project's derivation): per block of expert e
+    with tokens x, g = x Wg, u = x Wu, a = silu(g) u, d = a Wd, out += aff d.
+    Given dY: dd = aff dY, d aff = sum(dY d), dWd = a^T dd, da = dd Wd^T,
+    dg = da u silu'(g), du = da silu(g), dWg = x^T dg, dWu = x^T du,
+    dx += dg Wg^T + du Wu^T. The checkpoints are g, u (transposed) and d."""
+    T, H, I, E, B = 256, 512, 256, 2, 256
+    pos, blk, aff = _moe_routing(rng, T, E, B, topk=2)  # every token in both experts: no padding
+    aff = aff[:T]
+    h = _rand(rng, (T, H))
+    gup = _rand(rng, (E, H, 2, I), lo=-0.1, hi=0.1)
+    down = _rand(rng, (E, I, H), lo=-0.1, hi=0.1)
+    dy = _rand(rng, (T, H))
+    N = blk.shape[0]
+    ck_gu, ck_d = np.zeros((N, 2, I, B), F32), np.zeros((N, B, H), F32)
+    dh, daff = np.zeros((T, H)), np.zeros((T, E))
+    dgup, ddown = np.zeros(gup.shape), np.zeros(down.shape)
+    for n, e in enumerate(blk.reshape(-1)):
+        toks = pos[n * B:(n + 1) * B]
+        x, wg, wu, wd = _f(h)[toks], _f(gup[e, :, 0, :]), _f(gup[e, :, 1, :]), _f(down[e])
+        g, u = x @ wg, x @ wu
+        sig = 1.0 / (1.0 + np.exp(-g))
+        a = g * sig * u
+        d = a @ wd
+        ck_gu[n, 0], ck_gu[n, 1], ck_d[n] = g.T, u.T, d
+        dd = _f(aff)[toks, e][:, None] * _f(dy)[toks]
+        daff[toks, e] += (_f(dy)[toks] * d).sum(axis=1)
+        ddown[e] += a.T @ dd
+        da = dd @ wd.T
+        dg = da * u * (sig * (1.0 + g * (1.0 - sig)))
+        du = da * g * sig
+        dgup[e, :, 0, :] += x.T @ dg
+        dgup[e, :, 1, :] += x.T @ du
+        np.add.at(dh, toks, dg @ wg.T + du @ wu.T)
+    kwargs = {"hidden_states": h, "expert_affinities_masked": aff.reshape(-1, 1), "gate_up_proj_weight": gup,
+              "down_proj_weight": down, "gate_up_proj_act_checkpoint_T": ck_gu, "down_proj_act_checkpoint": ck_d,
+              "token_position_to_id": pos, "block_to_expert": blk, "output_hidden_states_grad": dy,
+              "block_size": B, "compute_dtype": _nl().float32}
+    return Inputs(kwargs, [dh, daff.reshape(-1, 1), dgup, ddown], tol=(2e-3, 2e-3), grid=2)
+
+
+def _nl():
+    import nki.language as nl
+    return nl
+
+
 def bwmm_shard_on_block(rng, m):
     kwargs, check = _moe_inputs(rng, m)
     return Inputs(kwargs, check=check, grid=2)
@@ -601,5 +647,6 @@ CASES: dict[str, Case] = {
         "core/moe/moe_cte/bwmm_shard_on_I.py", "blockwise_mm_shard_intermediate_dropping", bwmm_shard_on_I_dropping),
     "blockwise_mm_baseline_shard_hidden": Case("experimental/moe/forward/bwmm_shard_on_H.py",
                                                "blockwise_mm_baseline_shard_hidden", bwmm_shard_on_H),
+    "blockwise_mm_bwd": Case("experimental/moe/bwd/blockwise_mm_backward.py", "blockwise_mm_bwd", blockwise_mm_bwd),
     "bwmm_shard_on_block": Case("core/moe/moe_cte/bwmm_shard_on_block.py", "bwmm_shard_on_block", bwmm_shard_on_block),
 }

@@ -133,7 +133,18 @@ class CompiledKernel:
         made = [o for o in self.ir.outputs if o not in args]  # (a returned argument lives in `args`)
         out_dtypes = [(d.shape, dtypes.storage(d.dtype, precise)) for d in map(self.ir.tensor, made)]
         outs = dict(zip(made, (np.full(shape, poison(dt, 1)[0], dtype=dt) for shape, dt in out_dtypes)))
-        shared = [{**args, **{o: outs[n] for o, n in zip(core.ir.outputs, self.ir.outputs) if n in outs}}
+        # and the kernel's own nl.shared_hbm scratch tensors (one core writes, the other reads after a
+        # core_barrier): one array for the cores whose programs declare it alike
+        scratch = {}
+        for core in self.cores:
+            for d in core.ir.tensors:
+                if d.buffer == "shared_hbm" and d.name not in args and d.name not in core.ir.outputs \
+                        and d.name not in scratch:
+                    dt = dtypes.storage(d.dtype, precise)
+                    scratch[d.name] = (d.shape, d.dtype, np.full(d.shape, poison(dt, 1)[0], dtype=dt))
+        shared = [{**args, **{o: outs[n] for o, n in zip(core.ir.outputs, self.ir.outputs) if n in outs},
+                   **{d.name: scratch[d.name][2] for d in core.ir.tensors
+                      if d.name in scratch and scratch[d.name][:2] == (d.shape, d.dtype)}}
                   for core in self.cores]
         target = self.target_spec or resolve_target(self.target, registry())
         timing = self.timing if timing is None else timing
