@@ -541,8 +541,9 @@ def bwmm_shard_on_I_hybrid(rng, m):
 
 
 def bwmm_shard_on_I_dropping(rng, m):
-    """Token dropping: one block per expert (block n holds expert n's tokens, up to B)."""
-    kwargs, check = _moe_inputs(rng, m)
+    """Token dropping: one block per expert (block n holds expert n's tokens, up to B);
+    a variant for large blocks: it computes B in tiles of 1024 tokens."""
+    kwargs, check = _moe_inputs(rng, m, B=1024)
     assert list(kwargs["block_to_expert"].reshape(-1)) == list(range(kwargs["block_to_expert"].shape[0]))
     return Inputs(kwargs, check=check, grid=2)
 
