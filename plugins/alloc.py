@@ -269,6 +269,10 @@ def _around(op: Op, name: str, dtype: str, temps, counter) -> list:
     store the views it writes back."""
     if any(a.scalar is not None and a.scalar.tensor == name for a in op.outs + op.ins if isinstance(a, Access)):
         raise NkiccError("E900", f"cannot spill {name}: it is used as a runtime offset", op.loc)
+    if any(a.vector is not None and a.vector.tensor == name for a in op.outs + op.ins if isinstance(a, Access)):
+        raise _CannotSpill()  # gather / scatter indices stay on chip
+    if any(a.tensor == name and a.dtype is not None for a in op.outs + op.ins if isinstance(a, Access)):
+        raise _CannotSpill()  # its bytes are read as another dtype: a temp of its own dtype would not hold them
     before, after = [], []
     mapping: dict[Access, Access] = {}
     for a in op.outs + tuple(x for x in op.ins if isinstance(x, Access)):
@@ -288,7 +292,7 @@ def _around(op: Op, name: str, dtype: str, temps, counter) -> list:
 def _memset_home(op: Op, home: TensorDecl, temps, counter) -> list:
     """memset of a spilled tensor: fill a small tile once, DMA it over the home."""
     a = op.outs[0]
-    if a.pattern != row_major(a.shape) or len(a.pattern) < 2:
+    if a.pattern != row_major(a.shape) or len(a.pattern) < 2 or a.dtype is not None:
         raise _CannotSpill()  # not whole rows in order
     parts = a.pattern[0][1]
     free = a.count // parts
@@ -338,7 +342,7 @@ def _psum_spill(kernel, name: str):
                     out.append(Op("tensor_copy", (s.outs[0],), (full,), (), s.loc))
             else:
                 if isinstance(s, Op) and any(a.tensor == name for a in s.outs):
-                    full_cover = s.outs[0].count == decls[name].size
+                    full_cover = s.outs[0].count == decls[name].size and s.outs[0].dtype is None
                     seen_write[0] = seen_write[0] or full_cover
                 out.append(s)
         return Block(tuple(out))
@@ -506,6 +510,8 @@ def _spill_some(kernel, buffer, capacity, failed, items, numbering, decls):
     start, end = numbering.live_range(failed)
     offsets = {a.scalar.tensor for s in kernel.body.walk() if isinstance(s, Op)
                for a in s.outs + s.ins if isinstance(a, Access) and a.scalar is not None and a.scalar.tensor}
+    offsets |= {a.vector.tensor for s in kernel.body.walk() if isinstance(s, Op)  # gather / scatter indices
+                for a in s.outs + s.ins if isinstance(a, Access) and a.vector is not None}
     excess = sum(_align(size) for _, size, s, e in items if s <= start <= e) - capacity
     live = [(name, size, s <= start <= e) for name, size, s, e in items
             if s <= end and e >= start and decls[name].role != "spill-temp" and name not in offsets]
