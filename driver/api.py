@@ -27,7 +27,7 @@ from .passes import PassOptions, PipelineResult, registry
 from .report import peak_rss_mb
 from .specs import TensorSpec, bind_call, constant_key
 from .language.tracing import current_builder
-from .trace import TraceResult, caller_loc, inspect_unwrap, trace_kernel
+from .language.kernel_trace import TraceResult, caller_loc, inspect_unwrap, trace_kernel
 
 
 DEFAULT_TARGET = "trn2"

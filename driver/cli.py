@@ -428,9 +428,9 @@ def _script_failed(exc: Exception) -> None:
     (from its first frame on) and exit 1, as python itself would; one raised
     inside nkicc is an internal error (re-raised: exit 4 with nkicc's traceback)."""
     from .language.tracing import is_nkicc_file
-    from .trace import _innermost_is_nkicc
+    from .language.kernel_trace import _innermost_is_nkicc
 
-    from .usererrors import user_error
+    from .language.usererrors import user_error
 
     err = user_error(exc) if isinstance(exc, ImportError) else None
     if err is not None:  # a name nkicc lacks: one line at the import (a script's own assert stays Python's)

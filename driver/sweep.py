@@ -239,7 +239,7 @@ def _kernel_ref(kernel) -> tuple[str, str]:
         if not os.path.isfile(path):
             raise NkiccError("E200", f"no such kernel file: {path}", None, "give the path to a .py file")
         return f"{os.path.abspath(path)}::{name}", kernel
-    from .trace import inspect_unwrap
+    from .language.kernel_trace import inspect_unwrap
     fn = inspect_unwrap(getattr(kernel, "fn", kernel))
     try:
         path = inspect.getsourcefile(fn)
