@@ -28,7 +28,7 @@ ENTRY_POINT_GROUP = "nkicc.instructions"
 # nkicc's own families, imported when the installed metadata does not list them
 # (a source tree on sys.path that was never pip-installed)
 BUILTIN_FAMILIES = ("dma", "matmul", "elementwise", "reduce", "activation", "select", "control", "collectives",
-                    "debug", "stats", "sort", "gather")
+                    "debug", "stats", "sort", "gather", "rng", "mx")
 
 
 class TensorOperand(abc.ABC):
@@ -67,6 +67,12 @@ class EngineState:
     name: str
     dtype: str = "float32"
     partitions: int = 128
+    # values per partition (a random generator's state words)
+    width: int = 1
+    # what the registers hold when the kernel starts; None: undefined (poison,
+    # so reading them before an instruction sets them is caught like any
+    # never-written memory)
+    init: int | None = None
 
     def rows(self, count: int) -> "StateRef":
         return StateRef(self, count)
@@ -159,6 +165,9 @@ class OpDef:
     collective: Callable | None = None
     # the public module that exports it: "isa" (nisa) or "collectives" (nki.collectives)
     module: str = "isa"
+    # start_exempt(op, access): this operand has a partition-start rule of its own (checked by the
+    # trace rule), not the compute engines' 0/32/64/96 one (MX scales: rows 0/4/8/12 of a quadrant)
+    start_exempt: Callable[[Op, Access], bool] | None = None
 
     @property
     def doc(self) -> str:
@@ -172,11 +181,12 @@ def instruction(*, family: str, compute: Callable, engine="dve", cost: Callable 
                 accumulates: Callable | None = None, verify: Callable | None = None,
                 traffic: Callable | None = None, free_limited: bool = True,
                 public: bool = True, control: bool = False, collective: Callable | None = None,
-                module: str = "isa") -> Callable[[Callable], OpDef]:
+                module: str = "isa", start_exempt: Callable | None = None) -> Callable[[Callable], OpDef]:
     """Decorator: the decorated function is the trace rule, its name the opcode."""
     def make(trace: Callable) -> OpDef:
         return OpDef(trace.__name__, family, trace, compute, engine, cost or _elementwise_cost,
-                     accumulates or _never, verify, traffic, free_limited, public, control, collective, module)
+                     accumulates or _never, verify, traffic, free_limited, public, control, collective, module,
+                     start_exempt)
     return make
 
 
@@ -216,6 +226,17 @@ def table() -> dict[str, OpDef]:
                     found[d.name] = d
         _table = found
     return _table
+
+
+def initial_state(name: str) -> int | None:
+    """The value the engine registers `name` (a state tensor) hold at kernel
+    start, from the EngineState a family module declares; None: undefined."""
+    table()
+    for mod in _modules:
+        for v in vars(mod).values():
+            if isinstance(v, EngineState) and v.name == name:
+                return v.init
+    return None
 
 
 def family_files() -> list[tuple[str, str | None]]:
