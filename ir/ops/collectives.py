@@ -360,7 +360,7 @@ def _sendrecv(op: Op, inputs, me: int, group) -> list:
 def _sendrecv_ns(op: Op, ctx: CostContext) -> float:
     # between the two cores of a logical core, through their shared HBM: a DMA
     t = ctx.table
-    return t.dma_fixed_ns + _bytes(op, ctx.decls) / (t.dma_bytes_per_ns or ctx.target.dma_bytes_per_ns)
+    return t.dma_fixed_ns + _bytes(op, ctx.decls) / t.dma_peak_bytes_per_ns()
 
 
 @instruction(family="collectives", compute=None, engine="dma", collective=_sendrecv, cost=_sendrecv_ns,
