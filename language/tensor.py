@@ -215,12 +215,7 @@ class NkiTensor(TileOperators, TensorOperand):
             return self._gather(pattern, offset, vector_offset, indirect_dim, dtype, scalar_offset, loc)
         if dtype is not None and dtypes.dtype_name(dtype) != self.decl.dtype:
             return self._retyped_ap(pattern, offset, dtypes.dtype_name(dtype), scalar_offset, loc)
-        try:
-            pairs = tuple((int(s), int(n)) for s, n in pattern)
-        except (TypeError, ValueError):
-            raise NkiccError("E103", "an access pattern is a list of [step, num] pairs", loc) from None
-        if not pairs or any(n <= 0 for _, n in pairs):
-            raise NkiccError("E103", f"access pattern {list(map(list, pairs))} must have pairs with num >= 1", loc)
+        pairs = _pattern_pairs(pattern, loc)
         start = self.access.offset + as_affine(0 if offset is None else offset, "ap offset")
         if not 0 <= indirect_dim < self.ndim:
             raise NkiccError("E103", f"indirect_dim={indirect_dim} for a tensor of {self.ndim} dimensions", loc)
@@ -262,12 +257,7 @@ class NkiTensor(TileOperators, TensorOperand):
                 or dtypes.is_float(vector_offset.decl.dtype):
             raise NkiccError("E103", "vector_offset must be an integer SBUF tile of shape (n, 1)", loc,
                              "copy the indices into an nl.int32 tile of shape (n, 1)")
-        try:
-            pairs = tuple((int(s), int(n)) for s, n in pattern)
-        except (TypeError, ValueError):
-            raise NkiccError("E103", "an access pattern is a list of [step, num] pairs", loc) from None
-        if not pairs or any(n <= 0 for _, n in pairs):
-            raise NkiccError("E103", f"access pattern {list(map(list, pairs))} must have pairs with num >= 1", loc)
+        pairs = _pattern_pairs(pattern, loc)
         if pairs[0][1] != vector_offset.shape[0]:
             raise NkiccError("E140", f"vector_offset holds {vector_offset.shape[0]} indices for the {pairs[0][1]} "
                                      "rows of the pattern's first pair", loc)
@@ -318,12 +308,7 @@ class NkiTensor(TileOperators, TensorOperand):
         """`.ap(pattern, offset, dtype=)`: pattern and offset count elements of the new dtype."""
         if scalar_offset is not None or self.is_indirect():
             raise NkiccError("E160", ".ap(dtype=) with a runtime offset is not supported yet", loc)
-        try:
-            pairs = tuple((int(s), int(n)) for s, n in pattern)
-        except (TypeError, ValueError):
-            raise NkiccError("E103", "an access pattern is a list of [step, num] pairs", loc) from None
-        if not pairs or any(n <= 0 for _, n in pairs):
-            raise NkiccError("E103", f"access pattern {list(map(list, pairs))} must have pairs with num >= 1", loc)
+        pairs = _pattern_pairs(pattern, loc)
         start = self._offset_as(name, ".ap(dtype=)", loc) + as_affine(0 if offset is None else offset, "ap offset")
         return self._retyped(name, start, pairs, loc)
 
@@ -626,3 +611,14 @@ def require_builder(what: str) -> Builder:
         raise NkiccError("E160", f"{what} can only be called inside a kernel that nkicc traces", user_loc(3),
                          "decorate the kernel with @nki.jit / @nkicc.jit and call it")
     return b
+
+
+def _pattern_pairs(pattern, loc) -> tuple[tuple[int, int], ...]:
+    """`.ap`'s [[step, num], ...] as int pairs, each num at least 1."""
+    try:
+        pairs = tuple((int(s), int(n)) for s, n in pattern)
+    except (TypeError, ValueError):
+        raise NkiccError("E103", "an access pattern is a list of [step, num] pairs", loc) from None
+    if not pairs or any(n <= 0 for _, n in pairs):
+        raise NkiccError("E103", f"access pattern {list(map(list, pairs))} must have pairs with num >= 1", loc)
+    return pairs
