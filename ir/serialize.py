@@ -56,6 +56,7 @@ _PLAIN = {cls for cls in NODES.values()
 _new = object.__new__
 _PLAIN_FIELDS = {cls.__name__: (cls, _FIELDS[cls]) for cls in _PLAIN}
 _VALUE_TAGS = ("float", "list", "dict", "np")
+_AS_IS = frozenset((str, int, bool, type(None)))  # the types encode returns unchanged
 assert not set(_VALUE_TAGS) & set(NODES)
 
 
@@ -105,6 +106,8 @@ def encode_table(v: Any) -> dict:
 
     def enc(x):
         t = type(x)
+        if t in _AS_IS:  # most fields: answered here, not through encode (a call per leaf)
+            return x
         if t is tuple:
             return [enc(y) for y in x]
         getter = _GETTERS.get(t)
