@@ -133,7 +133,8 @@ was = scheduled(seen[("original", "scheduled")])
 now = scheduled(move_files(seen[("edited", "scheduled")], {edited: original}))
 kept = [i for i in now if i in was]
 out["schedule_output"] = {"instructions": len(now), "new": len(now) - len(kept),
-                          "same_output": sum(now[i] == was[i] for i in kept)}
+                          "same_output": sum(now[i] == was[i] for i in kept),
+                          "queue_only": sum(now[i] != was[i] and now[i][3] == was[i][3] for i in kept)}
 print(json.dumps(out))
 '''
 
@@ -519,9 +520,11 @@ def closing(data: dict) -> str:
                         f"lookups, encoding and storing the new kernel entry) is {ms(r['edit_rest_s'])}, "
                         f"{r['edit_rest_s'] / r['off_s']:.2f}x the cache-off compile_s by itself; schedule's "
                         f"output changed for {so['instructions'] - so['same_output']} of {so['instructions']} "
-                        f"instructions ({so['new']} new; DMA queues are dealt round-robin over the whole kernel, "
-                        "so a new DMA moves the queue of every later one, and the new temporary shares SBUF bytes "
-                        "with other tensors, which adds waits through program order and loop back-edges), so an "
+                        f"instructions ({so['new']} new; of the others, {so.get('queue_only', 0)} only changed "
+                        "DMA queue, because queues are dealt round-robin over the whole kernel and the edit added "
+                        "a DMA, and the rest wait on other instructions, because the new temporary shares SBUF "
+                        "bytes with other tensors and dependences follow those bytes through program order and "
+                        "loop back-edges), so an "
                         "exact incremental schedule would recompute "
                         f"{1 - so['same_output'] / so['instructions']:.0%} of its output. The floor above, with "
                         f"free lookups, is {ms(fl)}, {fl / r['off_s']:.2f}x cache off. ")
