@@ -52,6 +52,14 @@ CODES: dict[str, tuple[str, str]] = {
     "E134": ("too many elements for one instruction",
              "An engine instruction reads or writes at most 64 Ki elements per partition from SBUF and 4 Ki "
              "from PSUM. Split the free dimension and issue one instruction per piece."),
+    "E135": ("not on this NeuronCore generation",
+             "The instruction, operator, argument value or dtype exists only on newer NeuronCores, as the API "
+             "reference documents it (for example nisa.nc_matmul_mx, nisa.quantize_mx, nisa.activate2, "
+             "nisa.exponential, nisa.rand2, nl.abs_max and NkiTensor.indirect on NeuronCore-v4 (trn3); "
+             "nisa.dma_transpose, nisa.range_select, nisa.nonzero_with_count, nisa.core_barrier and "
+             "nisa.sendrecv on NeuronCore-v3 (trn2) and newer; a DMA priority on v4). The kernel is traced for "
+             "the generation of its --target. Compile for a newer target, or branch on nisa.get_nc_version() "
+             "so that each generation gets code it has."),
     "E140": ("shape mismatch",
              "Element-wise instructions pair partitions with partitions and free elements with free elements; "
              "both operands need the same partition count and number of free elements."),
