@@ -48,7 +48,8 @@ CODES: dict[str, tuple[str, str]] = {
              "fp8 (e4m3, e5m2), bf16, fp16, tfloat32 and fp32, not integers, and an fp32 operand needs an "
              "fp32/tfloat32 partner; nisa.rng writes integers only. Cast with nisa.tensor_copy first."),
     "E133": ("PSUM tile larger than a bank",
-             "A PSUM tile must fit one 2 KiB bank per partition: at most 512 fp32 values."),
+             "A PSUM tile must fit one 2 KiB bank per partition: at most 512 fp32 values. On NeuronCore-v4 "
+             "(trn3) a tile may span the 8 banks (a matmul writes up to 4096 fp32 or 8192 bf16 values)."),
     "E134": ("too many elements for one instruction",
              "An engine instruction reads or writes at most 64 Ki elements per partition from SBUF and 4 Ki "
              "from PSUM. Split the free dimension and issue one instruction per piece."),

@@ -112,19 +112,27 @@ def _place(items, capacity: int, bank: int | None):
         taken = sorted((addr, addr + sz) for _, addr, sz in active)
         addr = 0
         for lo, hi in taken:
-            if bank is not None and addr % bank + size > bank:
-                addr = (addr // bank + 1) * bank
+            addr = _bank_fit(addr, size, bank)
             if addr + size <= lo:
                 break
             addr = max(addr, _align(hi))
-        if bank is not None and addr % bank + size > bank:
-            addr = (addr // bank + 1) * bank
+        addr = _bank_fit(addr, size, bank)
         if addr + size > capacity:
             return addresses, name, peak
         addresses[name] = addr
         active.append((end, addr, size))
         peak = max(peak, addr + size)
     return addresses, None, peak
+
+
+def _bank_fit(addr: int, size: int, bank: int | None) -> int:
+    """The first address from `addr` where a PSUM tile does not straddle a bank;
+    a tile of several banks (NeuronCore-v4 matmuls) starts on a bank."""
+    if bank is None:
+        return addr
+    if (size > bank and addr % bank) or (size <= bank and addr % bank + size > bank):
+        return (addr // bank + 1) * bank
+    return addr
 
 
 def _align(n: int) -> int:

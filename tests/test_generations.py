@@ -170,3 +170,47 @@ def test_matmul_dtypes_by_generation(rng, monkeypatch):
             nkicc.compile(double_row_kernel(dst), s, m)
         assert e.value.code == code, (target, dt, dst, e.value)
         assert e.value.loc.file.endswith("test_generations.py")
+
+
+@pytest.mark.parametrize("n, dst", [(2048, nl.float32), (8192, nl.bfloat16)])
+def test_v4_matmul_writes_several_psum_banks(rng, trn3, n, dst):
+    """NeuronCore-v4: a moving tile up to 4096 (fp32 dst) or 8192 (bf16 dst) wide, beside a one-bank tile."""
+    st, mv = rand(rng, (64, 32)), rand(rng, (64, n))
+
+    @nkicc.jit
+    def k(s_in, m_in):
+        s, m = nl.load(s_in), nl.load(m_in)
+        small = nl.ndarray((32, 16), dtype=nl.float32, buffer=nl.psum)
+        nisa.nc_matmul(small, s, m[:, 0:16])
+        part = nl.ndarray((32, 16), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=part, src=small)
+        acc = nl.ndarray((32, n), dtype=dst, buffer=nl.psum)  # 8192 bf16: the whole PSUM, once small is read
+        nisa.nc_matmul(acc, s, m)
+        res = nl.ndarray((32, n), dtype=nl.float32, buffer=nl.sbuf)
+        for j in range(0, n, 4096):  # one instruction reads at most 4 Ki PSUM elements
+            w = min(4096, n - j)
+            nisa.tensor_copy(dst=res[:, j:j + w], src=acc[:, j:j + w])
+        out, out2 = nl.ndarray((32, n), nl.float32, nl.shared_hbm), nl.ndarray((32, 16), nl.float32, nl.shared_hbm)
+        nl.store(out, value=res)
+        nl.store(out2, value=part)
+        return out, out2
+
+    got, got2 = run_both_simulators(k, st, mv)
+    want = st.T @ mv
+    if dst == nl.bfloat16:
+        want = want.astype(ml_dtypes.bfloat16).astype(np.float32)
+    np.testing.assert_allclose(got, want, rtol=1e-2 if dst == nl.bfloat16 else 1e-5, atol=1e-2)
+    np.testing.assert_allclose(got2, st.T @ mv[:, 0:16], rtol=1e-5, atol=1e-5)
+
+
+def test_psum_tile_of_several_banks_is_v4_only(rng, monkeypatch):
+    @nkicc.jit
+    def k(a):
+        acc = nl.ndarray((32, 1024), dtype=nl.float32, buffer=nl.psum)  # WIDE
+        nisa.memset(acc, 0.0)
+        return a
+    with pytest.raises(nkicc.NkiccError) as e:
+        k(np.zeros((4, 4), np.float32))
+    assert e.value.code == "E133"
+    monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", "trn3")
+    k(np.zeros((4, 4), np.float32))

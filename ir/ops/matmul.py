@@ -47,8 +47,9 @@ def _sbuf_to_psum(op: Op, decls) -> None:
         raise NkiccError("E131", "nc_matmul reads SBUF and writes PSUM", op.loc, "move the operands")
 
 
+# free_limited=False: nc_matmul's own tile limits (N <= 512, 4096 or 8192) are the tighter ones
 @instruction(family="matmul", compute=_matmul, engine="pe", cost=_matmul_cost, verify=_sbuf_to_psum,
-             accumulates=lambda op: op.attr("accumulate") is not False)
+             accumulates=lambda op: op.attr("accumulate") is not False, free_limited=False)
 def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_onezero=False, is_transpose=False,
               accumulate=None, tile_position=(), tile_size=(), perf_mode=matmul_perf_mode.none, name=None,
               **_hw_hints):
@@ -85,9 +86,11 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
     if k != k2:
         raise NkiccError("E130", f"nc_matmul contraction mismatch: stationary has {k} partitions, moving {k2}",
                          None, "both operands carry the contraction (K) dimension on partitions")
-    if k > 128 or m > 128 or n > 512:
-        raise NkiccError("E130", f"nc_matmul tile too large: K={k} (<=128), M={m} (<=128), N={n} (<=512)", None,
-                         "tile the matmul: K and M by 128, N by 512")
+    # the moving tile's free size fills one PSUM bank; on NeuronCore-v4 up to all 8 of them
+    n_max = 512 if generation < 4 else (8192 if dst.decl.dtype == "bfloat16" else 4096)
+    if k > 128 or m > 128 or n > n_max:
+        raise NkiccError("E130", f"nc_matmul tile too large: K={k} (<=128), M={m} (<=128), N={n} (<={n_max})", None,
+                         f"tile the matmul: K and M by 128, N by {n_max}")
     if dst.shape[0] != m or free(dst) != n:
         raise NkiccError("E130", f"nc_matmul dst has shape {list(dst.shape)}, expected [{m}, {n}]", None,
                          "dst is [M, N] for stationary [K, M] and moving [K, N]")
