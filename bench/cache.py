@@ -17,7 +17,10 @@ cache folder (NKICC_CACHE_DIR); nothing touches the user's cache.
 - One edit: a kernel is compiled, then a copy with one loop body edited; the
   edited compile's regions hit / skipped / total and compile_s against the same
   compile with the cache off (interleaved, best of --repeat). The edits include
-  one loop body of the full-size seed_mm2_static.
+  one loop body of the full-size seed_mm2_static. Per edit also: the same edit
+  with every region looked up and stored (the regions the edit changed), the
+  instructions whose schedule output changed, the cache path's own cost, and
+  from those a floor for any exact reuse of the passes' results.
 - Eight processes compile a mix of kernels against one folder at once, cold
   and then again warm: wall time of the batch and the folder's statistics.
 
