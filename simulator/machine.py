@@ -37,6 +37,7 @@ from ._blas import single_threaded_blas
 from .reference import ReferenceMachine, gather_index
 from .activity import DmaActivity, percent
 from .fabric import Fabric
+from .pending import RegionFinishes
 from .report import DMA_DIRECTIONS, EngineStats, SimReport
 from ..ir.ops.collectives import group_of, payload as collective_payload
 from ..ir.ops.dma import engine_share
@@ -612,6 +613,7 @@ class MachineSimulator:
         self._rot_next = 0
         self.fabric = Fabric()  # the core's HBM bandwidth, shared by the DMA queues (fabric.py)
         self.finish_of: dict[int, float] = {}
+        self._rot_fin: dict[int, RegionFinishes] = {}  # rotating DMA id -> its executions' finishes by memory
         self.end_ns = 0.0
         self.dma_activity = DmaActivity()  # the union of the DMA queues' busy time (activity.py)
         self._dma_keys = [k for k, name in enumerate(self.engines) if name.startswith("dma.q")]
@@ -771,9 +773,15 @@ class MachineSimulator:
         self.ecount[k] += 1
         start = self.efree[k]
         fin = self.finish_of
+        boxes = None
         for w in p.waits:
             f = fin.get(w)
             if f is not None and f > start:
+                rot = self._rot_fin.get(w)
+                if rot is not None:  # a rotating DMA: only its executions that touched this op's memory
+                    if boxes is None:
+                        boxes = self._boxes(p)
+                    f = rot.latest(boxes, start)
                 start = f
         if meet is not None:  # a collective: it starts when the last rank of its group is ready
             start = meet(start)
@@ -784,9 +792,12 @@ class MachineSimulator:
                 finish = f
         self.efree[k] = finish
         self.ebusy[k] += finish - start  # a DMA is in flight while it waits for the shared engines too
-        if p.rotate:  # executions on different queues can finish out of order: a wait covers all so far
-            if fin.get(p.id, 0.0) < finish:
-                fin[p.id] = finish
+        if p.rotate:  # executions on different queues finish out of order: kept per memory box (pending.py)
+            rot = self._rot_fin.get(p.id)
+            if rot is None:
+                rot = self._rot_fin[p.id] = RegionFinishes()
+            rot.record(self._boxes(p), finish, self._horizon)
+            fin[p.id] = rot.latest_ns
         else:
             fin[p.id] = finish
         if finish > self.end_ns:
@@ -805,6 +816,19 @@ class MachineSimulator:
                     sp[0] = start
                 if finish > sp[1]:
                     sp[1] = finish
+
+    def _boxes(self, p: _Plan) -> list[tuple]:
+        """(memory group, p_lo, p_hi, b_lo, b_hi) of every access of the op now."""
+        out = []
+        for acc in p.accs:
+            r = self._region(acc)
+            out.append((self.neighbours[r[0]], r[1], r[2], r[3], r[4]))
+        return out
+
+    def _horizon(self) -> float:
+        """No instruction not yet timed, on an engine or queue that has run
+        one, can start before this: the earliest such an engine frees."""
+        return min((f for f, n in zip(self.efree, self.ecount) if n), default=0.0)
 
     def _region(self, acc: _Acc):
         """(tensor, p_lo, p_hi, b_lo, b_hi (exclusive), dense, e, fast) of an access now."""
