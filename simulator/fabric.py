@@ -20,14 +20,17 @@ from bisect import bisect_right
 
 # drop finished intervals when this many are kept
 _COMPACT_AT = 256
+# never keep more intervals than this
+_MAX_KEPT = 1024
 
 
 class Fabric:
-    __slots__ = ("_busy", "_limit")
+    __slots__ = ("_busy", "_limit", "_blocked")
 
     def __init__(self) -> None:
         self._busy: list[list[float]] = []   # sorted, disjoint [start, end) intervals
         self._limit = _COMPACT_AT
+        self._blocked = 0.0  # all time before this counts as busy (intervals dropped to bound memory)
 
     def reserve(self, start: float, duration: float, floor) -> float:
         """Move `duration` ns worth of bytes at the full bandwidth, from
@@ -37,8 +40,8 @@ class Fabric:
         if duration <= 0:
             return start
         busy = self._busy
-        i = bisect_right([b[0] for b in busy], start) - 1
-        t = start
+        t = start if start > self._blocked else self._blocked
+        i = bisect_right([b[0] for b in busy], t) - 1
         if i >= 0 and busy[i][1] > t:  # inside a busy interval: wait for its end
             t = busy[i][1]
         i += 1
@@ -77,6 +80,13 @@ class Fabric:
             del busy[i + 1]
 
     def _compact(self, floor: float) -> None:
-        self._busy = [b for b in self._busy if b[1] > floor]
-        # an idle queue holds the floor back: wait for twice as many before trying again
-        self._limit = max(_COMPACT_AT, 2 * len(self._busy))
+        busy = [b for b in self._busy if b[1] > floor]
+        if len(busy) > _MAX_KEPT:
+            # a queue idle since early on holds the floor back: keep the memory (and the cost of a
+            # reservation) bounded by treating the time up to the end of the earliest half as busy;
+            # a transfer that could have used a gap there moves later, never earlier
+            half = len(busy) // 2
+            self._blocked = max(self._blocked, busy[half - 1][1])
+            busy = busy[half:]
+        self._busy = busy
+        self._limit = max(_COMPACT_AT, 2 * len(busy))

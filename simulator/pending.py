@@ -18,6 +18,8 @@ from __future__ import annotations
 
 # prune finished boxes when this many are kept
 _PRUNE_AT = 64
+# never keep more than this many boxes per DMA
+_MAX_KEPT = 512
 
 
 class RegionFinishes:
@@ -47,6 +49,13 @@ class RegionFinishes:
             h = horizon()
             for b in [b for b, f in fin.items() if f <= h]:
                 self._dropped_ns = max(self._dropped_ns, fin.pop(b))
+            if len(fin) > _MAX_KEPT:
+                # an engine idle since early on holds the horizon back: keep the memory (and the cost
+                # of each wait) bounded by dropping the earliest-finishing half; waits on them become
+                # at least their latest finish, longer than needed perhaps, never shorter
+                for b, f in sorted(fin.items(), key=lambda kv: kv[1])[:len(fin) // 2]:
+                    del fin[b]
+                    self._dropped_ns = max(self._dropped_ns, f)
             self._limit = max(_PRUNE_AT, 2 * len(fin))
 
     def latest(self, boxes, after: float) -> float:

@@ -48,3 +48,13 @@ def test_a_late_start_leaves_the_gap_before_it_usable():
     assert fab.reserve(0.0, 10.0, far) == 10.0
     # spans the busy interval: 90 ns before it, the rest after it
     assert fab.reserve(10.0, 100.0, far) == 120.0
+
+
+def test_memory_stays_bounded_when_the_floor_is_stuck():
+    fab = Fabric()
+    stuck = lambda: 0.0  # noqa: E731  (a queue idle since the start)
+    for i in range(20000):  # gaps between all of them: nothing merges
+        assert fab.reserve(10.0 * i, 5.0, stuck) == 10.0 * i + 5.0
+    assert len(fab._busy) <= 2048
+    # an early gap given up to bound memory is busy now: a late-issued early transfer waits
+    assert fab.reserve(1.0, 1.0, stuck) > 1000.0

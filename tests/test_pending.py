@@ -86,3 +86,13 @@ def test_each_matmul_waits_for_its_own_tiles_only(rng):
     for k, m in enumerate(mms):
         assert m["ts"] >= ends[2 * k + 1] - 1e-6
     assert mms[0]["ts"] < ends[-1] - 1e-6
+
+
+def test_memory_stays_bounded_when_the_horizon_is_stuck():
+    rf = RegionFinishes()
+    for i in range(5000):  # the horizon never moves: an engine idle since the start
+        rf.record([(0, 0, 0, 10 * i, 10 * i + 10)], float(i), lambda: 0.0)
+    assert len(rf._fin) <= 1024
+    # the newest boxes are exact; an old one is bounded by what was dropped, never below its finish
+    assert rf.latest([(0, 0, 0, 49990, 50000)], -1.0) == 4999.0
+    assert rf.latest([(0, 0, 0, 0, 10)], -1.0) >= 0.0
