@@ -65,8 +65,8 @@ class CostTable:
     # the DMA engines of one core share it
     hbm_bytes_per_ns: float = 3000.0 / 8
     # [doc: nki/deep-dives/nki-dma-bandwidth-guide.rst, "Why Large Contiguous DMA Payloads Are Required"]
-    # every transfer pays descriptor setup, synchronization and semaphore-to-start latency, about
-    # 1300 ns across engines: the fixed latency of one DMA instruction before its bytes move
+    # about 1300 ns of fixed cost per transfer (setting up its descriptors and semaphores) before its
+    # bytes move: the fixed latency of one DMA instruction
     dma_fixed_ns: float = 1300.0
     # [doc: ARCH1, "Data movement ..."] a transfer is split into DMA buffers (contiguous chunks); each
     # costs an overhead, amortized by "4KiB or above" per partition. [assumed] the overhead, as bytes of
