@@ -231,6 +231,29 @@ def kernel_opt(quick: bool) -> Table:
     return t
 
 
+# the four profiles' total times (ms): the time axis of each full-run screenshot of
+# kernel-optimization.rst (nki/img/how-to/v2-full.png .. v5-full.png), trn2 at KOPT_SHAPE
+KOPT_MS = {"matmul_tiled": 39.89, "matmul_hoisted": 28.20, "kopt_block_mn": 28.41, "kopt_block_mnk": 28.30}
+
+
+def kernel_opt_latency(active: Table, quick: bool) -> Table:
+    """The same four runs' latencies (`active.raw`), as ratios to step 1's, and step 1's as it is
+    when the run used the tutorial's shapes (they are stated in full)."""
+    t = Table("kernel-opt-latency", "Kernel optimization tutorial: latency per step",
+              f"{KOPT}, the total time on each profile's full-run screenshot (nki/img/how-to/v2-full.png to "
+              "v5-full.png: 39.89, 28.20, 28.41, 28.30 ms; trn2, fp32, lhsT 8192x4096, rhs 8192x8192)",
+              "latency / step 1's", active.setup)
+    names = [s[2] for s in KOPT_STEPS]
+    first = active.raw[f"{names[0]}_us"]
+    for i, (label, _, name, _, _, _) in enumerate(KOPT_STEPS):
+        t.rows.append(Row(f"step {i + 1} ({label})", KOPT_MS[name] / KOPT_MS[names[0]],
+                          active.raw[f"{name}_us"] / first, reference=i == 0))
+    if not quick:
+        t.rows.append(Row("step 1 latency (ms)", KOPT_MS[names[0]], first / 1e3, "absolute: the shape is the tutorial's"))
+    t.raw = dict(active.raw)
+    return t
+
+
 def arithmetic_intensity() -> Table:
     """The matmul tutorial's roofline threshold: peak bf16 FLOPS / HBM bytes/s of one NeuronCore-v2."""
     from nkicc.ir.ops.costs import COST_TABLES
@@ -426,8 +449,9 @@ def plot(t: Table, folder: str) -> str | None:
 
 
 def run_tables(quick: bool) -> list[Table]:
-    return [mamba_v1_v2(quick), mamba_seq(quick), mamba_active(quick), mamba_absolute(quick), kernel_opt(quick),
-            arithmetic_intensity(), dma_statements()]
+    kopt = kernel_opt(quick)
+    return [mamba_v1_v2(quick), mamba_seq(quick), mamba_active(quick), mamba_absolute(quick), kopt,
+            kernel_opt_latency(kopt, quick), arithmetic_intensity(), dma_statements()]
 
 
 def main() -> None:

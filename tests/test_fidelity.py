@@ -23,6 +23,9 @@ KNOWN_OFF = {
     ("kernel-opt", "M, N and K blocked: dma"),
     ("kernel-opt", "M, N and K blocked: pe"),
     ("kernel-opt", "M, N and K blocked: dve"),
+    ("kernel-opt-latency", "step 2 (loads hoisted)"),  # step 1 is latency-bound in nkicc (two buffers)
+    ("kernel-opt-latency", "step 3 (M and N blocked)"),
+    ("kernel-opt-latency", "step 4 (M, N and K blocked)"),
 }
 KNOWN_WRONG_RANKINGS = {
     ("mamba-seq", "v3 (seq_len tiled) is faster than v2 at seq_len 2048"),
