@@ -159,7 +159,8 @@ class _Plan:
     """One op, compiled."""
     __slots__ = ("op", "id", "opcode", "engine", "queue", "ekey", "tid", "waits", "cost", "accs", "by_id",
                  "outs", "scalars", "hz_reads", "hz_writes", "count", "loc_str", "loop_vars", "dma_dir",
-                 "dma_bytes", "fabric_ns", "spill", "mode", "dyn_accs", "is_matmul", "rotate", "collective", "is_print")
+                 "dma_bytes", "fabric_ns", "spill", "mode", "dyn_accs", "is_matmul", "rotate", "collective", "is_print",
+                 "tokens")
 
     def __init__(self, op: Op) -> None:
         self.op = op
@@ -388,6 +389,8 @@ class MachineSimulator:
         p.is_matmul = ops.of(op).accumulates(op)
         p.is_print = op.opcode == "device_print"
         p.scalars = [acc.scalar for acc in accs if acc.scalar is not None]
+        # depends_on edges order by tokens, not memory: such an op waits for a rotating DMA's latest execution
+        p.tokens = bool(op.attr("dep_reads"))
         # hazard regions: what the op reads (inputs, accumulating dst, scalar offsets) and writes
         p.hz_reads = [self._hz_acc(p, a) for a in reads(op)]
         p.hz_writes = [get(a) for a in writes(op)]  # outputs, and dependency tokens
@@ -787,7 +790,7 @@ class MachineSimulator:
         for w in p.waits:
             f = fin.get(w)
             if f is not None and f > start:
-                rot = self._rot_fin.get(w)
+                rot = None if p.tokens else self._rot_fin.get(w)
                 if rot is not None:  # a rotating DMA: only its executions that touched this op's memory
                     if boxes is None:
                         boxes = self._boxes(p)
@@ -830,7 +833,7 @@ class MachineSimulator:
     def _boxes(self, p: _Plan) -> list[tuple]:
         """(memory group, p_lo, p_hi, b_lo, b_hi) of every access of the op now."""
         out = []
-        for acc in p.accs:
+        for acc in p.accs + p.scalars:  # runtime offsets are read too: their loads must be waited for
             r = self._region(acc)
             out.append((self.neighbours[r[0]], r[1], r[2], r[3], r[4]))
         return out
