@@ -34,6 +34,7 @@ class SimReport:
     trace_events: int = 0
     trace_capped: bool = False
     prints: list = field(default_factory=list)  # nl.device_print output, in execution order
+    batched_loops: dict = field(default_factory=dict)  # loop label -> entries run as whole-array ops
     note: str = TIMING_NOTE
 
     @property

@@ -6,7 +6,7 @@ import numpy as np
 from ..errors import NkiccError
 from ..nodes import Access, Op
 from .checks import free, on_chip, tensor
-from .core import CostContext, Emit, free_size, instruction, partitions
+from .core import Batched, CostContext, Emit, free_size, instruction, partitions
 from .values import as_tiles, f32
 
 _FP32 = ("float32", "tfloat32")
@@ -19,6 +19,22 @@ def _matmul(op: Op, read):
     st = np.ascontiguousarray(as_tiles(f32(read(op.ins[0]))))
     mv = np.ascontiguousarray(as_tiles(f32(read(op.ins[1]))))
     return [(0, st.T @ mv)]
+
+
+def _matmul_batched(op: Op, read, nlead: int, reduce: tuple) -> list:
+    """Stacked matmuls; the loop axes in `reduce` (PSUM accumulation over a loop) join the
+    contraction, so a k loop is one GEMM of K * trips."""
+    st, mv = f32(read(op.ins[0])), f32(read(op.ins[1]))
+    st = st.reshape(st.shape[:nlead + 1] + (-1,))
+    mv = mv.reshape(mv.shape[:nlead + 1] + (-1,))
+    if reduce:  # the reduced loop axes next to the partition (K) axis, then merged into it
+        keep = [i for i in range(nlead) if i not in reduce]
+        order = keep + list(reduce) + [nlead, nlead + 1]
+        st, mv = st.transpose(order), mv.transpose(order)
+        lead = tuple(st.shape[i] for i in range(len(keep)))
+        st = st.reshape(lead + (-1, st.shape[-1]))
+        mv = mv.reshape(lead + (-1, mv.shape[-1]))
+    return [(0, np.matmul(st.swapaxes(-1, -2), mv))]
 
 
 def _matmul_cost(op: Op, ctx: CostContext) -> float:
@@ -38,7 +54,8 @@ def _sbuf_to_psum(op: Op, decls) -> None:
 
 
 @instruction(family="matmul", compute=_matmul, engine="pe", cost=_matmul_cost, verify=_sbuf_to_psum,
-             accumulates=lambda op: op.attr("accumulate") is not False)
+             accumulates=lambda op: op.attr("accumulate") is not False,
+             batched=Batched(_matmul_batched, lambda op: op.attr("accumulate") is not False))
 def nc_matmul(dst, stationary, moving, accumulate=None, is_stationary_onezero=False, is_moving_onezero=False,
               is_transpose=False, tile_position=None, tile_size=None, perf_mode=None, name=None, **_hw_hints):
     """dst[M, N] (+)= stationary[K, M].T @ moving[K, N] on the Tensor Engine.
