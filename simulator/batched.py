@@ -52,6 +52,8 @@ class _OpItem:
     order: int                      # position in the nest's body, depth first
     reduce: tuple = ()              # loop axes (indices into vars) its destination accumulates over
     accum: tuple = ()               # its accesses that are a sum's destination (dst += x), if it is one
+    feeds: "_OpItem | None" = None  # a matmul whose only use is this op's sum: computed inside it
+    fused: bool = False             # a matmul computed inside the sum it feeds
     rule: object = None             # the OpDef's Batched
 
 
@@ -65,6 +67,8 @@ class Nest:
     uses: dict                      # tensor name -> [(item, access, write)]
     relevant: tuple                 # outer indices the legality depends on
     verdicts: dict = field(default_factory=dict)
+    fresh: set = field(default_factory=set)  # private tiles that need no poison
+    dead: set = field(default_factory=set)   # private tiles only a fused matmul writes: never materialised
     batched: int = 0                # entries run batched
 
 
@@ -75,10 +79,15 @@ def plan(sim, loop: Loop, outer: tuple, label: str) -> Nest | None:
     items: list = []
     private: dict = {}
 
+    fresh: set = set()  # private tiles their first op overwrites whole: no poison needed
+
     def walk(stmts, vars_):
-        for s in stmts:
+        for i, s in enumerate(stmts):
             if isinstance(s, Alloc):
                 private[s.tensor] = vars_
+                first = sim._first_use(stmts[i + 1:], s.tensor)
+                if isinstance(first, Op) and sim._overwrites(first, s.tensor):
+                    fresh.add(s.tensor)
             elif isinstance(s, Loop):
                 if runtime_guard(s) is not None:
                     return False
@@ -150,7 +159,38 @@ def plan(sim, loop: Loop, outer: tuple, label: str) -> Nest | None:
         for v in outer:
             if len({a.offset.coeff(v) for _, a, _ in us}) > 1:
                 relevant.add(v)
-    return Nest(label, trips, items, private, uses, tuple(sorted(relevant)))
+    dead = _fuse(items, uses, private, tensors)
+    return Nest(label, trips, items, private, uses, tuple(sorted(relevant)), fresh=fresh, dead=dead)
+
+
+def _fuse(items, uses, private, tensors) -> set:
+    """matmul into a private PSUM tile, then dst += that tile summed over loops:
+    the sum of the products is one matmul whose contraction runs over those
+    loops too (K * trips), instead of one small matmul per iteration and a sum.
+    Only when the tile has no other use and nothing between the two ops writes
+    the matmul's operands. The tile's bytes are not written (it is dead after
+    the sum: the nest leaves its bytes as they were). Returns those tiles."""
+    dead = set()
+    for add in items:
+        if not add.accum or add.plan.is_matmul:
+            continue
+        op = add.plan.op
+        terms = [a for a in op.ins if isinstance(a, Access) and a != op.outs[0]]
+        if len(terms) != 1 or terms[0].tensor not in private:
+            continue
+        us = uses[terms[0].tensor]
+        mm = us[0][0]
+        if (len(us) != 2 or us[0][1] != terms[0] or not us[0][2] or us[1][0] is not add or not mm.rule.sums
+                or mm.plan.is_matmul or mm.vars != add.vars
+                or tensors[terms[0].tensor].dtype != np.float32):
+            continue
+        read = {a.tensor for a in mm.plan.op.ins if isinstance(a, Access)}
+        if any(it.order > mm.order and it.order < add.order and w and a.tensor in read
+               for name in read for it, a, w in uses.get(name, ())):
+            continue
+        add.feeds, mm.fused = mm, True
+        dead.add(terms[0].tensor)
+    return dead
 
 
 def _exempt(w, x, v) -> bool:
@@ -206,9 +246,11 @@ class _Views:
         self.sim, self.nest, self.env = sim, nest, env
         self.priv: dict = {}
         for name, vars_ in nest.private.items():
+            if name in nest.dead or name not in nest.uses:
+                continue
             t = sim.tensors[name]
             shape = tuple(nest.trips[v] for v in vars_) + (t.P, t.F)
-            data = np.full(shape, t.fill, dtype=t.dtype)
+            data = np.empty(shape, dtype=t.dtype) if name in nest.fresh else np.full(shape, t.fill, dtype=t.dtype)
             mask = np.zeros(shape, dtype=np.bool_) if t.is_psum else None
             self.priv[name] = (data, mask, vars_)
 
@@ -269,7 +311,17 @@ def run(sim, nest: Nest) -> bool:
     for it in nest.items:  # every view first: nothing is written unless all exist
         op = it.plan.op
         got = {}
+        if it.fused:
+            for a in op.ins:
+                v = views.view(it, a, it.vars) if isinstance(a, Access) else None
+                if isinstance(a, Access) and v is None:
+                    return False
+                got[id(a)] = v[0] if v is not None else None
+            plan_.append((it, got, ()))
+            continue
         for a in op.ins:
+            if isinstance(a, Access) and a.tensor in nest.dead:
+                continue  # the fused matmul's product: computed in place of the read
             if isinstance(a, Access) and id(a) not in got:
                 v = views.view(it, a, it.vars)
                 if v is None:
@@ -283,12 +335,25 @@ def run(sim, nest: Nest) -> bool:
                 return False
             outs.append(v)
         plan_.append((it, got, outs))
+    done = {}
     for it, got, outs in plan_:
         p = it.plan
         points = int(np.prod([nest.trips[v] for v in it.vars], dtype=np.int64))
         p.count += points
         sim.executed += points
-        results = it.rule.run(p.op, lambda a: got[id(a)], len(it.vars), it.reduce)
+        if it.fused:
+            done[id(it)] = got
+            continue
+        read = lambda a: got[id(a)]
+        if it.feeds is not None:  # the matmul's products, summed over the loops this op sums over
+            mm = it.feeds
+            mm_got = done[id(mm)]
+            summed = mm.rule.run(mm.plan.op, lambda a: mm_got[id(a)], len(it.vars), it.reduce)[0][1]
+            term = next(a for a in p.op.ins if isinstance(a, Access) and a != p.op.outs[0])
+            shape = tuple(1 if i in it.reduce else nest.trips[v] for i, v in enumerate(it.vars))
+            summed = summed.reshape(shape + term.shape)
+            read = lambda a, t=term, v=summed: v if a == t else got[id(a)]
+        results = it.rule.run(p.op, read, len(it.vars), it.reduce)
         for index, values in results:
             dst, mask = outs[index]
             if mask is not None:
@@ -300,7 +365,7 @@ def run(sim, nest: Nest) -> bool:
             semantics.store(dst, values)
     # memory after the nest as after its last iteration: the private tiles' last copies, in the order
     # they were last used (tiles that share bytes)
-    last = {name: max(it.order for it, _, _ in nest.uses[name]) for name in nest.private if name in nest.uses}
+    last = {name: max(it.order for it, _, _ in nest.uses[name]) for name in views.priv}
     for name in sorted(last, key=last.get):
         arr, marr, mine = views.priv[name]
         t = sim.tensors[name]

@@ -195,6 +195,9 @@ class Batched:
     that reduced sums are added in another order."""
     run: Callable
     reduces: Callable[[Op], bool] = _never
+    # run can sum its results over loop axes whatever the op's own accumulate mode (a matmul: the
+    # axes join the contraction), so a sum of its results can be computed inside it
+    sums: bool = False
 
 
 def _fold(x, nlead: int):

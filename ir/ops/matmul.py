@@ -55,7 +55,7 @@ def _sbuf_to_psum(op: Op, decls) -> None:
 
 @instruction(family="matmul", compute=_matmul, engine="pe", cost=_matmul_cost, verify=_sbuf_to_psum,
              accumulates=lambda op: op.attr("accumulate") is not False,
-             batched=Batched(_matmul_batched, lambda op: op.attr("accumulate") is not False))
+             batched=Batched(_matmul_batched, lambda op: op.attr("accumulate") is not False, sums=True))
 def nc_matmul(dst, stationary, moving, accumulate=None, is_stationary_onezero=False, is_moving_onezero=False,
               is_transpose=False, tile_position=None, tile_size=None, perf_mode=None, name=None, **_hw_hints):
     """dst[M, N] (+)= stationary[K, M].T @ moving[K, N] on the Tensor Engine.
