@@ -406,6 +406,7 @@ class MachineSimulator:
         self._mv = {"sbuf": memoryview(self.sbuf), "psum": memoryview(self.psum)}
         self._mask_mv = memoryview(self.psum_mask)
         self.hbm: dict[str, np.ndarray] = {}
+        written = set(written_args(self.kernel))
         for t in self.tensors.values():
             if t.onchip:
                 PB = self._pb(t)
@@ -418,7 +419,13 @@ class MachineSimulator:
             elif t.name in self.kernel.args:
                 if t.name not in inputs:
                     raise NkiccError("E002", f"kernel {self.kernel.name} needs an array for {t.name}", None)
-                arr = np.array(inputs[t.name], dtype=t.dtype, copy=True).reshape(-1)
+                arr = np.asarray(inputs[t.name])
+                if t.name in written or arr.dtype != t.dtype or not arr.flags.c_contiguous:
+                    arr = np.array(arr, dtype=t.dtype, copy=True)  # the kernel writes it: the caller's stays
+                else:  # read in place, so memory holds one copy of the inputs; read-only: a write would raise
+                    arr = arr.view()
+                    arr.flags.writeable = False
+                arr = arr.reshape(-1)
                 if arr.size != t.size:
                     raise NkiccError("E002", f"argument {t.name} has {arr.size} elements, the kernel was "
                                              f"compiled for shape {list(t.decl.shape)}", None)

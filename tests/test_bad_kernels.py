@@ -149,7 +149,9 @@ def test_near_miss_compiles_and_runs(name, kernel, rng):
               else np.zeros(s.shape, dtype=np.int32) for s in specs.values()]
     rolled = nkicc.compile(kernel, *arrays).run(*arrays)
     unrolled = nkicc.compile(kernel, *arrays, unroll=True).run(*arrays)
-    np.testing.assert_array_equal(rolled, unrolled)
+    # the same up to the order of floating-point sums (a rolled loop's accumulation runs batched)
+    err = np.abs(rolled.astype(np.float64) - unrolled).max() / max(1.0, np.abs(unrolled).max())
+    assert err <= 1e-6, err
 
 
 # --- command-line inputs -----------------------------------------------------------------

@@ -1,0 +1,153 @@
+"""The machine simulator's batched path (simulator/batched.py) against its
+per-instruction path, on random data: the same results except for the order
+of floating-point sums, the same times and hazards, the same errors."""
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+import nkicc
+import nkicc.isa as nisa
+import nkicc.language as nl
+from nkicc.ir import NkiccError, Op
+from nkicc.plugins.targets import TRN2
+from nkicc.simulator.machine import MachineSimulator
+from nkicc.simulator.testing import edit_op
+
+import fuzz_kernels as fk
+from conftest import EXAMPLES
+
+sys.path.insert(0, str(EXAMPLES))
+import fused_matmul as fm  # noqa: E402
+
+SUM_TOL = 1e-6  # |batched - per instruction| <= SUM_TOL * (the same sums over |terms|)
+EXAMPLES_PER_FAMILY = 12
+batched_runs: dict = {}
+
+
+def both(kernel, inputs, **kw):
+    """(batched, per-instruction) runs: each (outputs, report)."""
+    return (MachineSimulator(kernel, TRN2, **kw).run(inputs),
+            MachineSimulator(kernel, TRN2, batch=False, **kw).run(inputs))
+
+
+def check_case(case) -> None:
+    c = nkicc.compile(case.kernel, *case.arrays, **case.consts)
+    inputs = dict(zip(c.ir.args, case.arrays))
+    (fast, frep), (slow, srep) = both(c.ir, inputs)
+    name = c.ir.outputs[0]
+    got, want = fast[name].astype(np.float64), slow[name].astype(np.float64)
+    if case.family in ("matmul", "row_reduce"):
+        # sums of products of the inputs: the same sums over |inputs| bound what reordering can change
+        mag = MachineSimulator(c.ir, TRN2, timing=False, batch=False).run(
+            {k: np.abs(v) for k, v in inputs.items()})[0][name].astype(np.float64)
+        assert np.all(np.abs(got - want) <= SUM_TOL * np.abs(mag) + 1e-30), case
+    else:  # no sums: bit for bit
+        np.testing.assert_array_equal(got, want, err_msg=repr(case))
+    # the same instructions, the same event-level times (timing runs per iteration, without data)
+    assert frep.executed == srep.executed and frep.total_ns == srep.total_ns, case
+    assert {e: s.busy_ns for e, s in frep.engines.items()} == {e: s.busy_ns for e, s in srep.engines.items()}
+    assert not srep.batched_loops
+    batched_runs[case.family] = batched_runs.get(case.family, 0) + bool(frep.batched_loops)
+
+
+@pytest.mark.parametrize("family", ["elementwise", "matmul", "row_reduce", "offset_rows"])
+def test_batched_equals_per_instruction_on_generated_kernels(family):
+    @settings(max_examples=EXAMPLES_PER_FAMILY, deadline=None, derandomize=True, database=None,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @given(fk.VALID[family]())
+    def prop(case):
+        check_case(case)
+
+    prop()
+    if family in ("elementwise", "matmul"):  # loops of these families do run batched (else this test is empty)
+        assert batched_runs.get(family, 0) > 0, batched_runs
+
+
+def test_mm2_runs_batched_with_accumulations_summed(rng):
+    arrays = [rng.standard_normal(s).astype(np.float32) for s in [(256, 420), (256, 512), (512, 256)]]
+    c = nkicc.compile(fm.mm2, *arrays)
+    inputs = dict(zip(c.ir.args, arrays))
+    (fast, frep), (slow, srep) = both(c.ir, inputs)
+    mag = MachineSimulator(c.ir, TRN2, timing=False, batch=False).run(
+        {k: np.abs(v) for k, v in inputs.items()})[0]["E"].astype(np.float64)
+    assert np.all(np.abs(fast["E"].astype(np.float64) - slow["E"]) <= SUM_TOL * mag)
+    assert frep.batched_loops and frep.total_ns == srep.total_ns
+    # inputs the kernel does not write are read where the caller keeps them, not copied
+    sim = MachineSimulator(c.ir, TRN2, timing=False)
+    sim.run(inputs)
+    assert all(np.shares_memory(sim.hbm[n], inputs[n]) for n in ("At", "B", "D"))
+
+
+@nkicc.jit
+def scaled_tiles(a):
+    """out tile i = exp(a tile i) + a tile i: a loop the batched path runs."""
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(a.shape[0] // 128):
+        x = nl.load(a[i * 128:(i + 1) * 128, :])
+        nl.store(out[i * 128:(i + 1) * 128, :], value=nl.add(x, nl.exp(x)))
+    return out
+
+
+def test_hazards_are_found_in_batched_loops(rng):
+    """Deleting a semaphore inside a loop that runs batched is still E171
+    (times and hazards are checked per iteration), naming both instructions."""
+    a = rng.standard_normal((512, 64)).astype(np.float32)
+    c = nkicc.compile(scaled_tiles, a)
+    k, inputs = c.ir, {c.ir.args[0]: a}
+    _, rep = MachineSimulator(k, TRN2).run(inputs)
+    assert rep.batched_loops
+    ops = [s for s in k.body.walk() if isinstance(s, Op)]
+    caught = 0
+    for op in ops:
+        for w in op.attr("wait") or ():
+            broken = edit_op(k, op.attr("id"), wait=tuple(x for x in op.attr("wait") if x != w))
+            try:
+                MachineSimulator(broken, TRN2).run(inputs)
+            except NkiccError as err:
+                assert err.code == "E171" and f"(id {op.attr('id')}," in str(err) and f"(id {w}," in str(err)
+                caught += 1
+    assert caught >= 1
+    out, _ = MachineSimulator(k, TRN2, timing=False).run(inputs)
+    np.testing.assert_allclose(out[k.outputs[0]], a + np.exp(a), rtol=1e-5)
+
+
+@nkicc.jit
+def never_zeroed(a):
+    out = nl.ndarray((128, 64), dtype=a.dtype, buffer=nl.shared_hbm)
+    acc = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+    for i in nl.affine_range(a.shape[0] // 128):
+        t = nl.load(a[i * 128:(i + 1) * 128, :])
+        nisa.tensor_tensor(dst=acc, data1=acc, data2=t, op=nl.add)
+    nl.store(out, value=acc)
+    return out
+
+
+def test_poison_flows_through_a_batched_accumulation(rng):
+    """An accumulator nobody zeroed is NaN poison after the batched sum too
+    (the driver reports it as E173); zeroed, the sum is right."""
+    a = rng.standard_normal((512, 64)).astype(np.float32)
+    c = nkicc.compile(never_zeroed, a)
+    (fast, frep), (slow, _) = both(c.ir, {c.ir.args[0]: a})
+    assert frep.batched_loops
+    name = c.ir.outputs[0]
+    assert np.isnan(fast[name]).all() and np.isnan(slow[name]).all()
+    with pytest.raises(NkiccError) as ei:
+        c.run(a)
+    assert ei.value.code == "E173"
+
+
+def test_out_of_bounds_runtime_offsets_still_raise():
+    """Runtime (register) offsets never run batched: E170 as before."""
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).parent / "bad_kernels" / "runtime_bounds.py"
+    spec = importlib.util.spec_from_file_location("runtime_bounds_b", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    a = np.random.default_rng(1).standard_normal((512, 64)).astype(np.float32)
+    c = nkicc.compile(mod.offset_advanced_too_far, a)
+    with pytest.raises(NkiccError) as ei:
+        MachineSimulator(c.ir, TRN2).run({c.ir.args[0]: a})
+    assert ei.value.code == "E170"
