@@ -116,8 +116,7 @@ def plan(sim, loop: Loop, outer: tuple, label: str) -> Nest | None:
         if it.rule.reduces(op) and t.dtype == np.float32:
             mine = private.get(dst.tensor, ())
             it.reduce = tuple(i for i, v in enumerate(it.vars) if v not in mine and dst.offset.coeff(v) == 0)
-            if not it.plan.is_matmul or op.attr("accumulate") is True:  # not "the first write overwrites"
-                it.accum = (dst,)
+            it.accum = (dst,)
         ins = [a for a in op.ins if isinstance(a, Access)]
         if len(ins) > 1 and op.opcode != "dma_copy" and op.opcode != "nc_matmul":
             # stacking iterations along partitions needs operands of one partition count
@@ -200,7 +199,9 @@ def _exempt(w, x, v) -> bool:
     (iw, aw, _), (ix, ax, _) = w, x
     if iw is ix:
         return v in [iw.vars[i] for i in iw.reduce] and ax == aw
-    return aw in iw.accum and ax in ix.accum
+    # the same kind of sum: PSUM matmul accumulation (where the first write may overwrite: then
+    # whichever comes first) or an add; mixed, a poisoned first add would be skipped or not
+    return aw in iw.accum and ax in ix.accum and iw.plan.is_matmul == ix.plan.is_matmul
 
 
 def legal(nest: Nest, env: dict) -> bool:
