@@ -40,7 +40,7 @@ from . import semantics
 from .reference import ReferenceMachine
 
 _accumulate = ReferenceMachine._accumulate
-CHECK_BUDGET = 5_000_000          # run-start comparisons per legality check
+CHECK_BUDGET = 200_000_000      # run-start comparisons per legality check (seconds at most, once per loop)
 MAX_PRIVATE_BYTES = 512 << 20     # private tile copies of one nest
 MAX_VALUES_BYTES = 256 << 20      # one op's batched results
 
