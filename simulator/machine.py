@@ -587,7 +587,9 @@ class MachineSimulator:
         with single_threaded_blas(), np.errstate(all="ignore"):  # semantics.compute's contract
             self._block(self._program)
         names = self.kernel.outputs + written_args(self.kernel)  # and the inputs the kernel updated
-        outputs = {name: self.hbm[name].reshape(self.decls[name].shape).copy() for name in names}
+        # handed over, not copied: the next run() starts from new arrays (peak memory: one copy of E)
+        outputs = {name: (self.hbm[name].copy() if name in self._shared else self.hbm.pop(name))
+                   .reshape(self.decls[name].shape) for name in names}
         report = self._report(time.perf_counter() - t0)
         if self.tracing and self.trace_path:
             self.write_trace(self.trace_path)
