@@ -115,7 +115,7 @@ def worker(path: str, mode: str, repeat: int, budget: float = UNROLL_BUDGET_S) -
     from nkicc.api import BudgetError
     from nkicc.loader import load_kernel
     from nkicc.specs import annotated_specs
-    from nkicc.trace import inspect_unwrap
+    from nkicc.language.kernel_trace import inspect_unwrap
 
     # warm up on a loop-free kernel: the first compile in a process loads the
     # pass registry and plugins (reported once, as the baseline's first compile)

@@ -152,7 +152,7 @@ def _error_line(exc: BaseException, nkilib: str) -> str:
     import traceback
 
     from nkicc.ir import NkiccError
-    from nkicc.usererrors import user_error
+    from nkicc.language.usererrors import user_error
     if not isinstance(exc, NkiccError):
         exc = user_error(exc) or exc
     if isinstance(exc, NkiccError):  # the one line without its hint: the table names the gap, not the fix
@@ -241,7 +241,7 @@ def child(nkilib: str, relpath: str, func: str, name: str, stand_ins: bool = Fal
         return res
     import nkicc
     from nkicc.specs import bind_call
-    from nkicc.trace import inspect_unwrap
+    from nkicc.language.kernel_trace import inspect_unwrap
 
     rng = np.random.default_rng(2026)
     try:

@@ -356,51 +356,19 @@ def plot_timing(data: dict, path) -> str:
     return _save(fig, path)
 
 
-def trace_tracks(trace: dict) -> list[tuple[str, list[tuple[float, float, str]]]]:
-    """[(track name, [(start us, duration us, opcode)])] for every engine and DMA
-    queue track of a Perfetto trace with at least one instruction, in track order
-    (loop tracks are left out)."""
-    names, order, events = {}, {}, {}
-    for e in trace.get("traceEvents", []):
-        if e.get("ph") == "M" and e.get("name") == "thread_name":
-            names[e["tid"]] = e["args"]["name"]
-        elif e.get("ph") == "M" and e.get("name") == "thread_sort_index":
-            order[e["tid"]] = e["args"]["sort_index"]
-        elif e.get("ph") == "X" and e.get("cat") != "loop":
-            events.setdefault(e["tid"], []).append((float(e["ts"]), float(e["dur"]), e["name"]))
-    tids = sorted(events, key=lambda t: (order.get(t, t), t))
-    return [(names.get(t, f"track {t}"), events[t]) for t in tids]
-
-
 def plot_gantt(trace: dict, path, title: str | None = None) -> str:
-    """(f) per-engine timeline: one row per engine / DMA queue, one bar per instruction."""
-    plt = pyplot()
-    tracks = trace_tracks(trace)
-    opcodes = sorted({op for _, evs in tracks for _, _, op in evs})
-    cmap = plt.get_cmap("tab10")
-    color = {op: cmap(i % 10) for i, op in enumerate(opcodes)}
-    fig, ax = plt.subplots(figsize=(10, 1.4 + 0.3 * max(len(tracks), 1)))
-    end = 0.0
-    for row, (_, evs) in enumerate(tracks):
-        y = len(tracks) - 1 - row
-        for op in opcodes:
-            spans = [(s, max(d, 1e-3)) for s, d, o in evs if o == op]
-            if spans:
-                edge = tuple(0.65 * c for c in color[op][:3])
-                ax.broken_barh(spans, (y - 0.38, 0.76), facecolors=color[op], edgecolors=edge, linewidth=0.4)
-        end = max(end, max(s + d for s, d, _ in evs))
-    ax.set_yticks(range(len(tracks)), [name for name, _ in tracks][::-1], fontsize=8)
-    ax.set_ylim(-0.6, len(tracks) - 0.4)
-    ax.set_xlim(0, end * 1.01 or 1)
-    ax.set_xlabel("estimated time (us)")
-    other = trace.get("otherData", {})
-    ax.set_title(title or f"{other.get('kernel', 'kernel')} on {other.get('target', '?')}: one bar per "
-                          "instruction (simulator estimates)", fontsize=10)
-    ax.grid(True, axis="x", alpha=0.3)
-    handles = [plt.Rectangle((0, 0), 1, 1, color=color[op]) for op in opcodes]
-    fig.legend(handles, opcodes, fontsize=8, ncol=max(len(opcodes), 1), loc="lower center", frameon=False,
-               handlelength=1.2, columnspacing=1.2)
-    return _save(fig, path, rect=(0, 0.35 / fig.get_figheight(), 1, 1))
+    """(f) per-engine timeline: the package's picture (nkicc.simulator.plot) of a Perfetto trace."""
+    from nkicc.ir import NkiccError
+    from nkicc.simulator.plot import plot_timeline
+
+    pathlib.Path(path).parent.mkdir(parents=True, exist_ok=True)
+    try:
+        plot_timeline(trace, path, title)
+    except NkiccError as exc:
+        if exc.code == "E206":
+            raise NoMatplotlib(f"matplotlib is not installed; {INSTALL_HINT} to make the plots") from None
+        raise
+    return str(path)
 
 
 # --- running the benchmarks -------------------------------------------------------------
@@ -675,7 +643,7 @@ def timing_table(data: dict) -> str:
                      f"{r['max_err']:.2e} |")
     if data.get("large"):
         lines += ["", f"Large blocked bf16 matmul, K,M,N = {data.get('large_size', '?')}:", "",
-                  "| pipeline | estimated latency (us) | Tensor Engine utilisation | DMA queue utilisation | "
+                  "| pipeline | estimated latency (us) | Tensor Engine utilisation | DMA active | "
                   "matmuls | max abs error | loops multi-buffered |", "|---|---|---|---|---|---|---|"]
         for r in data["large"]:
             dma = f"{r['dma_utilisation']:.1%}" if "dma_utilisation" in r else "-"

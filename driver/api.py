@@ -6,6 +6,7 @@ import copy
 import functools
 import itertools
 import os
+import sys
 import time
 import dataclasses
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from .ir.analysis import written_args
 from . import frameworks
 from .simulator.machine import MachineSimulator
 from .simulator.numerics import precise_from_env
+from .simulator.plot import plot_timeline
 from .simulator.ranks import run_ranks as _simulate_ranks
 from .pass_api import BudgetExceeded, Target
 from .cached import CachePlan
@@ -27,7 +29,7 @@ from .passes import PassOptions, PipelineResult, registry
 from .report import peak_rss_mb
 from .specs import TensorSpec, bind_call, constant_key
 from .language.tracing import current_builder
-from .trace import TraceResult, caller_loc, inspect_unwrap, trace_kernel
+from .language.kernel_trace import TraceResult, caller_loc, inspect_unwrap, trace_kernel
 
 
 DEFAULT_TARGET = "trn2"
@@ -39,6 +41,17 @@ class RunSettings:
     or without timing, and keep a record of every call (`records`)."""
     timing: bool = True
     records: list = field(default_factory=list)
+    timeline: str | None = None  # --timeline: draw each kernel call's engine timeline here (PNG)
+    pictures: list = field(default_factory=list)  # the timeline files written so far
+
+    def timeline_path(self) -> str:
+        """The next picture's file: the path itself for the first kernel call,
+        then NAME-2.png, NAME-3.png, ... for the calls after it."""
+        n = len(self.pictures) + 1
+        root, ext = os.path.splitext(self.timeline)
+        path = self.timeline if n == 1 else f"{root}-{n}{ext}"
+        self.pictures.append(path)
+        return path
 
 
 # set by `nkicc run` for the script it runs; None: every kernel uses its own settings
@@ -64,11 +77,14 @@ class CompiledKernel:
     # allocator's addresses, engines, semaphores, estimated timing, hazard checks) or
     # "reference" (the IR interpreter). timing=False: functional only (faster);
     # trace_path: write a Perfetto timeline of each run there. `sim` is the last
-    # run's SimReport (also report["sim"]).
+    # run's SimReport (also report["sim"]); trace_path=True keeps the trace in
+    # memory (sim.timeline) without writing a file. A multi-rank run also
+    # leaves every rank's SimReport in `sim_ranks`.
     simulator: str = "machine"
     timing: bool = True
-    trace_path: str | None = None
+    trace_path: str | bool | None = None
     sim: object = None
+    sim_ranks: list | None = None
     target_spec: Target | None = field(default=None, repr=False)
     # a multi-core launch: one compiled program per core (kernel[2] whose
     # programs meet at sendrecv / core_barrier / collectives), run at once
@@ -118,6 +134,7 @@ class CompiledKernel:
         timing = self.timing if timing is None else timing
         sim = MachineSimulator(self.ir, target, timing=timing, trace=(trace or self.trace_path or False))
         outputs, self.sim = sim.run(inputs)
+        self.sim_ranks = None
         self.report["sim"] = self.sim.to_dict()
         return outputs, self.sim
 
@@ -133,9 +150,10 @@ class CompiledKernel:
         target = self.target_spec or resolve_target(self.target, registry())
         timing = self.timing if timing is None else timing
         results = _simulate_ranks([core.ir for core in self.cores], [inputs] * len(self.cores), target, simulator,
-                                  timing, trace or False, shared, precise=precise)
+                                  timing, per_rank_trace(trace or self.trace_path or False), shared, precise=precise)
         reports = [r[1] for r in results]
         self.report["ranks"] = [r.to_dict() if r is not None else None for r in reports]
+        self.sim_ranks = reports if all(r is not None for r in reports) else None
         self.sim = max((r for r in reports if r is not None), key=lambda r: r.total_ns, default=None)
         return dict(zip(self.ir.outputs, outs)), self.sim
 
@@ -150,10 +168,21 @@ class CompiledKernel:
             simulator = "reference"
         target = self.target_spec or resolve_target(self.target, registry())
         timing = self.timing if timing is None else timing
-        results = _simulate_ranks(self.ir, inputs_by_rank, target, simulator, timing, trace or False)
+        results = _simulate_ranks(self.ir, inputs_by_rank, target, simulator, timing, per_rank_trace(trace or False))
         reports = [r[1] for r in results]
         self.report["ranks"] = [r.to_dict() if r is not None else None for r in reports]
+        self.sim_ranks = reports if all(r is not None for r in reports) else None
         return [r[0] for r in results], reports
+
+    def plot_timeline(self, path: str | None = None) -> bytes:
+        """The last simulation's engine timeline as PNG bytes (written to `path`
+        when given): one row per engine and DMA queue, every rank's rows for a
+        multi-rank run. The run must have kept a trace (trace=True or a path);
+        needs matplotlib (`pip install 'nkicc[plot]'`, E206 without it)."""
+        if self.sim is None and not self.sim_ranks:
+            raise NkiccError("E206", f"kernel {self.name} has not been simulated with timing", None,
+                             "run it (machine simulator, timing on, trace=True) first")
+        return plot_timeline(self.sim_ranks or self.sim, path)
 
     def print_ir(self) -> str:
         return format_kernel(self.ir)
@@ -364,11 +393,14 @@ class JitKernel:
         if settings is None:
             return compiled.run(**arrays)
         compiled.timing = settings.timing
+        if settings.timeline and settings.timing:
+            compiled.trace_path = compiled.trace_path or True
         t0 = time.perf_counter()
         result = compiled.run(**arrays)
         settings.records.append({"kernel": compiled.name, "compiled_now": fresh, "compile_s": compiled.compile_s,
                                  "run_s": time.perf_counter() - t0, "peak_rss_mb": peak_rss_mb(),
                                  "report": compiled.report})
+        _draw_for_run(settings, compiled.sim_ranks or compiled.sim)
         return result
 
     @property
@@ -397,12 +429,37 @@ def run_ranks(kernel, ranks: int, *args, simulator: str = "machine", timing: boo
     jk = kernel if isinstance(kernel, JitKernel) else JitKernel(inspect_unwrap(kernel))
     compiled = compile(jk, *per_rank[0], **named)
     inputs = [dict(zip(compiled.ir.args, values)) for values in per_rank]
-    outputs, _ = compiled.run_ranks(inputs, simulator=simulator, timing=timing, trace=trace)
+    settings = RUN_SETTINGS.get()  # under `nkicc run --timeline`: a picture of every rank
+    drawing = settings is not None and settings.timeline and timing and simulator == "machine"
+    outputs, reports = compiled.run_ranks(inputs, simulator=simulator, timing=timing, trace=trace or bool(drawing))
+    if drawing:
+        _draw_for_run(settings, reports)
     results = []
     for out in outputs:
         values = [out[o] for o in compiled.ir.outputs]
         results.append(None if not values else values[0] if len(values) == 1 else tuple(values))
     return results
+
+
+def per_rank_trace(trace):
+    """A trace path for each rank of a multi-rank run: `{rank}` in it is the
+    rank; a path without it gets `.rank{rank}` before its extension."""
+    if not isinstance(trace, str) or "{rank}" in trace:
+        return trace
+    root, ext = os.path.splitext(trace)
+    return f"{root}.rank{{rank}}{ext}"
+
+
+def _draw_for_run(settings: RunSettings, source) -> None:
+    """`nkicc run --timeline`: the picture of the kernel call that just ran."""
+    if not settings.timeline or not settings.timing or not source:
+        return
+    reports = source if isinstance(source, list) else [source]
+    if any(r is None or r.timeline is None for r in reports):
+        return  # (the reference simulator ran: no timeline)
+    path = settings.timeline_path()
+    plot_timeline(source, path)
+    print(f"nkicc: timeline of {reports[0].kernel} written to {path}", file=sys.stderr)
 
 
 def _rank_value(a, rank: int, ranks: int):

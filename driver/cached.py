@@ -22,7 +22,7 @@ from .cache.store import Store, enabled_by_env, open_store
 from .ir import Kernel, Loc, Loop, NkiccError, NotCanonical, count_instructions, exact_hash
 from .ir.serialize import Unserialisable
 from .passes import PassOptions, PipelineResult, Registry, run_pipeline, select
-from .trace import TraceResult
+from .language.kernel_trace import TraceResult
 
 _bases: dict[tuple, tuple] = {}
 

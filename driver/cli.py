@@ -76,6 +76,22 @@ def _check_writable(path: Optional[str], flag: str) -> None:
                          "give a path in a folder that exists and is writable"))
 
 
+TIMELINE_HELP = ("Draw the engine timeline (one row per engine and DMA queue, one bar per instruction) as a "
+                 "PNG here; needs matplotlib (pip install 'nkicc[plot]')")
+
+
+def _check_timeline(path: Optional[str], flag: str = "--timeline") -> None:
+    """Before the compile and the run: a file that can be written, and matplotlib to draw it."""
+    from .simulator.plot import INSTALL, have_matplotlib
+
+    if not path:
+        return
+    _check_writable(path, flag)
+    if not have_matplotlib():
+        _fail(NkiccError("E206", f"{flag} needs matplotlib, which is not installed", None,
+                         f"{INSTALL} (or pip install matplotlib)"))
+
+
 def _choice(flag: str, value: str, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
         raise NkiccError("E201", f"bad value {value!r} for {flag}", None, f"use {flag} {'|'.join(allowed)}")
@@ -298,6 +314,7 @@ def simulate_cmd(
     timing: str = typer.Option("on", "--timing", help="on: estimated timing and hazard checks; off: functional only"),
     trace_file: Optional[str] = typer.Option(None, "--trace", help="Write a Perfetto / chrome://tracing timeline "
                                                                    "(JSON) of the machine simulation here"),
+    timeline: Optional[str] = typer.Option(None, "--timeline", help=TIMELINE_HELP),
     sim_json: Optional[str] = typer.Option(None, "--sim-json", help="Write the simulation report (JSON) here"),
     report: Optional[str] = typer.Option(None, "--report", help="Write the compile report as JSON here, with the "
                                                                 "simulation report under \"sim\""),
@@ -307,19 +324,24 @@ def simulate_cmd(
     try:
         _choice("--simulator", simulator, ("machine", "reference"))
         _choice("--timing", timing, ("on", "off"))
-        if trace_file and (simulator != "machine" or timing == "off"):
-            raise NkiccError("E201", "--trace needs --simulator machine and --timing on", None)
+        for path, flag in ((trace_file, "--trace"), (timeline, "--timeline")):
+            if path and (simulator != "machine" or timing == "off"):
+                raise NkiccError("E201", f"{flag} needs --simulator machine and --timing on", None)
         # every file asked for is checked before the compile and the (long) simulation, not after
         for path, flag in ((trace_file, "--trace"), (sim_json, "--sim-json"), (_npz_path(output), "--output")):
             _check_writable(path, flag)
+        _check_timeline(timeline)
         options = _pass_options(target, enable_pass, disable_pass, opt, False, (), (), False, 600.0, None,
                                 no_plugin, plugin)
         compiled = _build(target_spec, arg, const, options, cache=False if no_cache else None,
                           from_inputs=_npz_specs(inputs))
         arrays = _inputs(compiled, inputs, seed)
         _warn(compiled)
-        compiled.simulator, compiled.timing, compiled.trace_path = simulator, timing == "on", trace_file
+        compiled.simulator, compiled.timing = simulator, timing == "on"
+        compiled.trace_path = trace_file or bool(timeline)  # --timeline alone: the trace stays in memory
         result = compiled.run(**arrays)
+        if timeline and compiled.sim is not None:
+            compiled.plot_timeline(timeline)
     except NkiccError as err:
         _fail(err)
     outs = result if isinstance(result, tuple) else (() if result is None else (result,))
@@ -330,8 +352,15 @@ def simulate_cmd(
         stats = (f"min {finite.min():.6g}  max {finite.max():.6g}  mean {finite.mean():.6g}  std {finite.std():.6g}"
                  if finite.size else "no finite values")
         typer.echo(f"{name}: {value.dtype}{list(value.shape)}  {stats}  nan {nan}")
+    for rank, sim in enumerate(compiled.sim_ranks or [compiled.sim]):
+        if sim is None:
+            continue
+        if compiled.sim_ranks:  # a multi-core launch: each core's engines
+            typer.echo(f"rank {rank}:")
+        typer.echo(sim.summary())
+    if timeline and compiled.sim is not None:
+        typer.echo(f"  timeline: {timeline}")
     if compiled.sim is not None:
-        typer.echo(compiled.sim.summary())
         if sim_json:
             with _writing(sim_json, "--sim-json") as f:
                 f.write(compiled.sim.to_json(indent=2))
@@ -353,6 +382,8 @@ def run_cmd(
     report: Optional[str] = typer.Option(None, "--report", help="Write a JSON record of every kernel call here "
                                                                 "(compile and simulation time, peak RSS, the "
                                                                 "compile and simulation report)"),
+    timeline: Optional[str] = typer.Option(None, "--timeline", help=TIMELINE_HELP + "; one picture per kernel "
+                                           "call: the first at this path, then NAME-2.png, NAME-3.png, ..."),
     remote_cache: Optional[str] = REMOTE_CACHE,
     shards: Optional[int] = typer.Option(None, "--shards", help="Run N copies, one per shard, on a Dask cluster; "
                                                                 "each gets SHARD / NSHARDS (and NKICC_SHARD / "
@@ -373,8 +404,11 @@ def run_cmd(
         _fail(NkiccError("E200", f"no such script: {script}", None, "give the path to a .py file"))
     try:
         _choice("--timing", timing, ("on", "off"))
+        if timeline and (timing == "off" or shards is not None):
+            raise NkiccError("E201", "--timeline needs --timing on, and one process (not --shards)", None)
     except NkiccError as err:
         _fail(err)
+    _check_timeline(timeline)
     _remote_cache(remote_cache)
     if shards is not None:
         _run_shards(script, ctx.args, shards, timing == "on", workers, cluster, timeout, report)
@@ -385,7 +419,7 @@ def run_cmd(
     sys.argv = [script, *ctx.args]
     folder = os.path.dirname(os.path.abspath(script))
     sys.path.insert(0, folder)
-    settings = RunSettings(timing=timing == "on")
+    settings = RunSettings(timing=timing == "on", timeline=timeline)
     token = RUN_SETTINGS.set(settings)
     try:
         runpy.run_path(script, run_name="__main__")
@@ -428,9 +462,9 @@ def _script_failed(exc: Exception) -> None:
     (from its first frame on) and exit 1, as python itself would; one raised
     inside nkicc is an internal error (re-raised: exit 4 with nkicc's traceback)."""
     from .language.tracing import is_nkicc_file
-    from .trace import _innermost_is_nkicc
+    from .language.kernel_trace import _innermost_is_nkicc
 
-    from .usererrors import user_error
+    from .language.usererrors import user_error
 
     err = user_error(exc) if isinstance(exc, ImportError) else None
     if err is not None:  # a name nkicc lacks: one line at the import (a script's own assert stays Python's)

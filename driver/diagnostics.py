@@ -105,6 +105,11 @@ CODES: dict[str, tuple[str, str]] = {
     "E205": ("cannot write an output file",
              "A file nkicc was asked to write (--report, -o/--output, --sim-json, --trace) could not be "
              "opened or written: the folder must exist and be writable."),
+    "E206": ("an optional extra is not installed, or there is nothing to draw",
+             "The engine timeline picture (`--timeline t.png`, SimReport.plot, CompiledKernel.plot_timeline, "
+             "a report shown in a notebook) is drawn with matplotlib, an optional extra: pip install "
+             "'nkicc[plot]'. It draws a simulation that kept a trace: the machine simulator with timing on, "
+             "run with trace=True or a trace path (the command line's --timeline does that)."),
     "E210": ("the Dask cluster cannot be used",
              "`nkicc tune` and `nkicc run --shards` with --cluster tcp://HOST:PORT connect to an existing Dask "
              "scheduler; it did not answer within 10 s, or had no workers within 30 s. Start one with `dask "

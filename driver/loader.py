@@ -46,8 +46,8 @@ def load_module(path: str) -> types.ModuleType:
         from .ir import Loc
         raise NkiccError("E001", f"SyntaxError: {exc.msg}", Loc(path, exc.lineno or 0), "fix the kernel file") from None
     except Exception as exc:
-        from .trace import _user_frame
-        from .usererrors import user_error
+        from .language.kernel_trace import _user_frame
+        from .language.usererrors import user_error
         err = user_error(exc)
         if err is not None:
             raise err from None
@@ -108,7 +108,7 @@ def resolve_kernel(target: str, args: list[str], consts: list[str], from_inputs:
     `from_inputs`: specs of the arrays of an --inputs FILE.npz, used for
     parameters with neither --arg nor an annotation."""
     from .specs import TensorSpec, annotated_specs, parameters
-    from .trace import inspect_unwrap
+    from .language.kernel_trace import inspect_unwrap
 
     kernel = load_kernel(target)
     fn = inspect_unwrap(getattr(kernel, "fn", kernel))

@@ -48,7 +48,7 @@ def bind_call(fn, args: tuple, kwargs: dict, allow_specs: bool = False
     try:
         bound = inspect.signature(fn).bind(*args, **kwargs)
     except TypeError as exc:
-        from .trace import caller_loc
+        from .language.kernel_trace import caller_loc
         raise NkiccError("E002", f"calling kernel {fn.__name__}: {exc}", caller_loc(),
                          f"its signature is {fn.__name__}{inspect.signature(fn)}") from None
     bound.apply_defaults()

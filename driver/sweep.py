@@ -195,6 +195,11 @@ def measure(task: VariantTask) -> Row:
         except (OSError, ValueError) as exc:
             row.status, row.error = "failed", f"internal error in nkicc: no simulation report ({exc})"
             return row
+    return fill_row(row, report)
+
+
+def fill_row(row: Row, report: dict) -> Row:
+    """A variant's row from its compile report (with the simulation report under "sim")."""
     sim = report.get("sim") or {}
     row.estimated_us = round(sim.get("total_ns", 0.0) / 1000, 3)
     row.compile_s = report.get("compile_s")
@@ -202,7 +207,8 @@ def measure(task: VariantTask) -> Row:
     row.simulate_s = sim.get("wall_s")
     row.spills = len(report.get("notes", {}).get("alloc", {}).get("spills", []))
     row.spill_bytes = sim.get("spill_bytes")
-    row.engines = {name: round(100 * e.get("utilisation", 0.0), 1) for name, e in sim.get("engines", {}).items()}
+    # the simulation report's engine active percentages, as `nkicc simulate` prints them
+    row.engines = {name: round(e.get("active_pct", 0.0), 1) for name, e in sim.get("engines", {}).items()}
     row.cache = (report.get("cache") or {}).get("kernel")
     if not sim:
         row.status, row.error = "failed", "error[E172] no timed simulation (the program was not lowered)"
@@ -239,7 +245,7 @@ def _kernel_ref(kernel) -> tuple[str, str]:
         if not os.path.isfile(path):
             raise NkiccError("E200", f"no such kernel file: {path}", None, "give the path to a .py file")
         return f"{os.path.abspath(path)}::{name}", kernel
-    from .trace import inspect_unwrap
+    from .language.kernel_trace import inspect_unwrap
     fn = inspect_unwrap(getattr(kernel, "fn", kernel))
     try:
         path = inspect.getsourcefile(fn)

@@ -1,4 +1,13 @@
-"""nkicc.language (`nl`): tensors, buffers, dtypes, loop iterators, operations."""
+"""nkicc.language (`nl`): tensors, buffers, dtypes, loop iterators, operations.
+
+How rolling works is in this folder too, in the order a trace meets it:
+ranges.py (the loop iterators a kernel writes), kernel_trace.py (runs the
+kernel's Python in attempts and retries with what each attempt learned),
+tracing.py (the IR builder: one symbolic index per rolled loop, and the
+questions that force a loop to split or go concrete) and loop_effects.py (the
+proof, from the AST, that a loop body carries no Python state from one
+iteration to the next, without which tracing it once would be wrong).
+"""
 from .creation import (
     MemoryRegion, empty_like, full, hbm, is_hbm, is_on_chip, is_psum, is_sbuf, ndarray, ones, ones_like, par_dim,
     private_hbm, psum, sbuf, shared_hbm, tile_size, zeros, zeros_like,

@@ -35,6 +35,7 @@ from ..ir.analysis import engine_of, injective, reads, runtime_guard, tensors_to
 from . import batched, numerics, semantics
 from ._blas import single_threaded_blas
 from .reference import ReferenceMachine
+from .activity import DmaActivity, percent
 from .report import DMA_DIRECTIONS, EngineStats, SimReport
 from ..ir.ops.collectives import group_of, payload as collective_payload
 from .comm import RankComm, single
@@ -569,6 +570,8 @@ class MachineSimulator:
         self._rot_next = 0
         self.finish_of: dict[int, float] = {}
         self.end_ns = 0.0
+        self.dma_activity = DmaActivity()  # the union of the DMA queues' busy time (activity.py)
+        self._dma_keys = [k for k, name in enumerate(self.engines) if name.startswith("dma.q")]
         groups = set(self.neighbours.values())
         wrecs = {g: {} for g in groups}
         rrecs = {g: {} for g in groups}
@@ -759,6 +762,8 @@ class MachineSimulator:
             fin[p.id] = finish
         if finish > self.end_ns:
             self.end_ns = finish
+        if p.engine == "dma":
+            self.dma_activity.add(start, finish, self._dma_floor)
         if self.hazards != "off":
             self._hazards(p, start, finish)
         if self.tracing:
@@ -937,12 +942,11 @@ class MachineSimulator:
                     q = queues.setdefault(f"q{name[5:]}", EngineStats())
                     q.instructions += self.ecount[k]
                     q.busy_ns += self.ebusy[k]
-        if self.timing and total:
+        if self.timing and total:  # active time as neuron-profile counts it (activity.py)
             for name, s in engines.items():
-                lanes = max(1, len(queues)) if name == "dma" else 1
-                s.utilisation = s.busy_ns / (total * lanes)
+                s.active_pct = percent(self.dma_activity.active_ns() if name == "dma" else s.busy_ns, total)
             for s in queues.values():
-                s.utilisation = s.busy_ns / total
+                s.active_pct = percent(s.busy_ns, total)
         if not self.timing:
             for s in list(engines.values()) + list(queues.values()):
                 s.busy_ns = 0.0
@@ -951,10 +955,16 @@ class MachineSimulator:
         if self.tracer is not None:
             r.trace_events = self.tracer.count
             r.trace_capped = self.tracer.capped
+            r.timeline = self.tracer.timeline(self.track_names())
         r.batched_loops = {n.label: n.batched for n in self.nests if n.batched}
         if self.forgotten:
             r.note += f"; hazard tracking forgot {self.forgotten} old records (very long-lived regions)"
         return r
+
+    def _dma_floor(self) -> float:
+        """The earliest start a DMA not yet timed can have: when the first queue frees."""
+        efree = self.efree
+        return min(efree[k] for k in self._dma_keys)
 
     def track_names(self) -> dict[int, str]:
         names = {"pe": "Tensor Engine (pe)", "dve": "Vector Engine (dve)", "act": "Scalar Engine (act)",

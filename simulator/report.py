@@ -1,20 +1,29 @@
 """What a machine simulation reports: estimated time, engine use, DMA traffic."""
 from __future__ import annotations
 
+import base64
+import html
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
+
+from .trace import Timeline
 
 TIMING_NOTE = ("timings are estimates from nkicc's cost table (nkicc/simulator/timing.py), "
                "not measurements of hardware")
 
 DMA_DIRECTIONS = ("hbm->sbuf", "sbuf->hbm", "hbm->hbm", "sbuf->sbuf", "other")
 
+# the names neuron-profile and the vendor's guides give the engines
+ENGINE_NAMES = {"pe": "TensorE", "dve": "VectorE", "act": "ScalarE", "pool": "GpSimd", "dma": "DMA"}
+
 
 @dataclass
 class EngineStats:
     instructions: int = 0
     busy_ns: float = 0.0
-    utilisation: float = 0.0  # busy / total time (for "dma": busy / (total * queues used))
+    # the share of the estimated time the engine is executing, as neuron-profile's
+    # engine_active_time_percent; for "dma", the time at least one queue moves data
+    active_pct: float = 0.0
 
 
 @dataclass
@@ -36,19 +45,30 @@ class SimReport:
     prints: list = field(default_factory=list)  # nl.device_print output, in execution order
     batched_loops: dict = field(default_factory=dict)  # loop label -> entries run as whole-array ops
     note: str = TIMING_NOTE
+    # the engines' instructions in time, when the simulation kept a trace (trace=...);
+    # not part of the JSON (the Perfetto file is that)
+    timeline: Timeline | None = field(default=None, repr=False, compare=False)
 
     @property
     def total_us(self) -> float | None:
         return None if self.total_ns is None else self.total_ns / 1000.0
 
+    @property
+    def active(self) -> dict[str, float]:
+        """Engine -> active time in percent (pe, dve, act, pool, dma), as neuron-profile shows it."""
+        return {name: s.active_pct for name, s in self.engines.items()}
+
     def to_dict(self) -> dict:
-        d = asdict(self)
+        d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "timeline"}
+        d["engines"] = {k: asdict(v) for k, v in self.engines.items()}
+        d["dma_queues"] = {k: asdict(v) for k, v in self.dma_queues.items()}
+        d["dma_bytes"], d["prints"] = dict(self.dma_bytes), list(self.prints)
         if self.total_ns is not None:
             d["total_ns"] = round(self.total_ns, 3)
         for group in ("engines", "dma_queues"):
             for stats in d[group].values():
                 stats["busy_ns"] = round(stats["busy_ns"], 3)
-                stats["utilisation"] = round(stats["utilisation"], 4)
+                stats["active_pct"] = round(stats["active_pct"], 2)
         d["wall_s"] = round(self.wall_s, 6)
         return d
 
@@ -62,8 +82,12 @@ class SimReport:
         if self.total_ns is not None:
             lines.append(f"estimated time {self.total_ns / 1000:.3f} us ({self.note})")
         for name, s in self.engines.items():
-            util = f", {100 * s.utilisation:.1f}% busy" if self.timing else ""
-            lines.append(f"  {name:5s} {s.instructions:>10,} instructions{util}")
+            active = f"  {s.active_pct:5.1f}% active" if self.timing else ""
+            if self.timing and name == "dma" and len(self.dma_queues) > 1:
+                active += " (any queue)"
+            lines.append(f"  {name:5s} {ENGINE_NAMES.get(name, ''):8s}{s.instructions:>10,} instructions{active}")
+        if self.timing and len(self.dma_queues) > 1:
+            lines.append("        queues: " + ", ".join(f"{q} {s.active_pct:.1f}%" for q, s in self.dma_queues.items()))
         moved = ", ".join(f"{k} {v:,} B" for k, v in self.dma_bytes.items() if v)
         lines.append(f"  DMA: {self.dma_transfers:,} transfers; {moved or 'no bytes'}"
                      + (f"; spill {self.spill_bytes:,} B" if self.spill_bytes else ""))
@@ -71,3 +95,31 @@ class SimReport:
             capped = " (capped)" if self.trace_capped else ""
             lines.append(f"  trace: {self.trace_file}, {self.trace_events:,} events{capped}")
         return "\n".join(lines)
+
+    # --- the timeline picture (plot.py; matplotlib is an optional extra) ------------------
+
+    def plot(self, path: str | None = None) -> bytes:
+        """The engine timeline as PNG bytes (and written to `path`); needs a
+        simulation that kept a trace, and matplotlib (E206 without it)."""
+        from .plot import plot_timeline
+        return plot_timeline(self, path)
+
+    def _repr_png_(self) -> bytes | None:
+        """Jupyter: the timeline picture, when there is one and matplotlib is installed."""
+        from .plot import have_matplotlib
+        if self.timeline is None or not have_matplotlib():
+            return None
+        return self.plot()
+
+    def _repr_html_(self) -> str:
+        """Jupyter: the summary, and below it the timeline picture when there is one."""
+        text = f"<pre>{html.escape(self.summary())}</pre>"
+        from .plot import INSTALL
+        png = self._repr_png_()
+        if png is not None:
+            text += f'<img src="data:image/png;base64,{base64.b64encode(png).decode()}" alt="engine timeline"/>'
+        elif self.timeline is not None:
+            text += f"<p>The timeline picture needs matplotlib: <code>{html.escape(INSTALL)}</code></p>"
+        elif self.timing:
+            text += ("<p>No timeline: simulate with <code>trace=True</code> (or a path) to keep one.</p>")
+        return text

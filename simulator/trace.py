@@ -17,6 +17,7 @@ import json
 import linecache
 import os
 import re
+from dataclasses import dataclass
 
 DEFAULT_MAX_EVENTS = 200_000
 PID = 1
@@ -134,6 +135,46 @@ class TraceRecorder:
             },
         }
 
+    def timeline(self, track_names: dict[int, str]) -> "Timeline":
+        """The instructions by engine / DMA queue track (what the picture draws)."""
+        by_tid: dict[int, list] = {}
+        for plan, start, finish, _, tid in self.ops:
+            by_tid.setdefault(tid, []).append((start / 1000.0, (finish - start) / 1000.0, plan.opcode))
+        tracks = [(track_names.get(t, f"track {t}"), by_tid[t]) for t in sorted(by_tid)]
+        return Timeline(self.kernel_name, self.target_name, tracks, self.capped)
+
     def write(self, path: str, track_names: dict[int, str]) -> None:
         with open(path, "w") as f:
             json.dump(self.to_dict(track_names), f, separators=(",", ":"))
+
+
+@dataclass
+class Timeline:
+    """What each engine and DMA queue of one simulation did when: the instructions
+    of every track that ran one, in track order (pe, dve, act, pool, then the
+    queues). A SimReport holds one when the simulation kept a trace; plot.py
+    draws it. Times in microseconds, estimates."""
+    kernel: str
+    target: str
+    tracks: list  # [(track name, [(start us, duration us, opcode)])]
+    capped: bool = False  # the trace hit its event cap: later instructions are missing
+
+    @classmethod
+    def from_trace(cls, trace: dict) -> "Timeline":
+        """From a Perfetto trace as TraceRecorder writes it (loop tracks left out)."""
+        names, order, events = {}, {}, {}
+        for e in trace.get("traceEvents", []):
+            if e.get("ph") == "M" and e.get("name") == "thread_name":
+                names[e["tid"]] = e["args"]["name"]
+            elif e.get("ph") == "M" and e.get("name") == "thread_sort_index":
+                order[e["tid"]] = e["args"]["sort_index"]
+            elif e.get("ph") == "X" and e.get("cat") != "loop":
+                events.setdefault(e["tid"], []).append((float(e["ts"]), float(e["dur"]), e["name"]))
+        tids = sorted(events, key=lambda t: (order.get(t, t), t))
+        other = trace.get("otherData", {})
+        return cls(other.get("kernel", "kernel"), other.get("target", "?"),
+                   [(names.get(t, f"track {t}"), events[t]) for t in tids], bool(other.get("capped")))
+
+    @property
+    def end_us(self) -> float:
+        return max((s + d for _, evs in self.tracks for s, d, _ in evs), default=0.0)

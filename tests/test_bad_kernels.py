@@ -142,7 +142,7 @@ def near_misses():
 @pytest.mark.parametrize("name,kernel", near_misses(), ids=[n for n, _ in near_misses()])
 def test_near_miss_compiles_and_runs(name, kernel, rng):
     from nkicc.specs import annotated_specs
-    from nkicc.trace import inspect_unwrap
+    from nkicc.language.kernel_trace import inspect_unwrap
 
     specs = annotated_specs(inspect_unwrap(kernel.fn))
     arrays = [rng.standard_normal(s.shape).astype(np.float32) if s.dtype == "float32"

@@ -257,7 +257,7 @@ def test_observing_options_bypass_the_kernel_level(cache_dir):
     assert c.report["cache"]["regions_hit"] == c.report["cache"]["regions_total"] > 0
     printed = []
     from nkicc.specs import TensorSpec
-    from nkicc.trace import inspect_unwrap
+    from nkicc.language.kernel_trace import inspect_unwrap
     c = nkicc.api._compile(inspect_unwrap(ck.stages.fn), {"x": TensorSpec.parse("float32[256,32]")}, {}, None,
                            passes=PassOptions(print_ir_after=("licm",)), printer=printed.append)
     assert c.report["cache"]["reason"] == "print-ir" and len(printed) == 1

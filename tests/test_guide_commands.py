@@ -40,7 +40,7 @@ DOCS = [REPO / "docs" / "guide.md", REPO / "README.md"]
 SKIP = [
     (r"^(python3?|pip3?)\b.*\bpip3? install\b|^pip3? install\b",
      "installs into the environment; the test runs the nkicc already installed "
-     "(CI: a fresh venv with pip install '.[test]')"),
+     "(CI: a fresh venv with pip install '.[test]', which includes matplotlib for the timeline picture)"),
     (r"^python3? -m venv\b", "creates a virtual environment; the test runs in the current one"),
     (r"^(\.|source) \S*bin/activate$", "activates the venv the skipped `python3 -m venv` creates"),
     (r"^python3? -m pytest\b", "runs the whole test suite, this file included"),

@@ -299,7 +299,7 @@ def test_report_counts_and_bytes(rng):
     assert sum(s.instructions for s in rep.dma_queues.values()) == rep.engines["dma"].instructions
     assert rep.dma_transfers == rep.engines["dma"].instructions
     for name, s in rep.engines.items():
-        assert s.busy_ns >= 0 and 0 <= s.utilisation <= 1.0 + 1e-9, name
+        assert s.busy_ns >= 0 and 0 <= s.active_pct <= 100.0 + 1e-9, name
         assert (s.busy_ns > 0) == (s.instructions > 0), name
     # every input is loaded at least once; E's rows are stored in 56-row tiles, the first
     # block's last tile running 36 rows into the next block (as the seed does): 456 rows

@@ -564,5 +564,5 @@ def test_summary_under_unroll_says_what_is_left(rng):
 def _annotated(kernel) -> dict:
     """The kernel's annotated specs as keyword arguments of nkicc.compile."""
     from nkicc.specs import annotated_specs
-    from nkicc.trace import inspect_unwrap
+    from nkicc.language.kernel_trace import inspect_unwrap
     return {k: str(v) for k, v in annotated_specs(inspect_unwrap(kernel.fn)).items()}

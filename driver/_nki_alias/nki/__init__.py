@@ -25,7 +25,7 @@ def jit(fn=None, **options):
     unknown = [k for k in options if k not in _NKICC_OPTIONS]
     if unknown:
         from nkicc.ir import NkiccError
-        from nkicc.trace import caller_loc
+        from nkicc.language.kernel_trace import caller_loc
         raise NkiccError("E160", f"nki.jit option {unknown[0]}= is not supported by nkicc", caller_loc(),
                          f"nkicc takes {', '.join(_NKICC_OPTIONS + _VENDOR_OPTIONS)}")
     return nkicc.jit(fn, **options)

@@ -13,9 +13,9 @@ import re
 import sys
 import traceback
 
-from .ir import Loc, NkiccError
-from .language.tracing import is_nkicc_file
-from .trace import _is_library, _user_frame
+from ..ir import Loc, NkiccError
+from .tracing import is_nkicc_file
+from .kernel_trace import _is_library, _user_frame
 
 # the roots under which nkicc serves NKI (the `nki` and `neuronxcc` aliases, and nkicc itself)
 _SERVED_ROOTS = ("nki", "neuronxcc", "nkicc")

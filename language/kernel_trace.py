@@ -16,14 +16,17 @@ import time
 import traceback
 import types
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from .ir import Kernel, Loc, NkiccError
-from .ir.loopdeps import check_affine_loops
-from .language import ranges
-from .language.tensor import Tensor
-from .language.tracing import GRID, Builder, LoopPlan, LoopSite, TraceRetry, is_nkicc_file
-from .effects import EffectChecker, for_node_at
-from .specs import TensorSpec
+from ..ir import Kernel, Loc, NkiccError
+from ..ir.loopdeps import check_affine_loops
+from . import ranges
+from .tensor import Tensor
+from .tracing import GRID, Builder, LoopPlan, LoopSite, TraceRetry, is_nkicc_file
+from .loop_effects import EffectChecker, for_node_at
+
+if TYPE_CHECKING:  # the driver's argument specs; language/ does not import the driver at run time
+    from ..specs import TensorSpec
 
 MAX_ATTEMPTS = 2000
 _GET_ITER = dis.opmap["GET_ITER"]
