@@ -29,6 +29,7 @@ and hazard checks (E171) then run per iteration without moving data
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -37,12 +38,16 @@ from ..ir import Access, Alloc, Loop, Op, ops
 from ..ir.analysis import reads, runtime_guard
 from ..ir.loopdeps import carried
 from . import semantics
+from ._blas import default_blas
 from .reference import ReferenceMachine
 
 _accumulate = ReferenceMachine._accumulate
 CHECK_BUDGET = 200_000_000      # run-start comparisons per legality check (seconds at most, once per loop)
 MAX_PRIVATE_BYTES = 512 << 20     # private tile copies of one nest
 MAX_VALUES_BYTES = 256 << 20      # one op's batched results
+# BLAS threads for a matmul of at least this many flops per GEMM: below it a multi-threaded OpenBLAS
+# lost 10x on this shared 2-vCPU machine (stacked 30 MFLOP GEMMs of mm2 --scale 8: 62 s against 3.9 s)
+THREADED_GEMM_FLOP = 1 << 30
 
 
 @dataclass
@@ -336,8 +341,6 @@ def run(sim, nest: Nest) -> bool:
                 return False
             outs.append(v)
         plan_.append((it, got, outs))
-    # BLAS stays on one thread (simulator/_blas.py): a multi-threaded OpenBLAS made this nest's
-    # stacked matmuls 10x slower on the shared 2-vCPU machine (62 s against 3.9 s, mm2 --scale 8)
     _execute(sim, nest, plan_)
     _write_back(sim, nest, views)
     nest.batched += 1
@@ -358,12 +361,14 @@ def _execute(sim, nest: Nest, plan_: list) -> None:
         if it.feeds is not None:  # the matmul's products, summed over the loops this op sums over
             mm = it.feeds
             mm_got = done[id(mm)]
-            summed = mm.rule.run(mm.plan.op, lambda a: mm_got[id(a)], len(it.vars), it.reduce)[0][1]
+            with _threads(mm, it.reduce, nest):
+                summed = mm.rule.run(mm.plan.op, lambda a: mm_got[id(a)], len(it.vars), it.reduce)[0][1]
             term = next(a for a in p.op.ins if isinstance(a, Access) and a != p.op.outs[0])
             shape = tuple(1 if i in it.reduce else nest.trips[v] for i, v in enumerate(it.vars))
             summed = summed.reshape(shape + term.shape)
             read = lambda a, t=term, v=summed: v if a == t else got[id(a)]
-        results = it.rule.run(p.op, read, len(it.vars), it.reduce)
+        with _threads(it, it.reduce, nest):
+            results = it.rule.run(p.op, read, len(it.vars), it.reduce)
         for index, values in results:
             dst, mask = outs[index]
             if mask is not None:
@@ -373,6 +378,17 @@ def _execute(sim, nest: Nest, plan_: list) -> None:
             if np.ndim(values) == 0:
                 values = np.full(dst.shape, values)
             semantics.store(dst, values)
+
+
+def _threads(it: _OpItem, reduce: tuple, nest: Nest):
+    """BLAS threads for a matmul whose GEMMs (one per iteration left after the sum) are large."""
+    op = it.plan.op
+    if not it.rule.sums:
+        return contextlib.nullcontext()
+    st, mv = op.ins[0], op.ins[1]
+    k = st.shape[0] if st.shape else 1
+    flop = 2 * st.count * (mv.count // max(1, k)) * int(np.prod([nest.trips[it.vars[i]] for i in reduce] or [1]))
+    return default_blas() if flop >= THREADED_GEMM_FLOP else contextlib.nullcontext()
 
 
 def _write_back(sim, nest: Nest, views: _Views) -> None:
