@@ -156,10 +156,12 @@ def analysis(data: dict) -> str:
             f"per access over all iterations, one stacked matmul per instruction, and a PSUM matmul whose "
             f"product is only summed into SBUF over a loop is one GEMM with the loop in its contraction. "
             f"With timing on, the data moves batched and the cost model and hazard checks still run per "
-            f"instruction (event level, without data), which is most of that row's time. BLAS stays on "
-            f"one thread in the simulator (a multi-threaded OpenBLAS made the stacked matmuls 10x slower "
-            f"on this shared 2-vCPU machine); numpy uses its default threads. Single timings vary by "
-            f"tens of percent with the load of other jobs on the machine.")
+            f"instruction (event level, without data), which is most of that row's time. BLAS runs on "
+            f"one thread in the simulator except for GEMMs of 1 GFLOP or more (whole loops at full size): "
+            f"a multi-threaded OpenBLAS made this size's stacked 30 MFLOP matmuls 10x slower on the shared "
+            f"2-vCPU machine; numpy uses its default threads. Single timings vary by tens of percent with "
+            f"the load of other jobs on the machine (CPU s against wall s shows how much of a CPU the "
+            f"process got).")
 
 
 def section(data: dict) -> str:

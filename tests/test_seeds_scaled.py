@@ -55,12 +55,14 @@ def assert_close(out, ref):
 
 
 def run_both(kernel, arrays, **consts):
-    """Rolled run and unrolled run; they must agree exactly. Returns (rolled output, compiled)."""
+    """Rolled run and unrolled run; they must agree up to the order of fp32 sums (the
+    rolled loops' accumulations run batched: simulator/batched.py). Returns (rolled output, compiled)."""
     rolled = nkicc.compile(kernel, *arrays, **consts)
     out = rolled.run(*arrays)
     unrolled = nkicc.compile(kernel, *arrays, unroll=True, **consts)
     out_u = unrolled.run(*arrays)
-    np.testing.assert_array_equal(out, out_u)
+    scale = max(1.0, float(np.nanmax(np.abs(out_u), initial=0.0)))
+    np.testing.assert_allclose(out, out_u, rtol=0, atol=1e-6 * scale, equal_nan=True)
     assert rolled.report["instructions_executed"] == unrolled.report["instructions_executed"]
     return out, rolled
 
