@@ -35,12 +35,17 @@ CODES: dict[str, tuple[str, str]] = {
     "E120": ("wrong buffer for this instruction",
              "DMA cannot read or write PSUM; compute instructions read SBUF/PSUM, not HBM; tensor_tensor cannot "
              "read both inputs from PSUM; GpSimd cannot access PSUM."),
-    "E130": ("matmul shape",
-             "nc_matmul computes dst[M, N] (+)= stationary[K, M].T @ moving[K, N] with K <= 128, M <= 128, "
-             "N <= 512; K is the partition dimension of both inputs."),
+    "E130": ("instruction shape limit",
+             "An instruction's operand is outside the sizes it takes: nc_matmul computes dst[M, N] (+)= "
+             "stationary[K, M].T @ moving[K, N] with K, M <= 128 and N <= 512; transposes, local_gather, topk, "
+             "dma_transpose and the other instructions have their own limits on elements per partition and "
+             "dimensions, given in the message. Tile the operand to fit."),
     "E131": ("matmul buffers", "nc_matmul reads stationary and moving from SBUF and writes PSUM."),
-    "E132": ("matmul dtypes", "The Tensor Engine multiplies fp8 (e4m3, e5m2), bf16, fp16, tfloat32 and fp32, "
-                              "not integers; an fp32 or tfloat32 operand needs an fp32/tfloat32 partner."),
+    "E132": ("operand dtype not allowed",
+             "An instruction got an operand of a dtype it does not take, or two operands whose dtypes must "
+             "agree do not. The message names the allowed dtypes. For example the Tensor Engine multiplies "
+             "fp8 (e4m3, e5m2), bf16, fp16, tfloat32 and fp32, not integers, and an fp32 operand needs an "
+             "fp32/tfloat32 partner; nisa.rng writes integers only. Cast with nisa.tensor_copy first."),
     "E133": ("PSUM tile larger than a bank",
              "A PSUM tile must fit one 2 KiB bank per partition: at most 512 fp32 values."),
     "E134": ("too many elements for one instruction",

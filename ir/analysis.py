@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from . import ops
+from .affine import Affine
 from .nodes import Access, Op, TensorDecl
 
 
@@ -30,7 +31,16 @@ def written_args(kernel) -> tuple[str, ...]:
     return tuple(a for a in kernel.args if a in found)
 
 
+def _tokens(op: Op, key: str) -> tuple[Access, ...]:
+    """The dependency tokens (`nisa` instruction.depends_on) an op writes
+    (dep_writes, a producer) or reads (dep_reads, a consumer): one-element
+    state tensors that carry an ordering and no data."""
+    return tuple(Access(name, Affine(), ((1, 1),)) for name in op.attr(key, ()) or ())
+
+
 def writes(op: Op) -> tuple[Access, ...]:
+    if op.attr("dep_writes"):
+        return op.outs + _tokens(op, "dep_writes")
     return op.outs
 
 
@@ -38,9 +48,10 @@ def reads(op: Op) -> tuple[Access, ...]:
     ins = tuple(a for a in op.ins if isinstance(a, Access))
     scalars = tuple(Access(a.scalar.tensor, a.scalar.offset, ((1, 1),))
                     for a in ins + op.outs if a.scalar is not None and a.scalar.tensor)
+    tokens = _tokens(op, "dep_reads") if op.attr("dep_reads") else ()
     if ops.of(op).accumulates(op):
-        return ins + op.outs + scalars  # accumulation reads the destination
-    return ins + scalars
+        return ins + op.outs + scalars + tokens  # accumulation reads the destination
+    return ins + scalars + tokens
 
 
 def tensors_touched(op: Op) -> set[str]:

@@ -17,17 +17,18 @@ from .dtypes import (
     uint8, uint16, uint32,
 )
 from .ops import (  # noqa: F401 - the op functions are generated in ops
-    abs, abs_max, abs_min, add, all, arctan, bitwise_and, bitwise_or, bitwise_xor, broadcast_to, bypass, ceil, copy,
+    abs, abs_max, abs_min, add, all, arctan, average, bitwise_and, bitwise_or, bitwise_xor, broadcast_to, bypass, ceil, copy,
     cos, device_print, divide, equal, erf, erf_dx, exp, expand_dims, floor, fmod, gelu, gelu_apprx_sigmoid,
-    gelu_apprx_sigmoid_dx, gelu_apprx_tanh, gelu_dx, greater, greater_equal, identity, invert, left_shift, less,
+    gather_flattened, gelu_apprx_sigmoid_dx, gelu_apprx_tanh, gelu_dx, greater, greater_equal, identity, invert, left_shift, less,
     less_equal, load, load_transpose2d, log, logical_and, logical_not, logical_or, logical_xor, matmul, max, maximum,
-    mean, min, minimum, mish, mod, multiply, negative, not_equal, power, prod, reciprocal, relu, right_shift,
-    rms_norm, rsqrt, shared_identity_matrix, sigmoid, sign, silu, silu_dx, sin, softmax, softplus, sqrt, square,
+    mean, min, minimum, mish, mod, multiply, negative, not_equal, power, prelu, prod, reciprocal, relu, right_shift,
+    rms_norm, rsqrt, shared_constant, shared_identity_matrix, sigmoid, sign, silu, silu_dx, sin, softmax, softplus, sqrt, square,
     store, subtract, sum, tan, tanh, transpose, trunc, var, where,
 )
 from . import dtypes
 from .control import fori_loop, while_loop
 from .objects import NKIObject
+from .rng import dropout, rand, random_seed
 from .ranges import affine_range, dynamic_range, no_reorder, sequential_range, static_range
 from .spmd import num_programs, program_id, program_ndim
 from .tensor import DynSlice, NkiTensor, Tensor, ds

@@ -48,20 +48,6 @@ def collective_permute_implicit_current_processing_rank_id(iteration_id, replica
     return reg
 
 
-def all_gather_v(srcs, dsts, replica_group, metadata_tensor, recv_counts_known=False, has_rdispls=False,
-                 priority=None, name=None):
-    """Variable-length all-gather (sizes in a uint32 metadata tensor, read at run time): not simulated yet."""
-    raise NkiccError("E160", "nki.collectives.all_gather_v is not supported by nkicc yet", user_loc(2),
-                     "use all_gather with equal-sized pieces")
-
-
-def all_to_all_v(srcs, dsts, replica_group, metadata_tensor, recv_counts_known=False, has_rdispls=False,
-                 priority=None, name=None):
-    """Variable-length all-to-all (sizes in a uint32 metadata tensor, read at run time): not simulated yet."""
-    raise NkiccError("E160", "nki.collectives.all_to_all_v is not supported by nkicc yet", user_loc(2),
-                     "use all_to_all with equal-sized pieces")
-
-
 def _export() -> list[str]:
     from ..isa import _function
     names = []
@@ -72,5 +58,4 @@ def _export() -> list[str]:
     return names
 
 
-__all__ = sorted(_export() + ["ReplicaGroup", "rank_id", "collective_permute_implicit_current_processing_rank_id",
-                              "all_gather_v", "all_to_all_v"])
+__all__ = sorted(_export() + ["ReplicaGroup", "rank_id", "collective_permute_implicit_current_processing_rank_id"])

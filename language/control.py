@@ -8,13 +8,32 @@ from __future__ import annotations
 
 from ..ir import NkiccError
 from ..ir.ops.control import register_or_int
-from .tensor import Tensor, require_builder
+from .tensor import Builder, Tensor, require_builder
 from .tracing import user_loc
 
 
 class VirtualRegister(Tensor):
-    """A register on an engine sequencer, from nisa.register_alloc()."""
-    __slots__ = ()
+    """A register on an engine sequencer: `nisa.register_alloc(x)`, or
+    `VirtualRegister(state=None, frozen=False)` inside a kernel, which is the
+    same with `state` as the initial value. A frozen register keeps that value:
+    register_move/register_load into it is an error (E103)."""
+    __slots__ = ("frozen",)
+
+    def __init__(self, state=None, frozen=False, *internal):
+        if isinstance(state, Builder):  # nkicc's own form: VirtualRegister(builder, decl)
+            super().__init__(state, frozen, *internal)
+            self.frozen = False
+            return
+        if frozen and state is None:
+            raise NkiccError("E103", "a frozen VirtualRegister needs its value: VirtualRegister(state=N, frozen=True)",
+                             user_loc(2), "give the value it keeps as state")
+        b = require_builder("nisa.VirtualRegister")
+        super().__init__(b, b.new_register(user_loc(2)))
+        self.frozen = False
+        if state is not None:
+            from .. import isa
+            isa.register_move(self, state)
+        self.frozen = bool(frozen)
 
     def _runtime_only(self, what: str):
         raise NkiccError("E150", f"{what} of a register: its value is known only when the kernel runs", user_loc(3),

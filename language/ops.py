@@ -10,7 +10,7 @@ from ..ir import Access, NkiccError
 from .. import isa
 from . import dtypes
 from .creation import new_tensor
-from ..ir.ops.alu import BINARY, UNARY
+from ..ir.ops.alu import BINARY, UNARY, Named
 from ..ir.ops.checks import normalize_axes
 from .tensor import Tensor, require_builder
 from .tracing import user_loc
@@ -144,8 +144,13 @@ def _unary(op: str):
 for _op in BINARY:
     globals()[_op] = _binary(_op)
 for _op in UNARY:
-    if _op not in ("copy",):
+    if _op not in ("copy", "prelu"):
         globals()[_op] = _unary(_op)
+
+# operators named as arguments only: nl.prelu is an activation `op` (its slope is
+# activate2's relu_param), nl.average a partition reduction (tensor_partition_reduce)
+prelu = Named("prelu")
+average = Named("average")
 
 _invert = _unary("invert")
 
@@ -302,6 +307,67 @@ def shared_identity_matrix(n, dtype=np.uint8, dst=None, **_hints) -> Tensor:
     isa.iota(diff, [[1, n]], offset=0, channel_multiplier=-1)
     isa.tensor_scalar(out, diff, "equal", 0)
     return out
+
+
+# dtypes nl.shared_constant embeds (the reference's list; packed fp4/fp8x4 and tfloat32 are not)
+_CONSTANT_DTYPES = ("float32", "float16", "bfloat16", "int32", "int16", "int8", "uint32", "uint16", "uint8",
+                    "float8_e4m3fn", "float8_e4m3", "float8_e5m2", "float8_e8m0fnu")
+
+
+def shared_constant(constant, **_hints) -> Tensor:
+    """A new shared-HBM tensor holding `constant` (a numpy array, or the path
+    of a .npy file) from the start: the data travels in the compiled program,
+    so it costs no instruction time. Its dtype is the array's (float64 and
+    int64 arrays are refused: say float32 or int32)."""
+    loc = user_loc(2)
+    if isinstance(constant, (str, bytes)) or hasattr(constant, "__fspath__"):
+        try:
+            constant = np.load(constant, allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise NkiccError("E103", f"nl.shared_constant cannot read {constant!r}: {e}", loc,
+                             "pass a numpy array or the path of a .npy file") from None
+    if isinstance(constant, Tensor) or not hasattr(constant, "dtype") and not isinstance(constant, (list, tuple)):
+        raise NkiccError("E103", f"nl.shared_constant takes a numpy array or a .npy path, got "
+                                 f"{type(constant).__name__}", loc)
+    arr = np.asarray(constant)
+    if arr.dtype in (np.float64, np.int64) or arr.dtype.kind not in "iuf" and arr.dtype.type.__module__ != "ml_dtypes":
+        raise NkiccError("E132", f"nl.shared_constant of a {arr.dtype} array; it embeds "
+                                 f"{', '.join(_CONSTANT_DTYPES)}", loc, "convert it first, e.g. .astype(np.float32)")
+    dt = dtypes.dtype_name(arr.dtype)
+    if dt not in _CONSTANT_DTYPES:
+        raise NkiccError("E132", f"nl.shared_constant of {dt}; it embeds {', '.join(_CONSTANT_DTYPES)}", loc)
+    if arr.ndim == 0:
+        arr = arr.reshape(1)
+    out = new_tensor(arr.shape, dt, "shared_hbm", "constant", loc)
+    isa._emit_internal("shared_constant", out, arr, loc=loc)
+    return out
+
+
+def gather_flattened(data, indices, axis=0, dtype=None, **_hints) -> Tensor:
+    """A new SBUF tile shaped like `indices`: out[p, j] = data[p, indices[p, j]]
+    with data's free axes flattened (a gather inside each partition,
+    nisa.nc_n_gather on the GpSimd Engine), cast to `dtype` when given.
+    indices are integers in [0, data's elements per partition); int32
+    indices are converted to uint32 first. axis: 0 (the only one)."""
+    loc = user_loc(2)
+    data, indices = _tile(data, "nl.gather_flattened data", loc), _tile(indices, "nl.gather_flattened indices", loc)
+    if axis not in (0, -len(data.shape)):
+        raise NkiccError("E103", f"nl.gather_flattened gathers within each partition (axis=0), got axis={axis!r}",
+                         loc, "leave axis=0")
+    if dtypes.is_float(indices.decl.dtype):
+        raise NkiccError("E132", f"nl.gather_flattened indices are {indices.decl.dtype}; they must be integers",
+                         loc, "give the indices as int32 or uint32")
+    if indices.decl.dtype != "uint32":
+        idx = new_tensor(indices.shape, "uint32", "sbuf", "", loc)
+        isa.tensor_copy(idx, indices)
+        indices = idx
+    out = new_tensor(indices.shape, data.decl.dtype, "sbuf", "", loc)
+    isa.nc_n_gather(out, data, indices)
+    if dtype is None or dtypes.dtype_name(dtype) == data.decl.dtype:
+        return out
+    cast = new_tensor(indices.shape, dtype, "sbuf", "", loc)
+    isa.tensor_copy(cast, out)
+    return cast
 
 
 # --- matmul and layout ------------------------------------------------------------

@@ -56,10 +56,23 @@ def program_id(axis=0):
     return b.program_ids[axis] if b.grid else 0
 
 
-def num_programs(axes=None) -> int:
-    """Programs along `axes` (an int or a tuple) of the launch grid; all of them when None."""
+class _WholeGrid(int):
+    """The default of num_programs' `axes`: it reads as 0, as the reference's
+    signature writes it, but means what the reference documents for a call
+    without axes, every axis of the grid."""
+
+    def __repr__(self) -> str:
+        return "0"
+
+
+_WHOLE_GRID = _WholeGrid(0)
+
+
+def num_programs(axes=_WHOLE_GRID) -> int:
+    """Programs along `axes` (an int or a tuple) of the launch grid; all of
+    them when not given (or None)."""
     _, grid = _grid("num_programs")
-    if axes is None:
+    if axes is None or axes is _WHOLE_GRID:
         axes = range(len(grid))
     elif not isinstance(axes, (tuple, list)):
         axes = (axes,)

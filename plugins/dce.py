@@ -4,7 +4,7 @@ tensor read anywhere keeps every write to it."""
 import dataclasses
 
 from nkicc.ir import Access, Block, Loop, Op, ops
-from nkicc.ir.analysis import reads
+from nkicc.ir.analysis import reads, writes
 from nkicc.pass_api import Pass, hookimpl
 
 
@@ -15,8 +15,8 @@ def _used(block: Block, read: set, touched: set) -> None:
         elif isinstance(s, Op):
             for a in reads(s):
                 read.add(a.tensor)
-            for a in s.outs + tuple(x for x in s.ins if isinstance(x, Access)):
-                touched.add(a.tensor)
+            for a in writes(s) + reads(s) + tuple(x for x in s.ins if isinstance(x, Access)):
+                touched.add(a.tensor)  # dependency tokens (writes/reads) included
 
 
 def _prune(block: Block, live: set, touched: set) -> Block:

@@ -15,7 +15,7 @@ import heapq
 
 from nkicc.ir import Alloc, Block, Loop, Op, count_instructions, ops
 from nkicc.ir.ops.costs import cost_table
-from nkicc.ir.analysis import engine_of, extent, reads
+from nkicc.ir.analysis import engine_of, extent, reads, writes
 from nkicc.pass_api import Pass, hookimpl
 
 _CHECK_EVERY = 1024
@@ -38,7 +38,7 @@ def _schedule(stmts, trips, decls, ctx, progress):
             accesses = [(t, 0, decls[t].size - 1, True) for t in decls]  # a barrier
         else:
             accesses = [(a.tensor, *extent(a, trips, decls[a.tensor]), False) for a in reads(s)]
-            accesses += [(a.tensor, *extent(a, trips, decls[a.tensor]), True) for a in s.outs]
+            accesses += [(a.tensor, *extent(a, trips, decls[a.tensor]), True) for a in writes(s)]
         for tensor, lo, hi, is_write in accesses:
             for i, lo2, hi2, w2 in history.get(tensor, ()):
                 if (is_write or w2) and lo <= hi2 and lo2 <= hi:

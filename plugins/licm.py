@@ -40,7 +40,8 @@ def _hoist(loop: Loop) -> tuple[list, Loop]:
     read_so_far: set[str] = set()
     hoisted: list = []
     for idx, s in enumerate(body):
-        if isinstance(s, Op) and s.opcode in ("dma_copy", "memset") and len(s.outs) == 1:
+        if isinstance(s, Op) and s.opcode in ("dma_copy", "memset") and len(s.outs) == 1 \
+                and not s.attr("dep_reads") and not s.attr("dep_writes"):  # depends_on edges stay where they are
             dst = s.outs[0]
             srcs = [a for a in s.ins if isinstance(a, Access)]
             if (dst.tensor in allocated and written.get(dst.tensor) == 1 and dst.tensor not in read_so_far

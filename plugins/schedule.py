@@ -24,7 +24,7 @@ import dataclasses
 import itertools
 
 from nkicc.ir import Access, Alloc, Block, Loop, Op
-from nkicc.ir.analysis import engine_of, extent, injective, reads, runtime_guard
+from nkicc.ir.analysis import engine_of, extent, injective, reads, runtime_guard, writes
 from nkicc.ir.dtypes import itemsize
 from nkicc.pass_api import Pass, hookimpl
 
@@ -34,7 +34,7 @@ _CHECK_EVERY = 1024
 def _resources(op: Op, decls, trips):
     """(resource, lo, hi, is_write) for every memory range the op touches."""
     out = []
-    for accesses, is_write in ((reads(op), False), (op.outs, True)):
+    for accesses, is_write in ((reads(op), False), (writes(op), True)):
         for a in accesses:
             d = decls[a.tensor]
             if d.on_chip and d.address is not None:

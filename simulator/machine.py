@@ -371,7 +371,7 @@ class MachineSimulator:
         p.scalars = [acc.scalar for acc in accs if acc.scalar is not None]
         # hazard regions: what the op reads (inputs, accumulating dst, scalar offsets) and writes
         p.hz_reads = [self._hz_acc(p, a) for a in reads(op)]
-        p.hz_writes = [by_id[id(a)] for a in writes(op)]
+        p.hz_writes = [get(a) for a in writes(op)]  # outputs, and dependency tokens
         p.cost = cost_ns(op, p.engine, self.decls, self.target, self.costs, self.comm.size) if self.timing else 0.0
         p.collective = ops.of(op).collective
         p.dma_dir, p.dma_bytes, p.spill = None, 0, False
@@ -431,7 +431,8 @@ class MachineSimulator:
                     raise NkiccError("E002", f"argument {t.name} has {arr.size} elements, the kernel was "
                                              f"compiled for shape {list(t.decl.shape)}", None)
             else:
-                arr = np.full(t.size, t.fill, dtype=t.dtype)
+                init = ops.initial_state(t.name) if t.decl.role == "state" else None
+                arr = np.full(t.size, t.fill if init is None else init, dtype=t.dtype)
             self.hbm[t.name] = arr
             t.footprint = arr
             self._mv["hbm:" + t.name] = memoryview(arr.view(np.uint8))  # bytes: ml_dtypes export no buffer

@@ -82,6 +82,11 @@ class ReferenceMachine:
         for decl in self.decls.values():
             if decl.role == "state":  # engine registers: there from the start, never allocated
                 self._allocate(decl)
+                init = ops.initial_state(decl.name)
+                if init is not None:  # registers with a defined power-on value (a generator's state)
+                    self.memory[decl.name][...] = init
+                    if self.defined is not None:
+                        self.defined[decl.name][...] = True
         with np.errstate(all="ignore"):  # semantics.compute's contract: poison and overflow flow on silently
             self.block(self.kernel.body)
         names = self.kernel.outputs + written_args(self.kernel)  # and the inputs the kernel updated

@@ -10,6 +10,19 @@ import nkicc.isa as nisa
 import nkicc.language as nl
 import nkicc.language.collectives as cc
 
+# the reference names these tests check against numpy (bench/api_coverage.py counts them)
+pytestmark = pytest.mark.api(
+    "nki.collectives.all_reduce",
+    "nki.collectives.all_gather",
+    "nki.collectives.reduce_scatter",
+    "nki.collectives.all_to_all",
+    "nki.collectives.collective_permute",
+    "nki.collectives.collective_permute_implicit",
+    "nki.collectives.rank_id",
+    "nki.collectives.ReplicaGroup",
+    "nisa.sendrecv",
+    "nisa.core_barrier")
+
 
 def per_rank(rng, ranks, shape):
     return [rng.standard_normal(shape).astype(np.float32) for _ in range(ranks)]

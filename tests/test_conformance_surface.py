@@ -18,6 +18,11 @@ import nkicc.isa as nisa
 import nkicc.language as nl
 from ops_helpers import close, rand
 
+# the reference names these tests check against numpy (bench/api_coverage.py counts them)
+pytestmark = pytest.mark.api(
+    "nisa.get_nc_version",
+    "nisa.get_nc_sub_version")
+
 
 def _nkicc(args, cwd):
     return subprocess.run([sys.executable, "-m", "nkicc", *args], cwd=cwd, capture_output=True, text=True,

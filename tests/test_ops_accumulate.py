@@ -9,6 +9,20 @@ import nkicc.isa as nisa
 import nkicc.language as nl
 from ops_helpers import bf16, check_error, close, rand, run_rolled_and_unrolled
 
+# the reference names these tests check against numpy (bench/api_coverage.py counts them)
+pytestmark = pytest.mark.api(
+    "nisa.tensor_copy_predicated",
+    "nisa.tensor_partition_reduce",
+    "nisa.tensor_scalar_cumulative",
+    "nisa.activation_reduce",
+    "nisa.affine_select",
+    "nisa.exponential",
+    "nisa.reciprocal",
+    "nisa.scalar_tensor_tensor",
+    "nisa.tensor_scalar_reduce",
+    "nisa.range_select",
+    "nisa.select_reduce")
+
 
 def _out(shape, dtype=nl.float32):
     return nl.ndarray(shape, dtype=dtype, buffer=nl.shared_hbm)

@@ -11,6 +11,12 @@ import nkicc.language as nl
 from ops_helpers import bf16, check_error, rand, run_rolled_and_unrolled
 from sim_helpers import run_both_simulators
 
+# the reference names these tests check against numpy (bench/api_coverage.py counts them)
+pytestmark = pytest.mark.api(
+    "nisa.local_gather",
+    "nisa.nc_n_gather",
+    "nisa.nc_stream_shuffle")
+
 
 def bits(x):
     x = np.asarray(x)

@@ -15,6 +15,15 @@ from nkicc.ir.ops.costs import cost_table
 from ops_helpers import bf16, check_error, f32, rand, rounded, run_rolled_and_unrolled
 from sim_helpers import run_both_simulators
 
+# the reference names these tests check against numpy (bench/api_coverage.py counts them)
+pytestmark = pytest.mark.api(
+    "nisa.max8",
+    "nisa.sequence_bounds",
+    "nisa.nc_find_index8",
+    "nisa.nc_match_replace8",
+    "nisa.nonzero_with_count",
+    "nisa.topk")
+
 
 def tied(rng, shape, dtype=np.float32, levels=12):
     """Random values from a few levels: ties are certain."""

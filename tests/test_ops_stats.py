@@ -10,6 +10,11 @@ import nkicc.language as nl
 from ops_helpers import bf16, check_error, close, rand, rounded, run_rolled_and_unrolled
 from sim_helpers import run_both_simulators
 
+# the reference names these tests check against numpy (bench/api_coverage.py counts them)
+pytestmark = pytest.mark.api(
+    "nisa.bn_stats",
+    "nisa.bn_aggr")
+
 
 def stats_ref(x):
     """numpy: the six bn_stats numbers per partition (float64)."""

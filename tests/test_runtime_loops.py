@@ -9,6 +9,13 @@ import nkicc.isa as nisa
 import nkicc.language as nl
 from ops_helpers import check_error
 
+# the reference names these tests check against numpy (bench/api_coverage.py counts them)
+pytestmark = pytest.mark.api(
+    "nisa.register_alloc",
+    "nisa.register_move",
+    "nisa.register_load",
+    "nisa.register_store")
+
 
 @nkicc.jit
 def prefix_copy(data, ub):

@@ -8,7 +8,7 @@ from ..errors import NkiccError
 from ..nodes import Op
 from . import accumulator, alu
 from .checks import on_chip_tensors, per_partition, same_layout
-from .core import ACT_REGS, Emit, by_partition, instruction
+from .core import ACT_REGS, Emit, TensorOperand, by_partition, instruction
 from .enums import reduce_cmd
 from .values import operand, tile
 
@@ -24,7 +24,11 @@ def _activation(op: Op, read):
         (op0, r0), (op1, r1) = stages
         x = alu.apply(op0, x, operand(op.ins[1], read), r0)
         x = alu.apply(op1, x, operand(op.ins[2], read), r1)
-    y = alu.UNARY[op.attr("op")](x)
+    if op.attr("op") == "prelu":  # x, or x * relu_param below 0 (activate2's relu_param; 0 in activation)
+        slope = operand(op.ins[op.attr("slope_in")], read) if op.attr("slope_in") is not None else np.float32(0)
+        y = np.where(x >= 0, x, x * slope)
+    else:
+        y = alu.UNARY[op.attr("op")](x)
     out = [(0, y)]
     p = y.shape[0]
     acc = accumulator.start(op, read, p)
@@ -80,14 +84,20 @@ def activate2(dst, op, data, imm0, imm1, op0, op1, relu_param=0.0, reverse0=Fals
     """dst = op((data op0 imm0) op1 imm1) on the Scalar Engine (NeuronCore-v4),
     with the reduce registers as in activation. (op0, op1) is one of
     (multiply, add), (multiply, subtract), (multiply, bypass), (add, bypass),
-    (subtract, bypass), (bypass, bypass)."""
+    (subtract, bypass), (bypass, bypass). With op=nl.prelu, relu_param (a
+    number or a [P, 1] tile) is the slope below 0: x if x >= 0 else
+    relu_param * x (nisa.activation's prelu has slope 0)."""
     n0 = alu.op_name(op0 if op0 is not None else "bypass", alu.BINARY, "activate2 op0")
     n1 = alu.op_name(op1 if op1 is not None else "bypass", alu.BINARY, "activate2 op1")
     if (n0, n1) not in _ACTIVATE2_STAGES:
         raise NkiccError("E103", f"activate2 does not support op0={n0}, op1={n1}", None,
                          "use (multiply, add), (multiply, subtract), (multiply|add|subtract|bypass, bypass)")
-    if float(relu_param) != 0.0:
-        raise NkiccError("E160", "activate2 relu_param is not supported by nkicc yet", None, "leave it 0.0")
     stages = ((n0, bool(reverse0)), (n1, bool(reverse1)))
-    return _trace("activate2", dst, op, data, [("imm0", imm0), ("imm1", imm1)], {"stages": stages}, reduce_op,
-                  reduce_res, reduce_cmd)
+    extra, attrs = [("imm0", imm0), ("imm1", imm1)], {"stages": stages}
+    if alu.op_name(op, alu.UNARY, "activate2") == "prelu":
+        extra.append(("relu_param", relu_param))  # the slope below 0: a number or a [P, 1] tile
+        attrs["slope_in"] = 3
+    elif isinstance(relu_param, TensorOperand) or float(relu_param) != 0.0:
+        raise NkiccError("E103", "activate2 relu_param is the slope of op=nl.prelu; other ops take none", None,
+                         "pass op=nl.prelu, or leave relu_param 0.0")
+    return _trace("activate2", dst, op, data, extra, attrs, reduce_op, reduce_res, reduce_cmd)

@@ -109,6 +109,8 @@ UNARY = {
     "erf_dx": lambda x: (2.0 / math.sqrt(math.pi)) * np.exp(-x * x), "tan": np.tan, "arctan": np.arctan,
     "trunc": np.trunc, "logical_not": lambda x: (x == 0).astype(_F32),
     "invert": lambda x: (-np.asarray(x).astype(np.int64) - 1).astype(_F32),  # ~x on two's complement integers
+    # parametric ReLU: the activation instructions apply relu_param as its slope below 0 (0 when none)
+    "prelu": lambda x: np.maximum(x, 0),
 }
 
 REDUCE = {"add": np.sum, "maximum": np.max, "minimum": np.min, "multiply": np.prod}

@@ -13,7 +13,7 @@ import numpy as np
 from .. import dtypes
 from ..errors import NkiccError
 from ..nodes import Access, Op
-from . import alu
+from . import alu, enums
 from .checks import free, tensor
 from .core import CostContext, Emit, instruction
 
@@ -199,6 +199,123 @@ def all_to_all(srcs, dsts, replica_group, collective_dim, priority=None, name=No
     return Emit(dsts, srcs, {"dim": _dim(collective_dim, srcs, "all_to_all"), "groups": groups_attr(replica_group)})
 
 
+# --- variable-length collectives: sizes in a uint32 metadata tensor, read at run time ---
+# Metadata rows: 0 send counts, 1 send displacements (elements of the flat src), 2 receive
+# counts (written by the collective unless recv_counts_known), 3 receive displacements
+# (has_rdispls; else the chunk from the group's i-th rank lands at i * dst.size / G).
+
+def _metadata(x: np.ndarray, op: Op, group) -> np.ndarray:
+    rows = op.attr("rows")
+    m = np.asarray(x).reshape(rows, -1)
+    if m.shape[1] != len(group):
+        raise NkiccError("E191", f"{op.opcode}: the metadata tensor has {m.shape[1]} columns but the replica group "
+                                 f"{list(group)} has {len(group)} ranks", op.loc, "one column per rank of the group")
+    return m.astype(np.int64)
+
+
+def _place(op: Op, dst: np.ndarray, chunk: np.ndarray, at: int, slot: int | None, sender: int) -> None:
+    n = chunk.size
+    if at < 0 or at + n > dst.size or (slot is not None and n > slot):
+        room = f"its slot of {slot}" if slot is not None and n > slot else f"dst ({dst.size} elements)"
+        raise NkiccError("E170", f"{op.opcode}: the {n} elements from rank {sender} at offset {at} do not fit "
+                                 f"{room}", op.loc, "check the counts and displacements in the metadata")
+    dst[at:at + n] = chunk
+
+
+def _chunk(op: Op, src: np.ndarray, displ: int, count: int, sender: int) -> np.ndarray:
+    flat = src.reshape(-1)
+    if count < 0 or displ < 0 or displ + count > flat.size:
+        raise NkiccError("E170", f"{op.opcode}: rank {sender} sends elements [{displ}, {displ + count}) of a "
+                                 f"{flat.size}-element src", op.loc, "check send counts and displacements")
+    return flat[displ:displ + count]
+
+
+def _exchange_v(op: Op, inputs, me: int, group, pick) -> list:
+    """dst on rank `me`, the chunks of every sender placed; `pick(meta, i)` is
+    the (count, displ) column the group's rank i's metadata gives for `me`."""
+    mine = _metadata(inputs[me][1], op, group)
+    dst = np.array(inputs[me][2], dtype=np.float32).reshape(-1)
+    slot = None if op.attr("rdispls") else dst.size // len(group)
+    counts = []
+    k = group.index(me)
+    for i, sender in enumerate(group):
+        count, displ = pick(_metadata(inputs[sender][1], op, group), k)
+        chunk = _chunk(op, inputs[sender][0], displ, count, sender)
+        _place(op, dst, chunk, int(mine[3, i]) if op.attr("rdispls") else i * slot, slot, sender)
+        counts.append(count)
+    out = [(0, dst.reshape(np.shape(inputs[me][2])))]
+    if op.attr("write_counts"):
+        meta = mine.copy()
+        meta[2, :] = counts
+        out.append((1, meta.astype(np.float64).reshape(np.shape(inputs[me][1]))))
+    return out
+
+
+def _all_gather_v(op: Op, inputs, me: int, group) -> list:
+    return _exchange_v(op, inputs, me, group, lambda m, k: (int(m[0, 0]), int(m[1, 0])))
+
+
+def _all_to_all_v(op: Op, inputs, me: int, group) -> list:
+    return _exchange_v(op, inputs, me, group, lambda m, k: (int(m[0, k]), int(m[1, k])))
+
+
+def _trace_v(what: str, srcs, dsts, replica_group, metadata_tensor, recv_counts_known, has_rdispls) -> Emit:
+    srcs, dsts = _tensors(srcs, f"{what} srcs"), _tensors(dsts, f"{what} dsts")
+    if len(srcs) != 1 or len(dsts) != 1:
+        raise NkiccError("E160", f"{what} takes exactly one tensor in srcs and in dsts")
+    if any(t.decl.on_chip for t in srcs + dsts):
+        raise NkiccError("E120", f"{what} srcs and dsts must be on HBM")
+    meta = tensor(metadata_tensor, f"{what} metadata_tensor")
+    if meta.decl.dtype != "uint32":
+        raise NkiccError("E132", f"{what} metadata_tensor is {meta.decl.dtype}; it must be uint32", None,
+                         "declare it with dtype nl.uint32")
+    if meta.buffer == "psum":
+        raise NkiccError("E120", f"{what} metadata_tensor must be in HBM or SBUF")
+    rows = 4 if has_rdispls else 3
+    shape = list(meta.shape)
+    if (meta.decl.on_chip and (len(shape) != 3 or shape[0] != 1 or shape[1] != rows)) or \
+            (not meta.decl.on_chip and (len(shape) != 2 or shape[0] != rows)):
+        want = f"[1, {rows}, G] in SBUF" if meta.decl.on_chip else f"[{rows}, G] in HBM"
+        raise NkiccError("E140", f"{what} metadata_tensor is {shape}; with has_rdispls={bool(has_rdispls)} it is "
+                                 f"{want} (G ranks in the group)")
+    groups = groups_attr(replica_group)
+    if groups is not None and any(len(g) != shape[-1] for g in groups):
+        raise NkiccError("E140", f"{what} metadata_tensor has {shape[-1]} columns; the replica group "
+                                 f"{[list(g) for g in groups]} needs one per rank of a group")
+    outs = dsts + ([] if recv_counts_known else [meta])  # row 2 is written unless recv_counts_known
+    # dst is read too: elements no chunk covers keep their values
+    return Emit(outs, [srcs[0], meta, dsts[0]], {"rows": rows, "rdispls": bool(has_rdispls),
+                                                 "write_counts": not recv_counts_known, "groups": groups})
+
+
+@instruction(family="collectives", compute=None, engine="dma", collective=_all_gather_v, module="collectives",
+             cost=_ring_ns(lambda g: (g - 1) / g), traffic=_bytes, free_limited=False)
+def all_gather_v(srcs, dsts, replica_group, metadata_tensor, recv_counts_known=False, has_rdispls=False,
+                 priority=None, name=None):
+    """Variable-length all-gather over flat element buffers (HBM, one tensor
+    each): every rank sends the chunk src[send_displ : send_displ + send_count]
+    (metadata rows 0 and 1, first column) to every rank of its group; the
+    chunk of the group's i-th rank lands at dst[i * dst.size / G ...], or at
+    recv_displs[i] (row 3) with has_rdispls. Row 2 receives the counts unless
+    recv_counts_known. metadata_tensor: uint32 [rows, G] in HBM or [1, rows, G]
+    in SBUF, rows 3 (4 with has_rdispls). Elements no chunk covers keep their
+    values; a chunk that does not fit is E170 at run time."""
+    return _trace_v("all_gather_v", srcs, dsts, replica_group, metadata_tensor, recv_counts_known, has_rdispls)
+
+
+@instruction(family="collectives", compute=None, engine="dma", collective=_all_to_all_v, module="collectives",
+             cost=_ring_ns(lambda g: (g - 1) / g), traffic=_bytes, free_limited=False)
+def all_to_all_v(srcs, dsts, replica_group, metadata_tensor, recv_counts_known=False, has_rdispls=False,
+                 priority=None, name=None):
+    """Variable-length all-to-all over flat element buffers (HBM, one tensor
+    each): rank s sends src[send_displs[k] : send_displs[k] + send_counts[k]]
+    (metadata rows 1 and 0, column k) to the group's k-th rank, where the
+    chunk from the group's i-th rank lands at dst[i * dst.size / G ...], or at
+    recv_displs[i] (row 3) with has_rdispls. Row 2 receives the counts unless
+    recv_counts_known; metadata_tensor as in all_gather_v."""
+    return _trace_v("all_to_all_v", srcs, dsts, replica_group, metadata_tensor, recv_counts_known, has_rdispls)
+
+
 def _permute(op: Op, inputs, me: int, group) -> list:
     sources = [s for s, t in op.attr("pairs") if t == me]
     if not sources:
@@ -241,7 +358,7 @@ def _sendrecv_ns(op: Op, ctx: CostContext) -> float:
 
 @instruction(family="collectives", compute=None, engine="dma", collective=_sendrecv, cost=_sendrecv_ns,
              traffic=_bytes, free_limited=False)
-def sendrecv(src, dst, send_to_rank, recv_from_rank, pipe_id, dma_engine=None, name=None):
+def sendrecv(src, dst, send_to_rank, recv_from_rank, pipe_id, dma_engine=enums.dma_engine.dma, name=None):
     """Send src to send_to_rank's dst while receiving recv_from_rank's src into
     this core's dst (the two cores of a logical NeuronCore; SBUF tiles of one
     shape and dtype)."""
@@ -268,7 +385,7 @@ def _barrier_ns(op: Op, ctx: CostContext) -> float:
 
 
 @instruction(family="collectives", compute=None, engine="pool", collective=_barrier, cost=_barrier_ns)
-def core_barrier(data, cores, engine=None, name=None):
+def core_barrier(data, cores, engine=enums.engine.gpsimd, name=None):
     """Every core of `cores` (only (0, 1)) waits here until all have arrived:
     their writes to the shared HBM tensor `data` are then visible to all."""
     data = tensor(data, "core_barrier data")

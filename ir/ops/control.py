@@ -31,6 +31,15 @@ def register(x, what: str):
     return x
 
 
+def writable_register(x, what: str):
+    """A register an instruction writes: not a frozen one (VirtualRegister(frozen=True))."""
+    x = register(x, what)
+    if getattr(x, "frozen", False):
+        raise NkiccError("E103", f"{what} is a frozen register: its value cannot change", None,
+                         "allocate a register that is not frozen")
+    return x
+
+
 def register_or_int(x, what: str):
     """A loop bound or moved value: a register, or a compile-time integer."""
     if is_register(x):
@@ -63,7 +72,7 @@ def _move(op: Op, read):
 @instruction(family="control", compute=_move, engine="pool", cost=_register_cost)
 def register_move(dst, src):
     """dst (a register) = src, a compile-time integer or another register."""
-    dst = register(dst, "register_move dst")
+    dst = writable_register(dst, "register_move dst")
     return Emit([dst], [register_or_int(src, "register_move src")])
 
 
@@ -76,7 +85,7 @@ def _one_element(t, what: str) -> None:
 @instruction(family="control", compute=_move, engine="pool", cost=_register_cost)
 def register_load(dst, src):
     """dst (a register) = the one value of src, a [1] or [1, 1] tensor in SBUF or HBM."""
-    dst = register(dst, "register_load dst")
+    dst = writable_register(dst, "register_load dst")
     src = tensor(src, "register_load src")
     _one_element(src, "register_load src")
     if src.buffer == "psum":

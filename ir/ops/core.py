@@ -30,7 +30,7 @@ ENTRY_POINT_GROUP = "nkicc.instructions"
 # nkicc's own families, imported when the installed metadata does not list them
 # (a source tree on sys.path that was never pip-installed)
 BUILTIN_FAMILIES = ("dma", "matmul", "elementwise", "reduce", "activation", "select", "control", "collectives",
-                    "debug", "stats", "sort", "gather")
+                    "debug", "stats", "sort", "gather", "rng")
 
 
 class TensorOperand(abc.ABC):
@@ -69,6 +69,12 @@ class EngineState:
     name: str
     dtype: str = "float32"
     partitions: int = 128
+    # values per partition (a random generator's state words)
+    width: int = 1
+    # what the registers hold when the kernel starts; None: undefined (poison,
+    # so reading them before an instruction sets them is caught like any
+    # never-written memory)
+    init: int | None = None
 
     def rows(self, count: int) -> "StateRef":
         return StateRef(self, count)
@@ -252,6 +258,17 @@ def table() -> dict[str, OpDef]:
                     found[d.name] = d
         _table = found
     return _table
+
+
+def initial_state(name: str) -> int | None:
+    """The value the engine registers `name` (a state tensor) hold at kernel
+    start, from the EngineState a family module declares; None: undefined."""
+    table()
+    for mod in _modules:
+        for v in vars(mod).values():
+            if isinstance(v, EngineState) and v.name == name:
+                return v.init
+    return None
 
 
 def family_files() -> list[tuple[str, str | None]]:

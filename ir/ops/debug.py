@@ -1,6 +1,9 @@
-"""Debugging instructions: the op behind nl.device_print. It has no outputs;
-both simulators show `print_text` when they execute it."""
+"""Debugging instructions: the op behind nl.device_print (no outputs; both
+simulators show `print_text` when they execute it), and the op behind
+nl.shared_constant (data the program carries)."""
 from __future__ import annotations
+
+import base64
 
 import numpy as np
 
@@ -30,3 +33,30 @@ def device_print(print_prefix, tensor):
         raise NkiccError("E120", "device_print prints SBUF or HBM tensors, not PSUM", None,
                          "copy the PSUM tile to SBUF with nisa.tensor_copy first")
     return Emit([], [t], {"prefix": print_prefix})
+
+
+# --- constants embedded in the kernel (nl.shared_constant) -------------------------
+
+def constant_values(op: Op) -> np.ndarray:
+    """The array a `shared_constant` op carries (its bytes in the op's attributes)."""
+    from .. import dtypes
+    raw = base64.b64decode(op.attr("data"))
+    return np.frombuffer(raw, dtype=dtypes.storage(op.attr("dtype"))).reshape(op.attr("shape"))
+
+
+def _constant(op: Op, read):
+    return [(0, constant_values(op))]
+
+
+def _loaded_with_the_program(op: Op, ctx) -> float:
+    return 0.0  # in HBM before the kernel starts (loaded with the compiled program)
+
+
+@instruction(family="debug", compute=_constant, engine="pool", cost=_loaded_with_the_program, free_limited=False,
+             public=False)
+def shared_constant(dst, values):
+    """dst (a shared HBM tensor) holds `values` from the start: the data of
+    nl.shared_constant, carried in the program (base64 of its bytes)."""
+    arr = np.ascontiguousarray(values)
+    return Emit([dst], [], {"dtype": dst.decl.dtype, "shape": tuple(int(d) for d in arr.shape),
+                            "data": base64.b64encode(arr.tobytes()).decode("ascii")})

@@ -16,7 +16,7 @@ def _copy(op: Op, read):
 
 
 @instruction(family="elementwise", compute=_copy, batched=by_partition(_copy))
-def tensor_copy(dst, src, engine=None, name=None, dtype=None, **_hw_hints):
+def tensor_copy(dst, src, engine=enums.engine.unknown, name=None, dtype=None, **_hw_hints):
     """dst = src on chip (SBUF/PSUM), converted to dst's dtype."""
     dst, src = on_chip_tensors({"dst": dst, "src": src}, "tensor_copy")
     same_layout(dst, src, "tensor_copy")
@@ -28,7 +28,7 @@ def _memset(op: Op, read):
 
 
 @instruction(family="elementwise", compute=_memset, batched=by_partition(_memset))
-def memset(dst, value, engine=None, name=None, **_hw_hints):
+def memset(dst, value, engine=enums.engine.unknown, name=None, **_hw_hints):
     """Fill dst with one value."""
     (dst,) = on_chip_tensors({"dst": dst}, "memset")
     return Emit([dst], [], {"value": scalar(value, "memset value")})
@@ -76,7 +76,7 @@ def _inputs_not_both_psum(op: Op, decls) -> None:
 
 @instruction(family="elementwise", compute=_tensor_tensor, cost=_tensor_tensor_cost, verify=_inputs_not_both_psum,
              batched=Batched(_tensor_tensor_batched, lambda op: _accumulator(op) is not None))
-def tensor_tensor(dst, data1, data2, op, engine=None, name=None, **_hw_hints):
+def tensor_tensor(dst, data1, data2, op, engine=enums.engine.unknown, name=None, **_hw_hints):
     """dst = data1 op data2, element by element."""
     dst, a, b = on_chip_tensors({"dst": dst, "data1": data1, "data2": data2}, "tensor_tensor")
     not_both_psum(a, b, "tensor_tensor")
@@ -94,7 +94,7 @@ def _tensor_scalar(op: Op, read):
 
 @instruction(family="elementwise", compute=_tensor_scalar, batched=by_partition(_tensor_scalar))
 def tensor_scalar(dst, data, op0, operand0, reverse0=False, op1=None, operand1=None, reverse1=False,
-                  engine=None, name=None, dtype=None, **_hw_hints):
+                  engine=enums.engine.unknown, name=None, dtype=None, **_hw_hints):
     """dst = (data op0 operand0) op1 operand1; operands are numbers or [P, 1]
     tiles; reverse swaps an op's operands."""
     dst, data = on_chip_tensors({"dst": dst, "data": data}, "tensor_scalar")

@@ -5,8 +5,10 @@ import numpy as np
 
 from ..errors import NkiccError
 from ..nodes import Access, Op
+from . import enums
 from .checks import free, on_chip, tensor
 from .core import Batched, CostContext, Emit, free_size, instruction, partitions
+from .enums import matmul_perf_mode
 from .values import as_tiles, f32
 
 _FP32 = ("float32", "tfloat32")
@@ -56,8 +58,9 @@ def _sbuf_to_psum(op: Op, decls) -> None:
 @instruction(family="matmul", compute=_matmul, engine="pe", cost=_matmul_cost, verify=_sbuf_to_psum,
              accumulates=lambda op: op.attr("accumulate") is not False,
              batched=Batched(_matmul_batched, lambda op: op.attr("accumulate") is not False, sums=True))
-def nc_matmul(dst, stationary, moving, accumulate=None, is_stationary_onezero=False, is_moving_onezero=False,
-              is_transpose=False, tile_position=None, tile_size=None, perf_mode=None, name=None, **_hw_hints):
+def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_onezero=False, is_transpose=False,
+              accumulate=None, tile_position=(), tile_size=(), perf_mode=matmul_perf_mode.none, name=None,
+              **_hw_hints):
     """dst[M, N] (+)= stationary[K, M].T @ moving[K, N] on the Tensor Engine.
     accumulate=False overwrites, True adds, None: the first write to a PSUM
     location overwrites and later writes add."""
@@ -110,7 +113,7 @@ def _transpose_cost(op: Op, ctx: CostContext) -> float:
 
 
 @instruction(family="matmul", compute=_transpose, engine=_transpose_engine, cost=_transpose_cost)
-def nc_transpose(dst, data, engine=None, name=None, **_hw_hints):
+def nc_transpose(dst, data, engine=enums.engine.unknown, name=None, **_hw_hints):
     """dst = data.T: on the Tensor Engine (<= 128 x 128, into PSUM) or the
     Vector Engine (<= 32 x 32, into SBUF)."""
     dst, data = tensor(dst, "nc_transpose dst"), tensor(data, "nc_transpose data")

@@ -5,7 +5,7 @@ import numpy as np
 
 from ..errors import NkiccError
 from ..nodes import Op
-from . import alu
+from . import alu, enums
 from .checks import free, normalize_axes, not_both_psum, on_chip_tensors, per_partition, same_layout
 from .core import CostContext, Emit, free_size, instruction
 from .values import F32, f32, operand, tile
@@ -56,8 +56,8 @@ def _scan_cost(op: Op, ctx: CostContext) -> float:
 
 
 @instruction(family="reduce", compute=_scan, cost=_scan_cost)
-def tensor_tensor_scan(dst, data0, data1, initial, op0, op1, reverse0=False, reverse1=False, engine=None,
-                       name=None, **_hw_hints):
+def tensor_tensor_scan(dst, data0, data1, initial, op0, op1, reverse0=False, reverse1=False, name=None,
+                       engine=enums.engine.unknown, **_hw_hints):
     """A recurrence along the free axis (flattened), per partition:
     dst[:, 0] = (data0[:, 0] op0 initial) op1 data1[:, 0] and
     dst[:, i] = (data0[:, i] op0 dst[:, i-1]) op1 data1[:, i]; `initial` is a

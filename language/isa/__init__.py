@@ -16,6 +16,7 @@ from ..ir.ops.checks import FREE_MAX, free
 from ..ir.ops.enums import dge_mode, dma_engine, engine, matmul_perf_mode, nc_version, oob_mode, reduce_cmd
 from ..language.tensor import Tensor, require_builder, unsupported_name
 from ..language.tracing import user_loc
+from .instruction import NkiInstruction, NkiValidationError, handle_of
 
 # engine hints kernels pass as engine=...; nkicc's schedule pass picks engines itself
 tensor_engine = "pe"
@@ -30,12 +31,12 @@ def _free_limits(opcode: str, tensors, loc) -> None:
     for t in tensors:
         limit = FREE_MAX.get(t.buffer)
         if limit is not None and free(t) > limit:
-            raise NkiccError("E134", f"{opcode} accesses {free(t)} elements per partition of {t.shown} in "
+            raise NkiValidationError("E134", f"{opcode} accesses {free(t)} elements per partition of {t.shown} in "
                                      f"{t.buffer}; one instruction handles at most {limit}", loc,
                              f"split the free dimension into pieces of at most {limit} elements")
 
 
-def _emit(d: ops.OpDef, emit: ops.Emit, loc) -> None:
+def _emit(d: ops.OpDef, emit: ops.Emit, loc) -> NkiInstruction:
     b = require_builder(f"nisa.{d.name}")
     tensors_in = [i for i in emit.ins if isinstance(i, Tensor)]
     tensors_out = [o for o in emit.outs if isinstance(o, Tensor)]
@@ -48,7 +49,8 @@ def _emit(d: ops.OpDef, emit: ops.Emit, loc) -> None:
     for i in tensors_in:
         if i.overflow:
             b.warn("W101", f"{d.name} reads past the end of a tile, values there are undefined: {i.overflow}", loc)
-    b.emit(d.name, [_access(b, o) for o in emit.outs], [_access(b, i) for i in emit.ins], dict(emit.attrs), loc)
+    op = b.emit(d.name, [_access(b, o) for o in emit.outs], [_access(b, i) for i in emit.ins], dict(emit.attrs), loc)
+    return handle_of(b, op)
 
 
 def _access(b, x):
@@ -56,8 +58,8 @@ def _access(b, x):
         return x.access
     if isinstance(x, ops.StateRef):
         s = x.state
-        decl = b.state_tensor(s.name, (s.partitions, 1), s.dtype)
-        return Access(decl.name, Affine(), ((1, x.count), (1, 1)))
+        decl = b.state_tensor(s.name, (s.partitions, s.width), s.dtype)
+        return Access(decl.name, Affine(), ((s.width, x.count), (1, s.width)))
     return x
 
 
@@ -67,16 +69,17 @@ def _function(d: ops.OpDef):
         loc = user_loc(2)
         try:
             emit = d.trace(*args, **kwargs)
-        except NkiccError as e:
-            if e.loc is None:
-                e.loc = loc
+        except NkiValidationError as e:
+            e.loc = e.loc or loc
             raise
+        except NkiccError as e:  # a hardware rule: catchable as nisa.NkiValidationError
+            raise NkiValidationError(e.code, e.message, e.loc or loc, e.hint) from None
         except TypeError as e:  # a wrong argument list: the kernel's mistake, at its line
             if e.__traceback__ is not None and e.__traceback__.tb_next is None:
                 raise NkiccError("E103", f"nisa.{d.name}: {e}", loc, f"see `nkicc explain E103`; "
                                  f"the signature is {d.name}{inspect.signature(d.trace)}") from None
             raise
-        _emit(d, emit, loc)
+        return _emit(d, emit, loc)
     instruction.__module__ = __name__
     instruction.__qualname__ = d.name
     return instruction
@@ -94,7 +97,7 @@ for _d in ops.table().values():
 
 from ..language.control import VirtualRegister, register_alloc  # noqa: E402 - needs register_move above
 
-__all__ = sorted(d.name for d in ops.table().values() if d.public and d.module == "isa") + ["VirtualRegister", "register_alloc", "tensor_engine", "vector_engine", "scalar_engine", "gpsimd_engine",
+__all__ = sorted(d.name for d in ops.table().values() if d.public and d.module == "isa") + ["NkiInstruction", "NkiValidationError", "VirtualRegister", "register_alloc", "tensor_engine", "vector_engine", "scalar_engine", "gpsimd_engine",
                                  "unknown_engine", "dge_mode", "dma_engine", "engine", "matmul_perf_mode",
                                  "nc_version", "oob_mode", "reduce_cmd"]
 from .enums import *  # noqa: E402,F401,F403  get_nc_version, get_nc_sub_version, nisa.constants
