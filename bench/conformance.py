@@ -9,6 +9,9 @@ entry points this project writes a case for) runs in its own subprocess with a
 timeout: imported with nkicc behind `nki` and `neuronxcc.nki`, compiled on
 random inputs at a small shape its docstring allows, simulated, and compared
 with a numpy reference written in this project (bench/conformance_refs.py).
+A case named "kernel[variant]" runs another configuration of a kernel (its
+MX path) as a row of its own; a case's `dtypes` gives arguments whose arrays
+hold another dtype's storage (the packed MX `*_x4` types).
 Nothing of the library is copied here; without LIBRARY_DIR the script says so
 and exits 0.
 """
@@ -82,10 +85,12 @@ def _is_kernel_decorator(node: ast.expr) -> bool:
     return text.split(".")[-1] in ("jit", "_kernel")
 
 
-def discover(nkilib: str, wanted: set[tuple[str, str]]) -> list[Found]:
+def discover(nkilib: str, wanted: set[tuple[str, str]], variants=()) -> list[Found]:
     """Every public kernel of core/ and experimental/: decorated top-level
     functions, plus the (relpath, func) pairs in `wanted` (undecorated entry
-    points that have a case). A module that does not parse is one entry."""
+    points that have a case), plus `variants` (name, relpath, func): cases
+    named "kernel[variant]" that run another configuration of a kernel (its
+    MX path). A module that does not parse is one entry."""
     found: list[Found] = []
     for folder in FOLDERS:
         for dirpath, dirnames, filenames in os.walk(os.path.join(nkilib, folder)):
@@ -112,6 +117,10 @@ def discover(nkilib: str, wanted: set[tuple[str, str]]) -> list[Found]:
     for f in found:  # the same function name in two modules: qualify by the module
         if names[f.name] > 1:
             f.name = f"{f.relpath[:-3].replace(os.sep, '.')}.{f.func or f.name}"
+    for name, rel, func in variants:  # a second configuration of a kernel found above ("qkv_tkg[mx]")
+        base = next((f for f in found if (f.relpath, f.func) == (rel, func)), None)
+        if base is not None:
+            found.insert(found.index(base) + 1, Found(name, rel, func, base.decorated))
     return found
 
 
@@ -263,7 +272,13 @@ def child(nkilib: str, relpath: str, func: str, name: str, stand_ins: bool = Fal
             if inputs.grid:
                 jk = jk[inputs.grid]
             t0 = time.perf_counter()
-            compiled = jk.compile(*inputs.args, **inputs.kwargs)
+            if inputs.dtypes:  # typed storage (MX *_x4): compile for TensorSpecs of those dtypes
+                from nkicc.specs import TensorSpec
+                typed = {k: TensorSpec(tuple(v.shape), inputs.dtypes[k]) if k in inputs.dtypes else v
+                         for k, v in inputs.kwargs.items()}
+                compiled = nkicc.compile(jk, *inputs.args, **typed)
+            else:
+                compiled = jk.compile(*inputs.args, **inputs.kwargs)
             res.compile_s = time.perf_counter() - t0
             res.rolled = compiled.report["instructions_rolled"]
             res.unrolled = compiled.report["instructions_unrolled"]
@@ -323,6 +338,7 @@ def _fmt(x, spec="{:.2f}") -> str:
 def write_report(results: list[Result], out: str, library_dir: str, snapshot: str, command: str,
                  stand_ins: list[str]) -> None:
     status = collections.Counter(r.status for r in results)
+    variants = sum(1 for r in results if "[" in r.name)
     groups = collections.Counter(_group(r.first_error) for r in results if r.status == "error")
     users = collections.defaultdict(list)
     for r in results:
@@ -341,7 +357,9 @@ def write_report(results: list[Result], out: str, library_dir: str, snapshot: st
         "```",
         "",
         f"**{len(results)} kernels: " + ", ".join(f"{status[s]} {s}" for s in ("pass", "mismatch", "error", "not run")
-                                               if status[s]) + ".**",
+                                               if status[s]) + ".**"
+        + (f" ({variants} of the rows are variants, `kernel[mx]`: another configuration of a kernel listed "
+           "above them, its MX path.)" if variants else ""),
         "",
     ]
     projected = [r for r in results if r.projected is not None]
@@ -467,7 +485,8 @@ def main(argv=None) -> int:
         return 0
     sys.path.insert(0, HERE)
     import conformance_refs as refs
-    kernels = discover(nkilib, {(c.relpath, c.func) for c in refs.CASES.values()})
+    kernels = discover(nkilib, {(c.relpath, c.func) for c in refs.CASES.values()},
+                       [(n, c.relpath, c.func) for n, c in refs.CASES.items() if "[" in n])
     if args.only:
         kernels = [k for k in kernels if k.name in args.only]
         if not kernels:

@@ -40,6 +40,8 @@ class Inputs:
     host: Callable | None = None        # a host-side driver that launches the jit kernel itself
     kernel: Callable | None = None      # a top-level kernel of ours that calls an undecorated sub-kernel
     args: tuple = ()
+    # arguments whose arrays hold another NKI dtype's storage (the packed MX `*_x4` types as uint32/uint16)
+    dtypes: dict = field(default_factory=dict)
 
     @property
     def dtype(self) -> str:
@@ -460,3 +462,326 @@ CASES: dict[str, Case] = {
     "cross_entropy_backward": Case("experimental/loss/cross_entropy.py", "cross_entropy_backward",
                                    cross_entropy_backward),
 }
+
+
+# --- MX (microscaling) kernels -------------------------------------------------------------------
+# Kept in one block (another session adds non-MX cases above). MX operands are packed `*_x4` tensors
+# (Inputs.dtypes names them; the arrays hold their uint storage) with uint8 scales in the SBUF quadrant
+# layout the Tensor Engine reads: the scale of partitions 8r..8r+7 of quadrant q at row q*32 + r. The
+# references dequantize in numpy and multiply; the other 28 rows of each quadrant hold random codes that
+# the kernels must ignore.
+
+def _mx_operand(rng, shape, dtype: str, lo: int = -3, hi: int = 3):
+    """(packed storage of `shape`, scales [shape] uint8 in quadrant layout, dequantized [4*P, ...] float64):
+    random element values and random power-of-two scales 2^lo .. 2^hi."""
+    from nkicc.simulator import numerics
+    p = shape[0]
+    elems = rng.standard_normal(tuple(shape[:-1]) + (shape[-1] * 4,)).astype(np.float32)
+    packed = numerics.pack(elems, dtype)
+    values = numerics.unpack(packed, dtype).astype(np.float64).reshape(tuple(shape) + (4,))
+    codes = rng.integers(127 + lo, 128 + hi, size=shape).astype(np.uint8)  # every row random: only q*32+r are read
+    group = np.array([(i // 32) * 32 + (i % 32) // 8 for i in range(p)])
+    scale = 2.0 ** (codes[group].astype(np.float64) - 127)
+    deq = values * scale[..., None]                                   # [P, ..., F, 4]
+    deq = np.moveaxis(deq, -1, 1)                                     # [P, 4, ..., F]: contraction 4p + lane
+    return packed, codes, deq.reshape((4 * p,) + tuple(shape[1:]))
+
+
+def down_projection_mx(rng, m):
+    """One expert of the MoE token-generation down projection, LNC=1: out[T, H] = affinity[t] *
+    (act.T @ weight + bias) with act [128(I/4), 1, T] MXFP8 and weight [128(I/4), 1, H] MXFP4."""
+    T, H, I = 4, 512, 512
+    act, act_sc, a = _mx_operand(rng, (128, I // 512, T), "float8_e4m3fn_x4")
+    w, w_sc, b = _mx_operand(rng, (128, I // 512, H), "float4_e2m1fn_x4")
+    bias = _rand(rng, (T, H), BF16)
+    aff = _rand(rng, (T, 1), lo=0.1, hi=1.0)
+    want = aff.astype(np.float64) * (a.reshape(I, T).T @ b.reshape(I, H) + _f(bias))
+
+    def down_projection_mx_top(act, act_scale, weight, weight_scale, bias, affinity):
+        import nki.isa as nisa
+        import nki.language as nl
+        sb = []
+        for x in (act, act_scale, weight, weight_scale, bias, affinity):
+            t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=x)
+            sb.append(t)
+        out_sb = nl.ndarray((T, 1, H), dtype=nl.float32, buffer=nl.sbuf)
+        out = nl.ndarray((T, H), dtype=nl.float32, buffer=nl.shared_hbm)
+        m.down_projection_mx(act_sb=sb[0], act_scale_sb=sb[1], weight_sb=sb[2], weight_scale_sb=sb[3],
+                             bias_sb=sb[4], expert_affinities_masked_sb=sb[5], expert_idx=0, out_sb=out_sb,
+                             out_hbm=out, is_first_expert=True, is_last_expert=True, shard_on_I=False)
+        return out
+
+    kwargs = {"act": act, "act_scale": act_sc, "weight": w, "weight_scale": w_sc, "bias": bias, "affinity": aff}
+    return Inputs(kwargs, [want], tol=(2e-2, 2e-2 * np.abs(want).max()), kernel=down_projection_mx_top,
+                  dtypes={"act": "float8_e4m3fn_x4", "weight": "float4_e2m1fn_x4"})
+
+
+def _mx_decode(packed, codes, dtype: str) -> np.ndarray:
+    """A kernel's MX output [P, ..., F] (uint storage) and its uint8 scales, compact (one row per
+    8 partitions) -> values [P, ..., F, 4] float64 (lane last)."""
+    from nkicc.simulator import numerics
+    values = numerics.unpack(packed, dtype).astype(np.float64).reshape(packed.shape + (4,))
+    group = np.arange(packed.shape[0]) // 8
+    return values * (2.0 ** (codes[group].astype(np.float64) - 127))[..., None]
+
+
+def _gelu_sigmoid(x):
+    """The sigmoid approximation of GELU, x * sigmoid(1.702 x) (the library's ActFnType.Swish)."""
+    return x / (1.0 + np.exp(-1.702 * x))
+
+
+def gate_up_projection_mx_shard_I(rng, m):
+    """MoE token-generation gate/up projection, LNC=1: act(Wg.T x + bg) * (Wu.T x + bu) for x [H, T]
+    MXFP8 and weights [H, I] MXFP4, re-quantized to MXFP8; act the default Swish (x * sigmoid(1.702 x)). Output element (p, i_tile, t, j) of the
+    [128, I/512, T] x4 result is intermediate row i_tile*512 + j*128 + p."""
+    T, H, I = 4, 512, 512
+    x, x_sc, xv = _mx_operand(rng, (128, H // 512, T), "float8_e4m3fn_x4", -5, -3)
+    wg, wg_sc, g = _mx_operand(rng, (128, H // 512, I), "float4_e2m1fn_x4", -5, -3)
+    wu, wu_sc, u = _mx_operand(rng, (128, H // 512, I), "float4_e2m1fn_x4", -5, -3)
+    bg, bu = _rand(rng, (128, I // 512, 4), BF16), _rand(rng, (128, I // 512, 4), BF16)
+    xs, gs, us = xv.reshape(H, T), g.reshape(H, I), u.reshape(H, I)
+    # bias [p, tile, j] belongs to intermediate row tile*512 + j*128 + p
+    b_rows = lambda b: _f(b).transpose(1, 2, 0).reshape(I)  # noqa: E731
+    inter = _gelu_sigmoid(gs.T @ xs + b_rows(bg)[:, None]) * (us.T @ xs + b_rows(bu)[:, None])   # [I, T]
+    want = inter.reshape(I // 512, 4, 128, T).transpose(2, 0, 3, 1)                    # [128, I/512, T, 4]
+
+    def gate_up_projection_mx_top(x, x_scale, w_gate, w_up, w_gate_scale, w_up_scale, b_gate, b_up):
+        import nki.isa as nisa
+        import nki.language as nl
+        sb = []
+        for a in (x, x_scale, w_gate, w_up, w_gate_scale, w_up_scale, b_gate, b_up):
+            t = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=a)
+            sb.append(t)
+        q_sb, s_sb = m.gate_up_projection_mx_shard_I(*sb)
+        q = nl.ndarray(q_sb.shape, dtype=q_sb.dtype, buffer=nl.shared_hbm)
+        s = nl.ndarray((16,) + tuple(s_sb.shape[1:]), dtype=s_sb.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=q, src=q_sb)
+        for quadrant in range(4):  # the scale rows: 0..3 of each quadrant
+            nisa.dma_copy(dst=s[4 * quadrant:4 * quadrant + 4], src=s_sb[32 * quadrant:32 * quadrant + 4])
+        return q, s
+
+    def check(outs):
+        got = _mx_decode(outs[0], outs[1], "float8_e4m3fn_x4")
+        return compare(got, want, (0.07, 0.02 * np.abs(want).max()))  # bf16 intermediates, then fp8 e4m3
+
+    kwargs = {"x": x, "x_scale": x_sc, "w_gate": wg, "w_up": wu, "w_gate_scale": wg_sc, "w_up_scale": wu_sc,
+              "b_gate": bg, "b_up": bu}
+    return Inputs(kwargs, check=check, kernel=gate_up_projection_mx_top,
+                  dtypes={"x": "float8_e4m3fn_x4", "w_gate": "float4_e2m1fn_x4", "w_up": "float4_e2m1fn_x4"})
+
+
+def _mx_weight(rng, h: int, cols: int, dtype: str, lo: int = -4, hi: int = -2):
+    """An offline-quantized weight as the library stores it in HBM: data [H/4, cols] (row k*128 + p holds
+    hidden rows k*512 + 4p + lane) and uint8 scales [H/32, cols] (row r // 8 for data row r); returns
+    (data, scales, logical weight [H, cols] float64)."""
+    from nkicc.simulator import numerics
+    elems = rng.standard_normal((h // 4, cols * 4)).astype(np.float32)
+    data = numerics.pack(elems, dtype)
+    codes = rng.integers(127 + lo, 128 + hi, size=(h // 32, cols)).astype(np.uint8)
+    vals = numerics.unpack(data, dtype).astype(np.float64).reshape(h // 4, cols, 4)
+    vals = vals * (2.0 ** (codes.astype(np.float64) - 127))[np.arange(h // 4) // 8][..., None]
+    return data, codes, vals.transpose(0, 2, 1).reshape(h, cols)  # row 4r + lane = k*512 + 4p + lane
+
+
+def _shuffle_4h(x):
+    """[..., H] viewed [..., H/512, 128, 4] -> stored [..., 4, H/512, 128] (is_h_dim_4h_transposed)."""
+    lead, h = x.shape[:-1], x.shape[-1]
+    return np.ascontiguousarray(x.reshape(lead + (h // 512, 128, 4)).transpose(
+        tuple(range(len(lead))) + (len(lead) + 2, len(lead), len(lead) + 1)).reshape(lead + (h,)))
+
+
+def qkv_tkg_mx(rng, m):
+    """qkv_tkg's MX path: RMS norm, the activations quantized to MXFP8 on device, times an MXFP8 weight
+    (offline quantized), [B, S, I] out. Inputs come 4H-shuffled, as the MX path requires."""
+    B, S, H, I = 1, 4, 512, 256
+    x, g = _rand(rng, (B, S, H), BF16), _rand(rng, (1, H), BF16, lo=0.5, hi=1.5)
+    w, w_sc, wv = _mx_weight(rng, H, I, "float8_e4m3fn_x4")
+    want = _rms_norm(x, g, 1e-6) @ wv  # [B, S, I]; the activations' fp8 rounding is in the tolerance
+    kwargs = {"hidden": _shuffle_4h(x), "qkv_w": w, "norm_w": _shuffle_4h(g),
+              "quantization_type": m.QuantizationType.MX, "is_h_dim_4h_transposed": True, "qkv_w_scale": w_sc}
+    return Inputs(kwargs, [want], tol=(0.05, 0.03 * np.abs(want).max()), dtypes={"qkv_w": "float8_e4m3fn_x4"})
+
+
+def qkv_cte_mx(rng, m):
+    """qkv_cte's MX path: bf16 activations transposed and quantized to MXFP8 on device, an MXFP8 weight
+    [H/4, I] with scales [H/32, I], no norm, [B, S, I] out."""
+    B, S, H, I = 1, 128, 512, 256
+    x = _rand(rng, (B, S, H), BF16)
+    w, w_sc, wv = _mx_weight(rng, H, I, "float8_e4m3fn_x4")
+    want = _f(x) @ wv
+    kwargs = {"input": x, "fused_qkv_weights": w, "quantization_type": m.QuantizationType.MX, "qkv_w_scale": w_sc,
+              "weight_layout": m.QKVWeightLayout.MX_CONTIGUOUS}  # packed row r holds hidden rows 4r..4r+3
+    return Inputs(kwargs, [want], tol=(0.05, 0.03 * np.abs(want).max()), dtypes={"fused_qkv_weights": "float8_e4m3fn_x4"})
+
+
+def _scale_rows_out(nl, nisa, s_sb, rows: int = 16):
+    """A top kernel's copy of the scale rows of an SBUF scale tile (rows 0..3 of each quadrant), compact."""
+    s = nl.ndarray((rows,) + tuple(s_sb.shape[1:]), dtype=s_sb.dtype, buffer=nl.shared_hbm)
+    for quadrant in range(rows // 4):
+        nisa.dma_copy(dst=s[4 * quadrant:4 * quadrant + 4], src=s_sb[32 * quadrant:32 * quadrant + 4])
+    return s
+
+
+def _to_hbm(nl, nisa, t):
+    out = nl.ndarray(t.shape, dtype=t.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=t)
+    return out
+
+
+def load_gate_up_weight_scale_bias(rng, m):
+    """The MoE TKG gate/up loader, LNC=1: expert 1's up projection (index 1 of the fused pair) into SBUF,
+    scales spread to rows 0..3 of each quadrant; exact copies."""
+    E, H, I = 2, 1024, 512
+    from nkicc.simulator import numerics
+    w = numerics.random_values(rng, "float4_e2m1fn_x4", (E, 128, 2, H // 512, I))
+    sc = rng.integers(120, 130, size=(E, 16, 2, H // 512, I)).astype(np.uint8)
+    bias = _rand(rng, (E, 128, 2, I // 512, 4), BF16)
+
+    def load_gate_up_top(weight, scale, bias):
+        import nki.isa as nisa
+        import nki.language as nl
+        w_sb, s_sb, b_sb = m.load_gate_up_weight_scale_bias(weight, scale, bias, expert_idx=1, gate_or_up_idx=1,
+                                                              H=H, n_I512_tiles_local=I // 512, I_local=I,
+                                                              I_offset=0)
+        return _to_hbm(nl, nisa, w_sb), _scale_rows_out(nl, nisa, s_sb), _to_hbm(nl, nisa, b_sb)
+
+    return Inputs({"weight": w, "scale": sc, "bias": bias}, [w[1, :, 1], sc[1, :, 1], bias[1, :, 1]], tol=(0, 0),
+                  kernel=load_gate_up_top, dtypes={"weight": "float4_e2m1fn_x4"})
+
+
+def load_broadcast_down_weight_scale_bias(rng, m):
+    """The MoE TKG down-projection loader, LNC=1: expert 0's weight and scales into SBUF (scales to rows
+    0..3 of each quadrant) and its bias broadcast to tile_T rows; exact copies."""
+    E, H, I, T = 2, 512, 1024, 4
+    from nkicc.simulator import numerics
+    w = numerics.random_values(rng, "float8_e4m3fn_x4", (E, 128, I // 512, H))
+    sc = rng.integers(120, 130, size=(E, 16, I // 512, H)).astype(np.uint8)
+    bias = _rand(rng, (E, H), BF16)
+
+    def load_down_top(weight, scale, bias):
+        import nki.isa as nisa
+        import nki.language as nl
+        w_sb, s_sb, b_sb = m.load_broadcast_down_weight_scale_bias(weight, scale, bias, expert_idx=0, H=H,
+                                                                     tile_I=128, n_I512_tiles=I // 512,
+                                                                     tile_offset=0, tile_T=T)
+        return _to_hbm(nl, nisa, w_sb), _scale_rows_out(nl, nisa, s_sb), _to_hbm(nl, nisa, b_sb)
+
+    return Inputs({"weight": w, "scale": sc, "bias": bias}, [w[0], sc[0], np.broadcast_to(bias[0], (T, H))],
+                  tol=(0, 0), kernel=load_down_top, dtypes={"weight": "float8_e4m3fn_x4"})
+
+
+def _moe_mx_weights(rng, E, H, I, dtype):
+    """MoE expert weights as the MX kernels take them, with their logical matrices:
+    gate/up data [E, 128, 2, H/512, I] (element (p, k) lane l: hidden storage column l*H/4 + k*128 + p, the
+    [T, 4, H/512, 128] view of the hidden states), scales [E, 16, 2, H/512, I]; down data [E, 128, I/512, H]
+    (element (p, j) lane l: intermediate column j*512 + l*128 + p, the layout gate/up's PSUM tiles have),
+    scales [E, 16, I/512, H]. Returns (gu, gu_sc, dn, dn_sc, G [E, 2, H, I], D [E, I, H]) float64."""
+    from nkicc.simulator import numerics
+    nh, ni = H // 512, I // 512
+
+    def data_and_logical(shape, group_axis):
+        d = numerics.random_values(rng, dtype, shape)
+        v = numerics.unpack(d, dtype).astype(np.float64).reshape(shape + (4,))
+        sc_shape = list(shape)
+        sc_shape[group_axis] = 16
+        codes = rng.integers(123, 126, size=sc_shape).astype(np.uint8)
+        scale = 2.0 ** (np.take(codes, np.arange(128) // 8, axis=group_axis).astype(np.float64) - 127)
+        return d, codes, v * scale[..., None]
+
+    gu, gu_sc, gv = data_and_logical((E, 128, 2, nh, I), 1)          # gv [E, p, 2, k, I, l]
+    G = gv.transpose(0, 2, 5, 3, 1, 4).reshape(E, 2, H, I)          # hidden column l*H/4 + k*128 + p
+    dn, dn_sc, dv = data_and_logical((E, 128, ni, H), 1)             # dv [E, p, j, H, l]
+    D = dv.transpose(0, 2, 4, 1, 3).reshape(E, I, H)                 # intermediate j*512 + l*128 + p
+    return gu, gu_sc, dn, dn_sc, G, D
+
+
+def blockwise_mm_shard_intermediate_mx(rng, m):
+    """MoE context encoding, blockwise, I sharded on 2 cores: each block of B token slots runs one expert,
+    out[t] = sum over the slots of t of affinity[t, e] * (silu(x G_e) * (x U_e)) D_e (POST_SCALE), MXFP4
+    weights, hidden states and intermediates quantized to MXFP8 on device."""
+    T, H, I, E, B, N = 256, 512, 1024, 2, 256, 2
+    gu, gu_sc, dn, dn_sc, G, D = _moe_mx_weights(rng, E, H, I, "float4_e2m1fn_x4")
+    x = _rand(rng, (T, H), BF16)
+    tpid = np.concatenate([rng.permutation(T) for _ in range(N)]).astype(np.int32)  # every token once per block
+    b2e = np.array([[0], [1]], np.int32)
+    aff = _rand(rng, (T * E, 1), BF16, lo=0.1, hi=1.0)
+    xs = _f(x).astype(np.float64)
+    want = np.zeros((T, H))
+    for blk in range(N):
+        e = int(b2e[blk, 0])
+        inter = (lambda g: g / (1.0 + np.exp(-g)))(xs @ G[e, 0]) * (xs @ G[e, 1])
+        y = inter @ D[e]
+        toks = tpid[blk * B:(blk + 1) * B]
+        want[toks] += _f(aff).reshape(T, E)[toks, e:e + 1] * y[toks]
+    kwargs = {"hidden_states": x, "expert_affinities_masked": aff, "gate_up_proj_weight": gu,
+              "down_proj_weight": dn, "token_position_to_id": tpid, "block_to_expert": b2e,
+              "gate_up_proj_scale": gu_sc, "down_proj_scale": dn_sc, "block_size": B,
+              "expert_affinities_scaling_mode": m.ExpertAffinityScaleMode.POST_SCALE}
+    return Inputs(kwargs, [want], tol=(0.08, 0.04 * np.abs(want).max()), grid=2,
+                  dtypes={"gate_up_proj_weight": "float4_e2m1fn_x4", "down_proj_weight": "float4_e2m1fn_x4"})
+
+
+def output_projection_cte_mx(rng, m):
+    """output_projection_cte's MX path: bf16 attention [B, N, D, S] quantized to MXFP8 on device (its N*D
+    axis viewed [N*D/512, 128, 4]), an MXFP4 weight [N*D/4, H] (packed row r holds rows 4r..4r+3) with
+    scales [N*D/32, H]; out [B, S, H] in bf16."""
+    B, N, D, S, H = 1, 4, 128, 128, 256
+    a = _rand(rng, (B, N, D, S), BF16)
+    w, w_sc, wv = _mx_weight(rng, N * D, H, "float4_e2m1fn_x4")
+    want = np.einsum("bcs,ch->bsh", _f(a).reshape(B, N * D, S).astype(np.float64), wv)
+    kwargs = {"attention": a, "weight": w, "quantization_type": m.QuantizationType.MX, "weight_scales": w_sc}
+    return Inputs(kwargs, [want], tol=(0.05, 0.03 * np.abs(want).max()), dtypes={"weight": "float4_e2m1fn_x4"})
+
+
+def rmsnorm_mx_quantize_tkg(rng, m):
+    """Fused RMS norm + MX quantization (token generation, LNC=2): the normalized hidden [H0, B*S, H1]
+    (hidden column j*128 + p at [p, t, j]) and its MXFP8 form [H0, H/512, B*S], whose element (p, k, t)
+    lane l holds hidden column (l*H/512 + k)*128 + p. Each core does half the tokens; sendrecv swaps."""
+    B, S, H = 1, 4, 1024
+    x, g = _rand(rng, (B, S, H), BF16, lo=-2, hi=2), _rand(rng, (1, H), BF16, lo=0.5, hi=1.5)
+    y = _rms_norm(x, g, 1e-6).reshape(B * S, H)                       # [T, H]
+    T, H1 = B * S, H // 128
+    want_out = y.reshape(T, H1, 128).transpose(2, 0, 1)               # [128, T, H1]
+    want_q = y.reshape(T, 4, H // 512, 128).transpose(3, 2, 0, 1)     # [128, H/512, T, 4]
+
+    def rmsnorm_mx_top(input, gamma):
+        import nki.isa as nisa
+        import nki.language as nl
+        out = nl.ndarray((128, T, H1), dtype=input.dtype, buffer=nl.sbuf)
+        q = nl.ndarray((128, H // 512, T), dtype=nl.float8_e4m3fn_x4, buffer=nl.sbuf)
+        sc = nl.ndarray((128, H // 512, T), dtype=nl.uint8, buffer=nl.sbuf)
+        m.rmsnorm_mx_quantize_tkg(input=input, gamma=gamma, output=out, output_quant=q, output_scale=sc)
+        return _to_hbm(nl, nisa, out), _to_hbm(nl, nisa, q), _scale_rows_out(nl, nisa, sc)
+
+    def check(outs):
+        ok, err, msg = compare(outs[0], want_out, (2e-2, 2e-2))
+        if not ok:
+            return ok, err, "output: " + msg
+        got_q = _mx_decode(outs[1], outs[2], "float8_e4m3fn_x4")
+        ok, err2, msg = compare(got_q, want_q, (0.07, 0.02 * np.abs(want_q).max()))  # fp8 e4m3 of a bf16 value
+        return ok, max(err, err2), ("" if ok else "output_quant: " + msg)
+
+    return Inputs({"input": x, "gamma": g}, check=check, kernel=rmsnorm_mx_top, grid=2)
+
+
+CASES.update({
+    "rmsnorm_mx_quantize_tkg": Case("core/subkernels/rmsnorm_mx_quantize_tkg.py", "rmsnorm_mx_quantize_tkg",
+                                    rmsnorm_mx_quantize_tkg),
+    "output_projection_cte[mx]": Case("core/output_projection/output_projection_cte/output_projection_cte.py",
+                                      "output_projection_cte", output_projection_cte_mx),
+    "blockwise_mm_shard_intermediate_mx": Case("core/moe/moe_cte/bwmm_shard_on_I_mx.py",
+                                               "blockwise_mm_shard_intermediate_mx",
+                                               blockwise_mm_shard_intermediate_mx),
+    "load_gate_up_weight_scale_bias": Case("core/moe/moe_tkg/gate_up_projection_mx.py",
+                                           "load_gate_up_weight_scale_bias", load_gate_up_weight_scale_bias),
+    "load_broadcast_down_weight_scale_bias": Case("core/moe/moe_tkg/down_projection_mx.py",
+                                                  "load_broadcast_down_weight_scale_bias",
+                                                  load_broadcast_down_weight_scale_bias),
+    "qkv_cte[mx]": Case("core/qkv/qkv_cte.py", "qkv_cte", qkv_cte_mx),
+    "qkv_tkg[mx]": Case("core/qkv/qkv_tkg.py", "qkv_tkg", qkv_tkg_mx),
+    "gate_up_projection_mx_shard_I": Case("core/moe/moe_tkg/gate_up_projection_mx.py", "gate_up_projection_mx_shard_I",
+                                          gate_up_projection_mx_shard_I),
+    "down_projection_mx": Case("core/moe/moe_tkg/down_projection_mx.py", "down_projection_mx", down_projection_mx),
+})

@@ -60,12 +60,13 @@ class Target:
     psum_partition_bytes: int = 16 * 1024
     psum_bank_bytes: int = 2048
     partitions: int = 128
+    # engine clocks: the architecture guides' "Compute Engine Specifications" tables; the
+    # rest of the timing model (DMA and HBM bandwidth included) is nkicc.ir.ops.costs
     pe_ghz: float = 2.4
     dve_ghz: float = 0.96
     act_ghz: float = 1.2
     pool_ghz: float = 1.2
     dma_queues: int = 16
-    dma_bytes_per_ns: float = 23.0
     description: str = ""
     nc_version: int = 3  # NeuronCore generation, what nisa.get_nc_version() answers while tracing
 

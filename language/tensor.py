@@ -103,6 +103,12 @@ class NkiTensor(TensorOperand):
         return self.decl.described()
 
     @property
+    def base_tensor(self) -> "NkiTensor":
+        """The whole tensor this view was cut from, in its own dtype (the NKI Library reads it
+        before re-viewing packed MX weights)."""
+        return NkiTensor(self.builder, self.decl, None, None)
+
+    @property
     def itemsize(self) -> int:
         return dtypes.itemsize(self.decl.dtype)
 

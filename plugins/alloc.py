@@ -243,7 +243,7 @@ def _psum_spill(kernel, name: str):
         for s in block.stmts:
             if isinstance(s, Loop):
                 out.append(dataclasses.replace(s, body=rewrite(s.body)))
-            elif isinstance(s, Op) and s.opcode == "nc_matmul" and s.outs[0].tensor == name:
+            elif isinstance(s, Op) and s.opcode in ("nc_matmul", "nc_matmul_mx") and s.outs[0].tensor == name:
                 acc = s.attr("accumulate")
                 if acc is None:
                     if not seen_write[0]:
@@ -252,7 +252,7 @@ def _psum_spill(kernel, name: str):
                 decl, full = _temp(name, s.outs[0], "float32", "psum", temps, counter)
                 attrs = tuple((k, v) for k, v in s.attrs if k != "accumulate") + (("accumulate", False),)
                 out.append(Alloc(decl.name))
-                out.append(Op("nc_matmul", (full,), s.ins, attrs, s.loc))
+                out.append(Op(s.opcode, (full,), s.ins, attrs, s.loc))
                 if acc:
                     out.append(Op("tensor_tensor", (s.outs[0],), (s.outs[0], full), (("op", "add"),), s.loc))
                 else:

@@ -39,7 +39,9 @@ def check_access(a: Access, op: Op, decls, trips, write: bool) -> None:
             raise NkiccError("E110", f"{op.opcode} accesses {a.pattern[0][1]} partitions of {decl.described()}; at most {PMAX}",
                              op.loc, "tile the partition dimension by 128")
         # the start rule binds the compute engines' SBUF/PSUM ports; DMA writes and reads any partition
-        if ops.get(op.opcode).family != "dma" and not _partition_start_ok(a, decl, trips):
+        d = ops.get(op.opcode)
+        exempt = d.family == "dma" or (d.start_exempt is not None and d.start_exempt(op, a))
+        if not exempt and not _partition_start_ok(a, decl, trips):
             raise NkiccError("E111", f"{op.opcode} accesses {decl.described()} from a partition that is not a legal start "
                                      f"for {a.pattern[0][1]} partitions", op.loc,
                              "start at partition 0 (65-128 partitions), 0/64 (33-64) or 0/32/64/96 (<=32)")
@@ -72,7 +74,7 @@ def verify(kernel, ctx):
                 for a in s.outs:
                     if decls[a.tensor].buffer != "psum":
                         continue
-                    if s.opcode == "nc_matmul":
+                    if s.opcode in ("nc_matmul", "nc_matmul_mx"):
                         init = psum_init.get(a.tensor)
                         if init is not None and s.attr("accumulate") is not False:
                             ctx.warn("W201", f"nc_matmul accumulates onto PSUM {decls[a.tensor].described()} that a {init[0]} at line "

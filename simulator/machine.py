@@ -153,7 +153,7 @@ class _Plan:
     """One op, compiled."""
     __slots__ = ("op", "id", "opcode", "engine", "queue", "ekey", "tid", "waits", "cost", "accs", "by_id",
                  "outs", "scalars", "hz_reads", "hz_writes", "count", "loc_str", "loop_vars", "dma_dir",
-                 "dma_bytes", "spill", "mode", "dyn_accs", "is_matmul", "rotate", "collective", "is_print")
+                 "dma_bytes", "hbm_bytes", "spill", "mode", "dyn_accs", "is_matmul", "rotate", "collective", "is_print")
 
     def __init__(self, op: Op) -> None:
         self.op = op
@@ -374,7 +374,7 @@ class MachineSimulator:
         p.hz_writes = [get(a) for a in writes(op)]  # outputs, and dependency tokens
         p.cost = cost_ns(op, p.engine, self.decls, self.target, self.costs, self.comm.size) if self.timing else 0.0
         p.collective = ops.of(op).collective
-        p.dma_dir, p.dma_bytes, p.spill = None, 0, False
+        p.dma_dir, p.dma_bytes, p.spill, p.hbm_bytes = None, 0, False, 0
         if p.engine == "dma":
             src, dst = self.decls[op.ins[0].tensor], self.decls[op.outs[0].tensor]
             cat = {"hbm": "hbm", "shared_hbm": "hbm"}
@@ -382,6 +382,8 @@ class MachineSimulator:
             p.dma_dir = direction if direction in DMA_DIRECTIONS else "other"
             p.dma_bytes = traffic_bytes(op, self.decls)
             p.spill = "spill" in (src.role, dst.role)
+            if p.collective is None and "hbm" in direction:
+                p.hbm_bytes = p.dma_bytes
         return p
 
     def _hz_acc(self, p: _Plan, a: Access) -> _Acc:
@@ -569,6 +571,7 @@ class MachineSimulator:
         self.ebusy = [0.0] * nengines
         self.ecount = [0] * nengines
         self._rot_next = 0
+        self.fabric_free = 0.0  # when the core's HBM bandwidth is next free (the DMA fabric)
         self.finish_of: dict[int, float] = {}
         self.end_ns = 0.0
         self.dma_activity = DmaActivity()  # the union of the DMA queues' busy time (activity.py)
@@ -755,6 +758,11 @@ class MachineSimulator:
         if meet is not None:  # a collective: it starts when the last rank of its group is ready
             start = meet(start)
         finish = start + p.cost
+        if p.hbm_bytes:  # the DMA engines share the core's HBM bandwidth: overlapping transfers queue for it
+            f = max(self.fabric_free, start) + p.hbm_bytes / self.costs.hbm_bytes_per_ns
+            self.fabric_free = f
+            if f > finish:
+                finish = f
         self.efree[k] = finish
         if p.rotate:  # executions on different queues can finish out of order: a wait covers all so far
             if fin.get(p.id, 0.0) < finish:

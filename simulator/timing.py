@@ -3,8 +3,8 @@ rule (its definition in nkicc.ir.ops) applied to the constants of the
 target's table (nkicc.ir.ops.costs). ESTIMATES, NOT MEASUREMENTS.
 
 Cycle counts are engine cycles; an engine's clock comes from the Target
-(pe_ghz, dve_ghz, act_ghz, pool_ghz). DMA costs are in nanoseconds and bytes
-per nanosecond per queue (Target.dma_bytes_per_ns unless the table overrides it).
+(pe_ghz, dve_ghz, act_ghz, pool_ghz). DMA costs are in nanoseconds, from the
+table's DMA engine and HBM bandwidths (docs/fidelity.md lists every constant).
 """
 from __future__ import annotations
 

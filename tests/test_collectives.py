@@ -150,6 +150,21 @@ def test_a_two_core_launch_runs_its_programs_at_once(rng, simulator):
     np.testing.assert_array_equal(swap_halves[2](x), got)
 
 
+@pytest.mark.parametrize("simulator", ["machine", "reference"])
+@pytest.mark.parametrize("dtype", ["int32", "uint32", "float8_e4m3fn_x4"])
+def test_sendrecv_moves_integer_and_packed_data_bit_for_bit(rng, simulator, dtype):
+    # integers past 2^24 (which fp32 cannot hold) and packed MX bits cross cores unchanged
+    from nkicc.simulator import numerics
+    from nkicc.specs import TensorSpec
+    x = (rng.integers(2 ** 24, 2 ** 31, size=(128, 32)).astype(dtype) if "int" in dtype
+         else numerics.random_values(rng, dtype, (128, 32)))
+    ck = nkicc.compile(swap_halves[2], TensorSpec((128, 32), dtype))
+    outputs, _ = ck.simulate({"x": x}, simulator=simulator)
+    got = outputs[ck.ir.outputs[0]]
+    np.testing.assert_array_equal(got[:64], x[64:])
+    np.testing.assert_array_equal(got[64:], x[:64])
+
+
 def test_collective_time_is_on_each_ranks_timeline(rng, tmp_path):
     xs = per_rank(rng, 2, (128, 512))
     ck = nkicc.compile(all_reduce_hbm, xs[0])

@@ -396,3 +396,10 @@ def test_reshape_algebra_agrees_with_numpy(case):
     seen = np.lib.stride_tricks.as_strided(base[offset:], shape=new_shape,
                                            strides=[s * item for s, _ in got])
     np.testing.assert_array_equal(seen, v.reshape(new_shape))
+
+
+def test_base_tensor_is_the_whole_tensor_behind_a_view(rng):
+    # the NKI Library's MX loaders read `weight.base_tensor` to get back the tensor a view was cut from
+    a = rand(rng, (4, 6, 8))
+    got = hbm_view_kernel(lambda t: t[1:3, :, 2:5].base_tensor)(a)
+    np.testing.assert_array_equal(got, a)

@@ -91,9 +91,16 @@ def _ring_ns(factor):
 
 
 def payload(op: Op, read) -> list:
-    """What this rank contributes: copies of its inputs in fp32 (the other
-    ranks' threads read them after this one has moved on)."""
-    return [np.array(read(a), dtype=np.float32) for a in op.ins if isinstance(a, Access)]
+    """What this rank contributes: copies of its inputs (the other ranks'
+    threads read them after this one has moved on), floats in fp32 and integers
+    in their own dtype: fp32 holds integers only to 2^24, and packed MX data
+    (uint32 storage) must arrive bit for bit."""
+    out = []
+    for a in op.ins:
+        if isinstance(a, Access):
+            v = read(a)
+            out.append(np.array(v, dtype=v.dtype if np.asarray(v).dtype.kind in "iub" else np.float32))
+    return out
 
 
 def _combine(name: str, arrays):
@@ -353,7 +360,7 @@ def _sendrecv(op: Op, inputs, me: int, group) -> list:
 def _sendrecv_ns(op: Op, ctx: CostContext) -> float:
     # between the two cores of a logical core, through their shared HBM: a DMA
     t = ctx.table
-    return t.dma_fixed_ns + _bytes(op, ctx.decls) / (t.dma_bytes_per_ns or ctx.target.dma_bytes_per_ns)
+    return t.dma_fixed_ns + _bytes(op, ctx.decls) / t.dma_peak_bytes_per_ns()
 
 
 @instruction(family="collectives", compute=None, engine="dma", collective=_sendrecv, cost=_sendrecv_ns,

@@ -30,7 +30,7 @@ ENTRY_POINT_GROUP = "nkicc.instructions"
 # nkicc's own families, imported when the installed metadata does not list them
 # (a source tree on sys.path that was never pip-installed)
 BUILTIN_FAMILIES = ("dma", "matmul", "elementwise", "reduce", "activation", "select", "control", "collectives",
-                    "debug", "stats", "sort", "gather", "rng")
+                    "debug", "stats", "sort", "gather", "rng", "mx")
 
 
 class TensorOperand(abc.ABC):
@@ -167,6 +167,9 @@ class OpDef:
     collective: Callable | None = None
     # the public module that exports it: "isa" (nisa) or "collectives" (nki.collectives)
     module: str = "isa"
+    # start_exempt(op, access): this operand has a partition-start rule of its own (checked by the
+    # trace rule), not the compute engines' 0/32/64/96 one (MX scales: rows 0/4/8/12 of a quadrant)
+    start_exempt: Callable[[Op, Access], bool] | None = None
     # how the machine simulator runs many iterations of the op at once (simulator/batched.py);
     # None: only one at a time
     batched: "Batched | None" = None
@@ -183,12 +186,13 @@ def instruction(*, family: str, compute: Callable, engine="dve", cost: Callable 
                 accumulates: Callable | None = None, verify: Callable | None = None,
                 traffic: Callable | None = None, free_limited: bool = True,
                 public: bool = True, control: bool = False, collective: Callable | None = None,
-                module: str = "isa", batched: "Batched | None" = None) -> Callable[[Callable], OpDef]:
+                module: str = "isa", start_exempt: Callable | None = None,
+                batched: "Batched | None" = None) -> Callable[[Callable], OpDef]:
     """Decorator: the decorated function is the trace rule, its name the opcode."""
     def make(trace: Callable) -> OpDef:
         return OpDef(trace.__name__, family, trace, compute, engine, cost or _elementwise_cost,
                      accumulates or _never, verify, traffic, free_limited, public, control, collective, module,
-                     batched)
+                     start_exempt, batched)
     return make
 
 

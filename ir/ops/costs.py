@@ -1,59 +1,112 @@
 """The constants the instruction cost rules read, one table per target.
 
-ESTIMATES, NOT MEASUREMENTS: every number comes from the public NKI
-instruction documentation and architecture guides, not from a profile of real
-hardware. Recalibrate a target by editing its entry, or pass
-`MachineSimulator(..., costs=replace(cost_table(target), ...))`.
+ESTIMATES, NOT MEASUREMENTS of any particular chip. Every constant carries its
+source on the line above it:
+
+  [doc: FILE, "SECTION"]  a number the vendor's public guides state (FILE is
+                          under nki/guides/architecture/ of aws-neuron-sdk);
+  [fitted: ...]           chosen by nkicc, with the figure it was chosen on;
+  [assumed: ...]          no public figure; the reason for the value.
+
+Engine clocks live on the Target (plugins/targets.py, from the same guides'
+"Compute Engine Specifications" tables). docs/fidelity.md lists every
+constant in one table and compares the model with the tutorials' measured
+figures (bench/fidelity.py). Recalibrate a target by editing its entry, or
+pass `MachineSimulator(..., costs=replace(cost_table(target), ...))`.
+
+Documents cited:
+  ARCH1 = trainium_inferentia2_arch.rst (NeuronCore-v2, trn1)
+  ARCH2 = trainium2_arch.rst (NeuronCore-v3, trn2)
+  ARCH3 = trainium3_arch.rst (NeuronCore-v4, trn3)
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+GIB = 1024 ** 3
+
 
 @dataclass(frozen=True)
 class CostTable:
-    """Per-target instruction costs (estimates; see the module docstring)."""
+    """Per-target instruction costs (see the module docstring for the sources)."""
     name: str
-    # any instruction: a static overhead, plus the start of an SBUF/PSUM access
+    # --- every compute instruction ---------------------------------------------------------
+    # [doc: ARCH1, "Vector Engine" > "Cost Model"] a static instruction overhead of 100 engine cycles
     fixed_cycles: int = 100
+    # [doc: ARCH1, "Accessing SBUF/PSUM tensors using compute engines" > "Tensor access overhead"]
+    # about 60 cycles to start an access
     onchip_access_cycles: int = 60
-    # nc_matmul: max(min(matmul_min_rows, M), N) cycles; fp32 inputs cost x matmul_fp32_factor
+    # --- Tensor Engine ----------------------------------------------------------------------
+    # [doc: ARCH1, "Tensor Engine" > "Performance Consideration"] max(N, MM_INIT_LATENCY), MM_INIT_LATENCY 64
     matmul_min_rows: int = 64
+    # [doc: ARCH1, "Tensor Engine"] 92 TFLOPS bf16/fp8 vs 23 TFLOPS fp32 inputs: fp32 is 4x slower
     matmul_fp32_factor: int = 4
-    # Vector / Scalar / GpSimd element-wise, tensor_copy, memset: max(elementwise_min, N)
+    # --- Vector / Scalar / GpSimd ---------------------------------------------------------
+    # [doc: ARCH1, "Vector Engine" > "Cost Model"] one input: about N cycles (N > 128; below, the fixed
+    # cost dominates: the floor is the same MM_INIT-like 64 cycles [assumed])
     elementwise_min: int = 64
-    # tensor_tensor: max(elementwise_min, tensor_tensor_factor * N) (factor 1 when an input is in PSUM)
+    # [doc: ARCH1, "Vector Engine" > "Cost Model"] two input tiles: about 2N cycles (factor 1 when one
+    # input streams from PSUM [doc: ARCH2, "Vector Engine" performance mode, 1b/1c conditions])
     tensor_tensor_factor: int = 2
-    # tensor_reduce: reduce_factor * N; tensor_tensor_scan: scan_factor * N
+    # [assumed: one pass over the input, like the one-input rule above]
     reduce_factor: int = 1
+    # [assumed: tensor_tensor_scan reads two inputs, so the two-input rule: 2N]
     scan_factor: int = 2
-    # GpSimd iota: iota_base_cycles + N
+    # [assumed: a GpSimd iota start-up; no public figure]
     iota_base_cycles: int = 150
-    # DMA: fixed latency, then bytes / bandwidth of one queue
-    dma_fixed_ns: float = 1300.0
-    dma_bytes_per_ns: float | None = None  # None: Target.dma_bytes_per_ns
-    # a minor (innermost) stride above this many bytes scales bandwidth by dma_strided_factor
+    # --- DMA --------------------------------------------------------------------------------
+    # [doc: ARCH1, "Data movement between HBM and SBUF using DMAs"] 16 DMA engines per NeuronCore
+    # (ARCH2 / ARCH3: 128 DMA engines for 8 NeuronCores, "paired with 16x DMA engines")
+    dma_engines: int = 16
+    # [doc: ARCH1, same section] each engine drives a peak of 27 GiB/s (bytes/ns); trn2 [assumed] the
+    # same; trn3 [assumed] what lets 16 engines reach its HBM share (no public per-engine figure)
+    dma_engine_bytes_per_ns: float = 27 * GIB / 1e9
+    # [doc: ARCH1/2/3 device overview] HBM bandwidth of the device / its NeuronCores (bytes/ns per core):
+    # the DMA engines of one core share it
+    hbm_bytes_per_ns: float = 3000.0 / 8
+    # [fitted on the kernel-optimization tutorial's table (bench/fidelity.py "kernel-opt"): of the values
+    # tried (300, 700, 1300, 2000 ns at --quick size) the one that keeps all three of its published
+    # rankings; the Mamba tables are held out]
+    # the fixed latency of one DMA instruction (descriptor processing, the first bytes in flight)
+    dma_fixed_ns: float = 2000.0
+    # [doc: ARCH1, "Data movement ..."] a transfer is split into DMA buffers (contiguous chunks); each
+    # costs an overhead, amortized by "4KiB or above" per partition. [assumed] the overhead, as bytes of
+    # transfer time: 4 KiB rows then move at 4096 / (4096 + 512) = 89% of peak, 512 B rows at 50%
+    dma_buffer_overhead_bytes: int = 512
+    # [doc: ARCH1, "Accessing SBUF/PSUM tensors using compute engines"] a most-minor stride above
+    # 16 bytes halves the bandwidth of an SBUF access; [assumed] the same for a DMA's SBUF side
+    # (the guide states it for the engines)
     dma_strided_bytes: int = 16
     dma_strided_factor: float = 0.5
-    # contiguous rows shorter than this scale bandwidth by dma_small_row_factor
-    dma_efficient_row_bytes: int = 2048
-    dma_small_row_factor: float = 0.5
-    # dma_transpose: a fraction of a copy's bandwidth (estimate: elements cross partitions one by one)
-    dma_transpose_factor: float = 0.25
-    # collectives between chips: the inter-chip interconnect (GB/s = bytes/ns per chip: trn1 384,
-    # trn2 1280, trn3 2560, about-neuron/arch/neuron-hardware/trainium2.rst and trainium3.rst,
-    # "Interconnect"), and a fixed start-up (estimate)
+    # [doc: ARCH2, "HBM2SBUF DMA transpose" > "Performance Consideration"] up to 90% of a copy's throughput
+    dma_transpose_factor: float = 0.9
+    # [doc: ARCH2, "SBUF2SBUF DMA transpose" > "Performance Consideration"] up to 50% of DMA throughput
+    dma_transpose_sbuf_factor: float = 0.5
+    # --- collectives between chips ---------------------------------------------------------
+    # [doc: about-neuron/arch/neuron-hardware/trainium2.rst and trainium3.rst, "Interconnect"]
+    # GB/s = bytes/ns per chip: trn1 384, trn2 1280, trn3 2560
     link_bytes_per_ns: float = 1280.0
+    # [assumed: a collective's start-up; no public figure]
     collective_fixed_ns: float = 5000.0
 
+    def dma_peak_bytes_per_ns(self, engines: int | None = None) -> float:
+        """Peak bandwidth of a transfer spread over `engines` DMA engines
+        (all of them by default), capped by the core's share of HBM."""
+        n = self.dma_engines if engines is None else max(1, min(engines, self.dma_engines))
+        return min(n * self.dma_engine_bytes_per_ns, self.hbm_bytes_per_ns)
 
-# One table per target. They are equal today because the public docs give one
-# set of cycle counts for all three generations (clocks and DMA bandwidth differ,
-# and come from the Target); recalibrate a target by editing its entry.
+
+# One table per target. Cycle counts are the same for all three generations (the
+# public guides give one set, for NeuronCore-v2); clocks come from the Target.
 COST_TABLES: dict[str, CostTable] = {
-    "trn1": CostTable("trn1", link_bytes_per_ns=384.0),
-    "trn2": CostTable("trn2"),
-    "trn3": CostTable("trn3", link_bytes_per_ns=2560.0),
+    # [doc: ARCH1 overview] 820 GB/s for 2 NeuronCores
+    "trn1": CostTable("trn1", hbm_bytes_per_ns=820.0 / 2, link_bytes_per_ns=384.0),
+    # [doc: ARCH2 overview] 3 TB/s for 8 NeuronCores; [assumed] 27 GiB/s per engine as on NeuronCore-v2
+    "trn2": CostTable("trn2", hbm_bytes_per_ns=3000.0 / 8),
+    # [doc: ARCH3 overview] 4.7 TB/s for 8 NeuronCores; [assumed] per-engine rate so that 16 engines
+    # reach the HBM share (no public per-engine figure)
+    "trn3": CostTable("trn3", hbm_bytes_per_ns=4700.0 / 8, dma_engine_bytes_per_ns=4700.0 / 8 / 16,
+                      link_bytes_per_ns=2560.0),
 }
 
 

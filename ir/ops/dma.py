@@ -44,24 +44,35 @@ def _bytes(op: Op, decls) -> int:
     return max(dst.count * dtypes.itemsize(decls[dst.tensor].dtype), src.count * dtypes.itemsize(decls[src.tensor].dtype))
 
 
+def _buffers(a: Access, decl, item: int) -> tuple[int, int]:
+    """(DMA buffers, bytes of the shortest) one side of a transfer is cut into:
+    an on-chip side is one buffer per partition row at least (rows of
+    different partitions are not contiguous), an HBM side one per contiguous run."""
+    run = _run_bytes(a, item)
+    if decl.on_chip:
+        parts = max(1, partitions(a))
+        row = a.count // parts * item
+        run = row if run >= row else run
+        return max(parts, a.count * item // max(1, run)), run
+    return max(1, a.count * item // max(1, run)), run
+
+
 def _transfer_ns(op: Op, ctx: CostContext) -> float:
-    """Fixed latency, then bytes over one queue's bandwidth, which strided or
-    short rows reduce (descriptor efficiency)."""
+    """Fixed latency, then the bytes at the bandwidth of the DMA engines the
+    transfer spreads over (one buffer per engine at a time, at most all of
+    them, capped by the core's HBM share), scaled by the per-buffer
+    efficiency (short rows amortize a buffer's overhead badly) and halved for
+    a strided minor dimension. Overlapping transfers also share the HBM
+    bandwidth (the machine simulator's DMA fabric)."""
     t, decls = ctx.table, ctx.decls
     dst, src = op.outs[0], op.ins[0]
     ddecl, sdecl = decls[dst.tensor], decls[src.tensor]
     ditem, sitem = dtypes.itemsize(ddecl.dtype), dtypes.itemsize(sdecl.dtype)
-    bw = t.dma_bytes_per_ns or ctx.target.dma_bytes_per_ns
+    (nd, rd), (ns_, rs) = _buffers(dst, ddecl, ditem), _buffers(src, sdecl, sitem)
+    chunk = min(rd, rs)
+    bw = t.dma_peak_bytes_per_ns(max(nd, ns_)) * chunk / (chunk + t.dma_buffer_overhead_bytes)
     if max(_minor_stride_bytes(dst, ditem), _minor_stride_bytes(src, sitem)) > t.dma_strided_bytes:
         bw *= t.dma_strided_factor
-    rows = []
-    for a, decl, item in ((dst, ddecl, ditem), (src, sdecl, sitem)):
-        if decl.on_chip:  # bytes per partition row
-            rows.append(a.count // max(1, partitions(a)) * item)
-        else:
-            rows.append(_run_bytes(a, item))
-    if min(rows) < t.dma_efficient_row_bytes:
-        bw *= t.dma_small_row_factor
     return t.dma_fixed_ns + _bytes(op, decls) / bw
 
 
@@ -108,11 +119,11 @@ def _transpose(op: Op, read):
 
 
 def _transpose_ns(op: Op, ctx: CostContext) -> float:
-    """A DMA, at a fraction of a copy's bandwidth: the engine moves 2-byte
-    elements one by one across partitions (an estimate)."""
+    """A DMA at a fraction of a copy's peak: all engines cooperate on one
+    transpose, at up to 90% of a copy from HBM and 50% from SBUF (ARCH2)."""
     t = ctx.table
-    return t.dma_fixed_ns + _bytes(op, ctx.decls) / ((t.dma_bytes_per_ns or ctx.target.dma_bytes_per_ns)
-                                                      * t.dma_transpose_factor)
+    factor = t.dma_transpose_sbuf_factor if ctx.decls[op.ins[0].tensor].on_chip else t.dma_transpose_factor
+    return t.dma_fixed_ns + _bytes(op, ctx.decls) / (t.dma_peak_bytes_per_ns() * factor)
 
 
 @instruction(family="dma", compute=_transpose, engine="dma", cost=_transpose_ns, traffic=_bytes, verify=_no_psum,
@@ -168,7 +179,7 @@ def _compute_bytes(op: Op, decls) -> int:
 
 def _compute_ns(op: Op, ctx: CostContext) -> float:
     t = ctx.table
-    return t.dma_fixed_ns + _compute_bytes(op, ctx.decls) / (t.dma_bytes_per_ns or ctx.target.dma_bytes_per_ns)
+    return t.dma_fixed_ns + _compute_bytes(op, ctx.decls) / t.dma_peak_bytes_per_ns()
 
 
 @instruction(family="dma", compute=_dma_compute, engine="dma", cost=_compute_ns, traffic=_compute_bytes,

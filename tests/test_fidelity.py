@@ -1,0 +1,60 @@
+"""The timing model against the vendor tutorials' published hardware figures,
+at reduced size (bench/fidelity.py --quick): the rows and rankings that agree
+today must keep agreeing, and the known disagreements are listed (strict
+xfail: the day one is fixed, this file must be updated)."""
+import os
+import sys
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
+
+import fidelity  # noqa: E402
+
+# rows nkicc does not reproduce within 15% today; docs/fidelity.md explains each
+KNOWN_OFF = {
+    ("mamba-v1-v2", "v2"),                       # nkicc's scheduler hides the reloads the tutorial measured
+    ("mamba-seq", "v2 seq_len 2048"),            # neuronx-cc's SBUF allocation of v2 at seq_len >= 1024
+    ("mamba-seq", "v2 / v3 at seq_len 2048"),
+    ("kernel-opt", "tiled (loads in the K loop): pe"),
+    ("kernel-opt", "loads hoisted: pe"),
+    ("kernel-opt", "M and N blocked: pe"),
+    ("kernel-opt", "M, N and K blocked: pe"),
+    ("kernel-opt", "M, N and K blocked: dve"),
+}
+KNOWN_WRONG_RANKINGS = {("mamba-seq", "v3 (seq_len tiled) is faster than v2 at seq_len 2048")}
+
+
+@pytest.fixture(scope="module")
+def tables():
+    return fidelity.run_tables(quick=True)
+
+
+def test_rows_within_tolerance(tables):
+    off = {(t.key, r.label) for t in tables for r in t.rows if not r.ok}
+    assert off <= KNOWN_OFF, f"new rows outside 15% of the published figure: {sorted(off - KNOWN_OFF)}"
+    assert len({(t.key, r.label) for t in tables for r in t.rows}) >= 15
+
+
+def test_rankings(tables):
+    wrong = {(t.key, c.text) for t in tables for c in t.claims if not c.ok}
+    assert wrong <= KNOWN_WRONG_RANKINGS, f"rankings nkicc now gets wrong: {sorted(wrong - KNOWN_WRONG_RANKINGS)}"
+    assert any(c.ok for t in tables for c in t.claims)
+
+
+@pytest.mark.xfail(strict=True, reason="v2/v3 at seq_len 2048 depends on neuronx-cc's allocation (docs/fidelity.md)")
+def test_mamba_v3_faster_at_2048(tables):
+    seq = next(t for t in tables if t.key == "mamba-seq")
+    assert all(c.ok for c in seq.claims)
+
+
+@pytest.mark.parametrize("name", ["mamba_v1", "mamba_v2", "mamba_v3"])
+def test_bench_mamba_kernels_compute_the_scan(name):
+    """The bench's tutorial kernels are the same computation as numpy's
+    (v3 over two sequence tiles, so the carried scan state is checked)."""
+    import fidelity_kernels as fk
+    import nkicc
+    args = fk.mamba_inputs(1, 128, 2 * fk.SEQ_TILE, 3, seed=7)
+    got = nkicc.simulate(getattr(fk, name))(*args)
+    np.testing.assert_allclose(got, fk.mamba_reference(*args), rtol=2e-4, atol=2e-4)
