@@ -427,6 +427,185 @@ def cross_entropy_backward(rng, m):
                    "inplace": False}, [grad / P], tol=(1e-3, 1e-5))
 
 
+def attention_bwd(rng, m):
+    """Flash attention's backward pass, written from its documented algorithm:
+    P = softmax(scale * Q^T K) (from the forward's log-sum-exp), dV = P^T dY,
+    dS = P * (dY^T V - rowsum(dY * O)), dQ = scale * dS K, dK = scale * dS^T Q.
+    Two query heads share one key/value head (GQA): dK, dV sum over both."""
+    bs, nh, nkv, d, S, tile = 1, 2, 1, 64, 256, 128
+    q, o_, dy = _rand(rng, (bs, nh, d, S)), np.zeros((bs, nh, d, S), F32), _rand(rng, (bs, nh, d, S))
+    k, v = _rand(rng, (bs, nkv, d, S)), _rand(rng, (bs, nkv, d, S))
+    scale = 1.0 / np.sqrt(d)
+    dq, dk, dv = np.zeros(q.shape), np.zeros(k.shape), np.zeros(v.shape)
+    lse_in = np.zeros((bs, nh, tile, S // tile), F32)  # lse[b, h, p, t]: query t * tile + p
+    for b in range(bs):
+        for h in range(nh):
+            g = h // (nh // nkv)
+            Q, K, V, dY = _f(q[b, h]), _f(k[b, g]), _f(v[b, g]), _f(dy[b, h])  # [d, S] each
+            s_ = scale * Q.T @ K                                                # [Sq, Sk]
+            top = s_.max(axis=1)
+            lse = np.log(np.exp(s_ - top[:, None]).sum(axis=1)) + top
+            p = np.exp(s_ - lse[:, None])
+            o = V @ p.T                                                         # [d, Sq]
+            ds = p * (dY.T @ V - (dY * o).sum(axis=0)[:, None])
+            o_[b, h] = o
+            dq[b, h] = scale * K @ ds.T
+            dk[b, g] += scale * Q @ ds
+            dv[b, g] += dY @ p
+            lse_in[b, h] = lse.reshape(S // tile, tile).T
+    return Inputs({"q_ref": q, "k_ref": k, "v_ref": v, "o_ref": o_, "dy_ref": dy, "lse_ref": lse_in},
+                  [dq, dk, dv], tol=(2e-3, 2e-3))
+
+
+# --- blockwise MoE (context encoding): one reference for the variants ------------------------
+
+def _silu(x):
+    return x / (1.0 + np.exp(-x))
+
+
+def _moe_routing(rng, T, E, B, topk):
+    """Each token picks `topk` distinct experts; each expert's tokens fill whole
+    blocks, the rest of a block padded with token id T. Returns (token_position_to_id
+    [N*B] int32, block_to_expert [N, 1] int32, affinities [T+1, E] with row T zero)."""
+    aff = np.zeros((T + 1, E), F32)
+    chosen = [rng.permutation(E)[:topk] for _ in range(T)]
+    positions, experts = [], []
+    for e in range(E):
+        toks = [t for t in range(T) if e in chosen[t]]
+        nblk = max(1, -(-len(toks) // B))
+        toks = toks + [T] * (nblk * B - len(toks))
+        positions += toks
+        experts += [e] * nblk
+        for t in toks:
+            if t < T:
+                aff[t, e] = rng.uniform(0.1, 1.0)
+    return (np.array(positions, np.int32), np.array(experts, np.int32).reshape(-1, 1), aff)
+
+
+def _moe_reference(h, aff, gup, down, pos, blk_expert, B):
+    """output[t] = sum over the blocks holding token t of aff[t, e] * (silu(h_t Wg) * (h_t Wu)) Wd,
+    e the block's expert (post-scaling: the affinity multiplies the block's output)."""
+    T = aff.shape[0] - 1
+    out = np.zeros((T + 1, h.shape[1]))
+    for n, e in enumerate(blk_expert.reshape(-1)):
+        toks = pos[n * B:(n + 1) * B]
+        x = _f(h)[toks]
+        inter = _silu(x @ _f(gup[e, :, 0, :])) * (x @ _f(gup[e, :, 1, :]))
+        y = (inter @ _f(down[e])) * _f(aff)[toks, e][:, None]
+        for i, t in enumerate(toks):
+            if t < T:
+                out[t] += y[i]
+    return out
+
+
+def _moe_inputs(rng, m, T=255, H=512, I=256, E=2, B=256, topk=2):
+    types = _common_types(m)
+    pos, blk, aff = _moe_routing(rng, T, E, B, topk)
+    h = _rand(rng, (T + 1, H))
+    gup = _rand(rng, (E, H, 2, I), lo=-0.1, hi=0.1)
+    down = _rand(rng, (E, I, H), lo=-0.1, hi=0.1)
+    want = _moe_reference(h, aff, gup, down, pos, blk, B)
+    import nki.language as nl
+    kwargs = {"hidden_states": h, "expert_affinities_masked": aff.reshape(-1, 1), "gate_up_proj_weight": gup,
+              "down_proj_weight": down, "block_size": B, "token_position_to_id": pos, "block_to_expert": blk,
+              "activation_function": types.ActFnType.SiLU, "compute_dtype": nl.float32,
+              "expert_affinities_scaling_mode": types.ExpertAffinityScaleMode.POST_SCALE}
+
+    def check(got):  # the padding row T is scratch: compare the T token rows
+        out = got[0].reshape(-1, H)
+        if out.shape[0] == 2 * (T + 1):  # [T+1, 2, H]-style partial sums of two cores
+            out = got[0].reshape(T + 1, 2, H).sum(axis=1)
+        return compare(out[:T], want[:T], (2e-3, 2e-3))
+
+    return kwargs, check
+
+
+def _common_types(m):
+    from importlib import import_module
+    return import_module(m.__name__.split(".core.")[0].split(".experimental.")[0] + ".core.utils.common_types")
+
+
+def bwmm_shard_on_I(rng, m):
+    kwargs, check = _moe_inputs(rng, m)
+    return Inputs(kwargs, check=check, grid=2)
+
+
+def bwmm_shard_on_I_hybrid(rng, m):
+    """The hybrid variant stops at the first padded block: `conditions` marks the
+    active ones (1), a trailing all-padding block (0) is never computed."""
+    kwargs, check = _moe_inputs(rng, m)
+    B, T = kwargs["block_size"], kwargs["hidden_states"].shape[0] - 1
+    kwargs["token_position_to_id"] = np.concatenate([kwargs["token_position_to_id"], np.full(B, T, np.int32)])
+    kwargs["block_to_expert"] = np.concatenate([kwargs["block_to_expert"], np.zeros((1, 1), np.int32)])
+    N = kwargs["block_to_expert"].shape[0]
+    conditions = np.array([1] * (N - 1) + [0, 0], np.int32)
+    return Inputs({"conditions": conditions, **kwargs}, check=check, grid=2)
+
+
+def bwmm_shard_on_I_dropping(rng, m):
+    """Token dropping: one block per expert (block n holds expert n's tokens, up to B);
+    a variant for large blocks: it computes B in tiles of 1024 tokens."""
+    kwargs, check = _moe_inputs(rng, m, B=1024)
+    assert list(kwargs["block_to_expert"].reshape(-1)) == list(range(kwargs["block_to_expert"].shape[0]))
+    return Inputs(kwargs, check=check, grid=2)
+
+
+def bwmm_shard_on_H(rng, m):
+    kwargs, check = _moe_inputs(rng, m)
+    del kwargs["activation_function"]  # this variant takes no activation argument: it computes SiLU
+    return Inputs(kwargs, check=check, grid=2)
+
+
+def blockwise_mm_bwd(rng, m):
+    """The MoE layer's gradients (this project's derivation): per block of expert e
+    with tokens x, g = x Wg, u = x Wu, a = silu(g) u, d = a Wd, out += aff d.
+    Given dY: dd = aff dY, d aff = sum(dY d), dWd = a^T dd, da = dd Wd^T,
+    dg = da u silu'(g), du = da silu(g), dWg = x^T dg, dWu = x^T du,
+    dx += dg Wg^T + du Wu^T. The checkpoints are g, u (transposed) and d."""
+    T, H, I, E, B = 256, 512, 256, 2, 256
+    pos, blk, aff = _moe_routing(rng, T, E, B, topk=2)  # every token in both experts: no padding
+    aff = aff[:T]
+    h = _rand(rng, (T, H))
+    gup = _rand(rng, (E, H, 2, I), lo=-0.1, hi=0.1)
+    down = _rand(rng, (E, I, H), lo=-0.1, hi=0.1)
+    dy = _rand(rng, (T, H))
+    N = blk.shape[0]
+    ck_gu, ck_d = np.zeros((N, 2, I, B), F32), np.zeros((N, B, H), F32)
+    dh, daff = np.zeros((T, H)), np.zeros((T, E))
+    dgup, ddown = np.zeros(gup.shape), np.zeros(down.shape)
+    for n, e in enumerate(blk.reshape(-1)):
+        toks = pos[n * B:(n + 1) * B]
+        x, wg, wu, wd = _f(h)[toks], _f(gup[e, :, 0, :]), _f(gup[e, :, 1, :]), _f(down[e])
+        g, u = x @ wg, x @ wu
+        sig = 1.0 / (1.0 + np.exp(-g))
+        a = g * sig * u
+        d = a @ wd
+        ck_gu[n, 0], ck_gu[n, 1], ck_d[n] = g.T, u.T, d
+        dd = _f(aff)[toks, e][:, None] * _f(dy)[toks]
+        daff[toks, e] += (_f(dy)[toks] * d).sum(axis=1)
+        ddown[e] += a.T @ dd
+        da = dd @ wd.T
+        dg = da * u * (sig * (1.0 + g * (1.0 - sig)))
+        du = da * g * sig
+        dgup[e, :, 0, :] += x.T @ dg
+        dgup[e, :, 1, :] += x.T @ du
+        np.add.at(dh, toks, dg @ wg.T + du @ wu.T)
+    kwargs = {"hidden_states": h, "expert_affinities_masked": aff.reshape(-1, 1), "gate_up_proj_weight": gup,
+              "down_proj_weight": down, "gate_up_proj_act_checkpoint_T": ck_gu, "down_proj_act_checkpoint": ck_d,
+              "token_position_to_id": pos, "block_to_expert": blk, "output_hidden_states_grad": dy,
+              "block_size": B, "compute_dtype": _nl().float32}
+    return Inputs(kwargs, [dh, daff.reshape(-1, 1), dgup, ddown], tol=(2e-3, 2e-3), grid=2)
+
+
+def _nl():
+    import nki.language as nl
+    return nl
+
+
+def bwmm_shard_on_block(rng, m):
+    kwargs, check = _moe_inputs(rng, m)
+    return Inputs(kwargs, check=check, grid=2)
+
 CASES: dict[str, Case] = {
     "cumsum": Case("core/cumsum/cumsum.py", "cumsum", cumsum),
     "cascaded_max": Case("core/max/cascaded_max.py", "cascaded_max", cascaded_max),
@@ -461,6 +640,18 @@ CASES: dict[str, Case] = {
                                             "find_nonzero_indices_with_count", find_nonzero_indices_with_count),
     "cross_entropy_backward": Case("experimental/loss/cross_entropy.py", "cross_entropy_backward",
                                    cross_entropy_backward),
+    "attention_bwd": Case("core/attention/attention_bwd.py", "attention_bwd", attention_bwd),
+    "blockwise_mm_baseline_shard_intermediate": Case("core/moe/moe_cte/bwmm_shard_on_I.py",
+                                                     "blockwise_mm_baseline_shard_intermediate", bwmm_shard_on_I),
+    "blockwise_mm_baseline_shard_intermediate_hybrid": Case(
+        "core/moe/moe_cte/bwmm_shard_on_I.py", "blockwise_mm_baseline_shard_intermediate_hybrid",
+        bwmm_shard_on_I_hybrid),
+    "blockwise_mm_shard_intermediate_dropping": Case(
+        "core/moe/moe_cte/bwmm_shard_on_I.py", "blockwise_mm_shard_intermediate_dropping", bwmm_shard_on_I_dropping),
+    "blockwise_mm_baseline_shard_hidden": Case("experimental/moe/forward/bwmm_shard_on_H.py",
+                                               "blockwise_mm_baseline_shard_hidden", bwmm_shard_on_H),
+    "blockwise_mm_bwd": Case("experimental/moe/bwd/blockwise_mm_backward.py", "blockwise_mm_bwd", blockwise_mm_bwd),
+    "bwmm_shard_on_block": Case("core/moe/moe_cte/bwmm_shard_on_block.py", "bwmm_shard_on_block", bwmm_shard_on_block),
 }
 
 

@@ -161,18 +161,22 @@ class RegionSession:
                 self.hit += 1
                 self.saved_s += float(meta.get("s", 0.0))
                 return restored
+        if keyed is None and rate is not None:  # cheaper than a lookup by the lookup's own rule: no entry
+            t0 = time.perf_counter()
+            out = p.run(block, region, ctx)
+            self._measure(f"cost.{p.name}.s", time.perf_counter() - t0)
+            self._measure(f"cost.{p.name}.stmts", stmts)
+            self.skipped += 1
+            return out
         warnings = getattr(ctx, "_warnings", None)
         notes = getattr(ctx, "_notes", None)
         n_warn = len(warnings) if warnings is not None else 0
-        notes_before = _snapshot(notes, p.name)
+        notes_before = _snapshot(notes, p.name)  # (only where the result may be stored)
         t0 = time.perf_counter()
         out = p.run(block, region, ctx)
         seconds = time.perf_counter() - t0
         self._measure(f"cost.{p.name}.s", seconds)
         self._measure(f"cost.{p.name}.stmts", stmts)
-        if keyed is None and rate is not None:  # cheaper than a lookup by the lookup's own rule: no entry
-            self.skipped += 1
-            return out
         if warnings is not None and len(warnings) != n_warn:
             self._bypass("pass warned")
             return out

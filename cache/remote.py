@@ -5,7 +5,7 @@
 
 The shared tier holds the very bytes the local tier holds (nkicc.cache.format:
 versioned header, checksum, never a pickle), under names that carry the entry
-format (`nkicc:f1:nkicc-kernel-<hex>`), so nkicc builds that read another
+format (`nkicc:f1:nkicc-kernel-<hex>`, `nkicc:f1:nkicc-source-<hex>`), so nkicc builds that read another
 format never look at each other's entries.
 
 Anyone who can reach a shared tier can write to it, so with a secret
@@ -44,7 +44,11 @@ from .format import FORMAT, CorruptEntry, unpack
 NAMESPACE = f"nkicc:f{FORMAT}:"
 SIGNED = b"nkicc-signed"
 SIGNATURE_VERSION = 1
-KINDS = ("kernel",)  # a round trip per region lookup would cost more than most region passes
+# Kernel entries, and source entries (what the trace reads -> the kernel
+# entry's key), so that a machine with an empty local tier skips the trace
+# too. Not regions: a round trip per region lookup would cost more than most
+# region passes.
+KINDS = ("kernel", "source")
 URL_ENV = "NKICC_REMOTE_CACHE"
 SECRET_ENV = "NKICC_CACHE_SECRET"
 SECRET_FILE_ENV = "NKICC_CACHE_SECRET_FILE"
@@ -160,6 +164,10 @@ class RemoteTier:
         self._passwords = _passwords(url)
         self.off: str | None = None
         self._retry_at: float | None = None  # when a failed server may be tried again (time.monotonic)
+        # names whose value was refused or corrupt: not read again by this
+        # process (a source hit whose kernel entry is bad traces and looks the
+        # kernel up again; one bad value is one count) until it writes them
+        self._bad: set[str] = set()
 
     @property
     def backend(self):
@@ -203,6 +211,8 @@ class RemoteTier:
         if kind not in KINDS or not self._usable():
             return None
         name = NAMESPACE + key
+        if name in self._bad:
+            return None
         backend = self.backend
         if backend is None:
             return None
@@ -220,9 +230,11 @@ class RemoteTier:
             entry = open_envelope(self.secret, name, bytes(value))
             meta, ir = unpack(entry, kind, key)
         except Refused:
+            self._bad.add(name)
             self.count("remote.refused")
             return None
         except CorruptEntry:
+            self._bad.add(name)
             self.count("remote.corrupt")
             return None
         self.count("remote.hit")
@@ -236,6 +248,7 @@ class RemoteTier:
                 if key.startswith(_PREFIXES)]
         if not mine or self.backend is None:
             return 0
+        self._bad.difference_update(name for name, _ in mine)
         try:
             self._made.set_many(mine)
         except Exception as exc:

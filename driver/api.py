@@ -110,10 +110,13 @@ class CompiledKernel:
         outputs = self.simulate(inputs)[0]
         if self.cores is None:  # (the multi-core run has no single-program reference to compare with)
             check_defined(self.ir, inputs, outputs)  # E173/E174: never-written memory reached an output
+        in_place = set()  # the caller's arrays that hold the kernel's result for an argument
         for name in written_args(self.ir):  # an input the kernel wrote is updated in place, as on the device
             if name in outputs and isinstance(inputs[name], np.ndarray) and inputs[name].flags.writeable:
                 inputs[name][...] = outputs[name]
-        values = [outputs[o] for o in self.ir.outputs]
+                in_place.add(name)
+        # a returned argument (an nt.mutable_tensor output the caller passed in) is the caller's own array
+        values = [inputs[o] if o in in_place else outputs[o] for o in self.ir.outputs]
         if not values:
             return None
         return values[0] if len(values) == 1 else tuple(values)
@@ -144,9 +147,22 @@ class CompiledKernel:
         precise = precise_from_env()  # the shared arrays hold what every core's simulator holds
         args = {name: np.array(inputs[name], dtype=dtypes.storage(self.ir.tensor(name).dtype, precise), copy=True)
                 for name in self.ir.args}
-        out_dtypes = [(d.shape, dtypes.storage(d.dtype, precise)) for d in map(self.ir.tensor, self.ir.outputs)]
-        outs = [np.full(shape, poison(dt, 1)[0], dtype=dt) for shape, dt in out_dtypes]
-        shared = [{**args, **dict(zip(core.ir.outputs, outs))} for core in self.cores]
+        made = [o for o in self.ir.outputs if o not in args]  # (a returned argument lives in `args`)
+        out_dtypes = [(d.shape, dtypes.storage(d.dtype, precise)) for d in map(self.ir.tensor, made)]
+        outs = dict(zip(made, (np.full(shape, poison(dt, 1)[0], dtype=dt) for shape, dt in out_dtypes)))
+        # and the kernel's own nl.shared_hbm scratch tensors (one core writes, the other reads after a
+        # core_barrier): one array for the cores whose programs declare it alike
+        scratch = {}
+        for core in self.cores:
+            for d in core.ir.tensors:
+                if d.buffer == "shared_hbm" and d.name not in args and d.name not in core.ir.outputs \
+                        and d.name not in scratch:
+                    dt = dtypes.storage(d.dtype, precise)
+                    scratch[d.name] = (d.shape, d.dtype, np.full(d.shape, poison(dt, 1)[0], dtype=dt))
+        shared = [{**args, **{o: outs[n] for o, n in zip(core.ir.outputs, self.ir.outputs) if n in outs},
+                   **{d.name: scratch[d.name][2] for d in core.ir.tensors
+                      if d.name in scratch and scratch[d.name][:2] == (d.shape, d.dtype)}}
+                  for core in self.cores]
         target = self.target_spec or resolve_target(self.target, registry())
         timing = self.timing if timing is None else timing
         results = _simulate_ranks([core.ir for core in self.cores], [inputs] * len(self.cores), target, simulator,
@@ -155,7 +171,8 @@ class CompiledKernel:
         self.report["ranks"] = [r.to_dict() if r is not None else None for r in reports]
         self.sim_ranks = reports if all(r is not None for r in reports) else None
         self.sim = max((r for r in reports if r is not None), key=lambda r: r.total_ns, default=None)
-        return dict(zip(self.ir.outputs, outs)), self.sim
+        written = set(self.ir.outputs).union(*(written_args(core.ir) for core in self.cores))  # some core wrote
+        return {**{a: args[a] for a in self.ir.args if a in written}, **outs}, self.sim
 
     def run_ranks(self, inputs_by_rank: list[dict], simulator: str | None = None, timing: bool | None = None,
                   trace: str | None = None) -> tuple[list[dict], list]:

@@ -234,10 +234,7 @@ def compile_cmd(
         typer.echo(compiled.print_ir())
     for line in summary_lines(compiled.report):
         typer.echo(line)
-    notes = compiled.report["notes"]
-    for pass_name, key in notes.get("_shown", []):
-        value = notes[pass_name][key]
-        typer.echo(f"note[{pass_name}] {key}: {value if isinstance(value, str) else json.dumps(value)}")
+    _echo_notes(compiled)
     if time_passes:
         for line in _time_table(compiled.report):
             typer.echo(line)
@@ -246,6 +243,15 @@ def compile_cmd(
             json.dump(compiled.report, f, indent=2)
     if emit:
         _emit(compiled, emit, output)
+
+
+def _echo_notes(compiled, only=None) -> None:
+    """The notes passes asked to show (all, or only those keys)."""
+    notes = compiled.report["notes"]
+    for pass_name, key in notes.get("_shown", []):
+        if only is None or key in only:
+            value = notes[pass_name][key]
+            typer.echo(f"note[{pass_name}] {key}: {value if isinstance(value, str) else json.dumps(value)}")
 
 
 def _emit(compiled, what: str, output: Optional[str]) -> None:
@@ -352,6 +358,7 @@ def simulate_cmd(
         stats = (f"min {finite.min():.6g}  max {finite.max():.6g}  mean {finite.mean():.6g}  std {finite.std():.6g}"
                  if finite.size else "no finite values")
         typer.echo(f"{name}: {value.dtype}{list(value.shape)}  {stats}  nan {nan}")
+    _echo_notes(compiled, only=("what_alloc_did",))
     for rank, sim in enumerate(compiled.sim_ranks or [compiled.sim]):
         if sim is None:
             continue

@@ -26,7 +26,8 @@ CODES: dict[str, tuple[str, str]] = {
              "An argument has the wrong type (for example a float where an index is needed), or an access "
              "pattern is malformed ([step, num] pairs, num >= 1)."),
     "E104": ("bad kernel return value",
-             "Kernels return HBM tensors created with nl.ndarray(..., buffer=nl.shared_hbm), or a tuple of them."),
+             "Kernels return HBM tensors created with nl.ndarray(..., buffer=nl.shared_hbm), or output "
+             "arguments the caller passed in (whole), or a tuple of them."),
     "E110": ("more than 128 partitions",
              "Dimension 0 of an SBUF or PSUM tensor is the partition dimension, at most 128. Tile it."),
     "E111": ("illegal partition start",

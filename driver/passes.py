@@ -110,9 +110,12 @@ def _load(no_plugins: set[str], plugins: tuple[str, ...], autoload: bool) -> Reg
     pm.register(_Runner(), name="nkicc-runner")
     dist_of: dict[object, str] = {}
     for dist in importlib.metadata.distributions():
+        eps = [ep for ep in dist.entry_points if ep.group == "nkicc"]
+        if not eps:
+            continue  # (its METADATA is not parsed: that costs ~3 ms a distribution, every process)
         dist_name = dist.metadata["Name"] or "?"
-        for ep in dist.entry_points:
-            if ep.group != "nkicc" or ep.name in no_plugins or pm.get_plugin(ep.name) is not None:
+        for ep in eps:
+            if ep.name in no_plugins or pm.get_plugin(ep.name) is not None:
                 continue
             if not autoload and _normal(dist_name) != OWN_DISTRIBUTION:
                 continue  # autoload off drops third-party plugins, never nkicc's own
@@ -252,11 +255,36 @@ def order(passes: list[Pass]) -> list[Pass]:
 
 # --- running ------------------------------------------------------------------------------
 
+_LOOP_HEAD = tuple(f.name for f in dataclasses.fields(Loop) if f.name != "body")
+
+
+class _Tokens:
+    """Equal blocks get equal small tokens, at a cost linear in the blocks'
+    own statements: a loop's body enters by its token, so no block is hashed
+    all the way down (a frozen dataclass's hash is not cached: hashing each
+    block of a nest as a whole costs its depth times the nest)."""
+
+    def __init__(self) -> None:
+        self.by_id: dict[int, tuple[Block, int]] = {}  # id(block) -> (block, token); the block keeps the id
+        self.by_form: dict[tuple, int] = {}
+
+    def of(self, block: Block) -> int:
+        known = self.by_id.get(id(block))
+        if known is not None:
+            return known[1]
+        form = tuple((tuple(getattr(s, f) for f in _LOOP_HEAD), self.of(s.body)) if isinstance(s, Loop) else s
+                     for s in block.stmts)
+        token = self.by_form.setdefault(form, len(self.by_form))
+        self.by_id[id(block)] = (block, token)
+        return token
+
+
 def run_region_pass(p: Pass, kernel: Kernel, ctx: PassContext) -> Kernel:
     """Apply a region pass to every block, innermost first. Identical bodies
     in identical loop contexts are transformed once."""
     decls = kernel.tensor_map()
     memo: dict = {}
+    tokens = _Tokens()
 
     def walk(block: Block, loop: Loop | None, trips: dict[str, int]) -> Block:
         stmts = []
@@ -265,10 +293,11 @@ def run_region_pass(p: Pass, kernel: Kernel, ctx: PassContext) -> Kernel:
                 s = dataclasses.replace(s, body=walk(s.body, s, {**trips, s.var: s.trip}))
             stmts.append(s)
         new = Block(tuple(stmts))
-        key = (new, loop.var if loop else None, tuple(sorted(trips.items())))
-        if key not in memo:
-            memo[key] = run_region(p, new, Region(loop, trips, decls, kernel), ctx)  # through the cache
-        return memo[key]
+        key = (tokens.of(new), loop.var if loop else None, tuple(sorted(trips.items())))
+        out = memo.get(key)
+        if out is None:
+            out = memo[key] = run_region(p, new, Region(loop, trips, decls, kernel), ctx)  # through the cache
+        return out
 
     return dataclasses.replace(kernel, body=walk(kernel.body, None, {}))
 

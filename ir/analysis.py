@@ -7,6 +7,7 @@ from typing import Mapping
 from . import ops
 from .affine import Affine
 from .nodes import Access, Op, TensorDecl
+from .dtypes import itemsize
 
 
 def engine_of(op: Op, decls: Mapping[str, TensorDecl]) -> str:
@@ -48,6 +49,7 @@ def reads(op: Op) -> tuple[Access, ...]:
     ins = tuple(a for a in op.ins if isinstance(a, Access))
     scalars = tuple(Access(a.scalar.tensor, a.scalar.offset, ((1, 1),))
                     for a in ins + op.outs if a.scalar is not None and a.scalar.tensor)
+    scalars += tuple(a.vector for a in ins + op.outs if a.vector is not None)  # gather / scatter indices
     tokens = _tokens(op, "dep_reads") if op.attr("dep_reads") else ()
     if ops.of(op).accumulates(op):
         return ins + op.outs + scalars + tokens  # accumulation reads the destination
@@ -62,7 +64,7 @@ def tensors_touched(op: Op) -> set[str]:
 def extent(a: Access, trips: Mapping[str, int], decl: TensorDecl) -> tuple[int, int]:
     """Smallest and largest element index the access can touch over the given
     loop ranges; a runtime scalar offset makes it the whole tensor."""
-    if a.scalar is not None:
+    if a.scalar is not None or a.vector is not None:
         return 0, decl.size - 1
     lo, hi = a.offset.bounds(trips)
     for step, num in a.pattern:
@@ -71,7 +73,15 @@ def extent(a: Access, trips: Mapping[str, int], decl: TensorDecl) -> tuple[int, 
             hi += span
         else:
             lo += span
+    if a.dtype is not None and a.dtype != decl.dtype:  # elements of another dtype: the tensor's own they touch
+        ai, ti = itemsize(a.dtype), itemsize(decl.dtype)
+        lo, hi = (lo * ai) // ti, ((hi + 1) * ai - 1) // ti
     return lo, hi
+
+
+def access_dtype(a: Access, decls) -> str:
+    """The dtype an access reads or writes: its own (a reinterpreting view) or its tensor's."""
+    return a.dtype or decls[a.tensor].dtype
 
 
 def overlaps(a: tuple[int, int], b: tuple[int, int]) -> bool:

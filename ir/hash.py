@@ -36,7 +36,8 @@ class _Renamer:
                 tensor=self.tensor(scalar.tensor) if scalar.tensor else None,
                 offset=scalar.offset.rename(self.vars),
             )
-        return Access(self.tensor(a.tensor), a.offset.rename(self.vars), a.pattern, scalar, a.scalar_scale)
+        return Access(self.tensor(a.tensor), a.offset.rename(self.vars), a.pattern, scalar, a.scalar_scale, a.dtype,
+                      self.access(a.vector) if a.vector is not None else None)
 
     def stmt(self, s: Stmt) -> Stmt:
         if isinstance(s, Op):
@@ -90,7 +91,7 @@ KNOWN_FIELDS = {
     "Loc": ("file", "line"),
     "TensorDecl": ("name", "shape", "dtype", "buffer", "role", "loc", "address", "label"),
     "ScalarOffset": ("register", "tensor", "offset"),
-    "Access": ("tensor", "offset", "pattern", "scalar", "scalar_scale"),
+    "Access": ("tensor", "offset", "pattern", "scalar", "scalar_scale", "dtype", "vector"),
     "Const": ("value",),
     "Op": ("opcode", "outs", "ins", "attrs", "loc"),
     "Alloc": ("tensor",),
@@ -202,7 +203,8 @@ class Renaming:
             scalar = ScalarOffset(self.var(scalar.register) if scalar.register is not None else None,
                                   self.tensor(scalar.tensor) if scalar.tensor is not None else None,
                                   self.affine(scalar.offset))
-        return Access(tensor, offset, a.pattern, scalar, a.scalar_scale)
+        return Access(tensor, offset, a.pattern, scalar, a.scalar_scale, a.dtype,
+                      self.access(a.vector) if a.vector is not None else None)
 
     def stmt(self, s: Stmt) -> Stmt:
         if isinstance(s, Op):

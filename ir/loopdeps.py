@@ -99,7 +99,7 @@ def _check_loop(loop: Loop, outer: Mapping[str, int], decls: Mapping[str, Tensor
     local, inner, uses = _body_facts(loop.body)
     by_tensor: dict[str, list[_Use]] = {}
     for u in uses:
-        if u.access.tensor in local or u.access.scalar is not None:
+        if u.access.tensor in local or u.access.scalar is not None or u.access.vector is not None:
             continue  # private to an iteration, or a runtime offset: nothing to prove
         by_tensor.setdefault(u.access.tensor, []).append(u)
     v = loop.var

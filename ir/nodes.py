@@ -81,12 +81,20 @@ class ScalarOffset:
 @dataclass(frozen=True)
 class Access:
     """view[i0, ..., ik] = flat(tensor)[start + sum(i_j * step_j)] with
-    start = offset + value(scalar) * scalar_scale."""
+    start = offset + value(scalar) * scalar_scale. `dtype`, when set, reads
+    the tensor's bytes as that dtype (`.ap(dtype=)`, `view(dtype)`): flat()
+    is then the bytes seen as an array of it, and offset and steps count its
+    elements. `vector`, when set (`.ap(vector_offset=)`: a gather or scatter),
+    is the access of a [n, 1] index tile and replaces the stepping of the
+    first pair: view[i0, ...] = flat(tensor)[offset + vector[i0] * scalar_scale
+    + sum over the other pairs of i_j * step_j]."""
     tensor: str
     offset: Affine
     pattern: tuple[tuple[int, int], ...]  # (step, num), outermost first
     scalar: ScalarOffset | None = None
     scalar_scale: int = 0
+    dtype: str | None = None
+    vector: "Access | None" = None
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -102,7 +110,9 @@ class Access:
     def __str__(self) -> str:
         pat = ",".join(f"[{s},{n}]" for s, n in self.pattern)
         dyn = f" + {self.scalar}*{self.scalar_scale}" if self.scalar else ""
-        return f"{self.tensor}@({self.offset}{dyn}){{{pat}}}"
+        dyn += f" + [{self.vector}]*{self.scalar_scale}" if self.vector else ""
+        as_ = f" as {self.dtype}" if self.dtype else ""
+        return f"{self.tensor}@({self.offset}{dyn}){{{pat}}}{as_}"
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,10 @@ def bind_access(a: Access, values: Mapping[str, int]) -> Access:
         if scalar.register and scalar.register in values:
             # a register whose value is now known folds into the static offset
             offset = a.offset.bind(values) + values[scalar.register] * a.scalar_scale
-            return Access(a.tensor, offset, a.pattern, None, 0)
+            return Access(a.tensor, offset, a.pattern, None, 0, a.dtype)  # (no vector: one runtime offset a view)
         scalar = ScalarOffset(scalar.register, scalar.tensor, scalar.offset.bind(values))
-    return Access(a.tensor, a.offset.bind(values), a.pattern, scalar, a.scalar_scale)
+    return Access(a.tensor, a.offset.bind(values), a.pattern, scalar, a.scalar_scale, a.dtype,
+                  bind_access(a.vector, values) if a.vector is not None else None)
 
 
 def bind_op(op: Op, values: Mapping[str, int]) -> Op:

@@ -43,7 +43,7 @@ def __dir__():
 def __getattr__(name: str):
     # bf16/fp8/fp4/e8m0 dtypes import ml_dtypes, which is slow: only when a kernel asks
     if name in dtypes.LAZY:
-        return dtypes.ml_dtype(name)
+        return dtypes.__getattr__(name)  # (a numpy dtype object)
     if name == "bool":
         return bool_
     if name.startswith("_"):

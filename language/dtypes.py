@@ -1,5 +1,12 @@
 """NKI dtypes as kernels name them (`nl.float32`, `nl.bfloat16`, ...).
-Tensors record a dtype by canonical name; see nkicc.ir.dtypes for storage."""
+Tensors record a dtype by canonical name; see nkicc.ir.dtypes for storage.
+
+`nl.float32` and `t.dtype` are numpy dtype objects (`np.dtype("float32")`,
+ml_dtypes' for bf16/fp8/fp4), like a numpy array's `.dtype`: they compare
+equal to the scalar types (`nl.float32 == np.float32`) and str() gives the
+plain name ("float32", "bfloat16", "float8_e4m3"), which kernels compare
+(`str(t.dtype) == str(nl.bfloat16)`, `getattr(nl, str(t.dtype))`). The
+types numpy lacks (`*_x4`, tfloat32) are names with the same str()."""
 from __future__ import annotations
 
 import numpy as np
@@ -18,11 +25,14 @@ class _NamedDtype:
     def __repr__(self) -> str:
         return f"nl.{self.name}"
 
+    def __str__(self) -> str:
+        return self.name
 
-bool_ = np.bool_
-int8, int16, int32 = np.int8, np.int16, np.int32
-uint8, uint16, uint32 = np.uint8, np.uint16, np.uint32
-float16, float32 = np.float16, np.float32
+
+bool_ = np.dtype(np.bool_)
+int8, int16, int32 = np.dtype(np.int8), np.dtype(np.int16), np.dtype(np.int32)
+uint8, uint16, uint32 = np.dtype(np.uint8), np.dtype(np.uint16), np.dtype(np.uint32)
+float16, float32 = np.dtype(np.float16), np.dtype(np.float32)
 tfloat32 = _NamedDtype("tfloat32")
 float8_e4m3fn_x4 = _NamedDtype("float8_e4m3fn_x4")
 float8_e5m2_x4 = _NamedDtype("float8_e5m2_x4")
@@ -32,7 +42,7 @@ LAZY = ML_NAMES  # bf16, fp8, fp4, e8m0: ml_dtypes types, imported on first use
 
 def __getattr__(name: str):
     if name in LAZY:
-        return ml_dtype(name)
+        return np.dtype(ml_dtype(name))
     if name == "bool":  # nl.bool as well as nl.bool_ (a module attribute named bool would shadow the builtin)
         return bool_
     raise AttributeError(name)
@@ -72,4 +82,4 @@ def dtype_name(dtype) -> str:
 
 def public(name: str):
     """The object `t.dtype` returns for a tensor of this dtype."""
-    return _NUMPY_PUBLIC[name] if name in _NUMPY_PUBLIC else ml_dtype(name)
+    return _NUMPY_PUBLIC[name] if name in _NUMPY_PUBLIC else np.dtype(ml_dtype(name))

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from ..ir import Kernel, Loc, NkiccError
 from ..ir.loopdeps import check_affine_loops
 from . import ranges
-from .tensor import Tensor
+from .tensor import Tensor, row_major
 from .tracing import GRID, Builder, LoopPlan, LoopSite, TraceRetry, is_nkicc_file
 from .loop_effects import EffectChecker, for_node_at
 
@@ -280,9 +280,14 @@ def _outputs(result, builder: Builder, loc: Loc) -> list[str]:
         if item.decl.on_chip:
             raise NkiccError("E104", f"the kernel returns {item.shown}, which lives in {item.buffer}", loc,
                              "store the tile into an nl.shared_hbm tensor and return that")
-        if item.decl.role == "arg":
-            raise NkiccError("E104", f"the kernel returns its argument {item.shown}", loc,
-                             "return a new nl.shared_hbm tensor")
+        if item.decl.role == "arg":  # an output tensor the caller passed in (nt.mutable_tensor): NKI returns it
+            a = item.access
+            if not (a.offset.is_const and a.offset.const == 0 and a.scalar is None
+                    and tuple(a.pattern) == row_major(item.decl.shape)):
+                raise NkiccError("E104", f"the kernel returns a part of its argument {item.shown}", loc,
+                                 "return the whole argument tensor")
+            names.append(item.name)
+            continue
         if builder.grid and item.buffer != "shared_hbm":
             raise NkiccError("E104", f"the kernel launched on a grid returns {item.shown}, which lives in "
                                      f"{item.buffer}; each program would have its own", loc,

@@ -45,7 +45,9 @@ def broadcast_view(t: Tensor, shape: tuple[int, ...], loc) -> Tensor:
         else:
             raise NkiccError("E140", f"cannot broadcast {list(t.shape)} to {list(shape)}", loc)
     a = t.access
-    return Tensor(t.builder, t.decl, Access(a.tensor, a.offset, tuple(out), a.scalar, a.scalar_scale))
+    if a.vector is not None and tuple(out[:1]) != a.pattern[:1]:
+        raise NkiccError("E160", "broadcasting a vector_offset view is not supported", loc)
+    return Tensor(t.builder, t.decl, Access(a.tensor, a.offset, tuple(out), a.scalar, a.scalar_scale, a.dtype, a.vector))
 
 
 def _axes(axis, ndim: int, loc) -> tuple[int, ...]:
@@ -88,8 +90,10 @@ def load_transpose2d(src, dtype=None, mask=None, name="", **_hints) -> Tensor:
     if len(src.shape) != 2:
         raise NkiccError("E140", f"load_transpose2d needs a 2-d source, got {list(src.shape)}", loc)
     a = src.access
+    if a.vector is not None:
+        raise NkiccError("E160", "load_transpose2d of a vector_offset view is not supported", loc)
     transposed = Tensor(src.builder, src.decl, Access(a.tensor, a.offset, (a.pattern[1], a.pattern[0]),
-                                                      a.scalar, a.scalar_scale))
+                                                      a.scalar, a.scalar_scale, a.dtype, a.vector))
     out = new_tensor(transposed.shape, dtype or src.dtype, "sbuf", name, loc)
     isa.dma_copy(out, transposed)
     return out
@@ -430,4 +434,4 @@ def expand_dims(x, axis, **_hints) -> Tensor:
         raise NkiccError("E103", f"expand_dims axis {axis} out of range for {list(x.shape)}", loc)
     pattern.insert(axis, (0, 1))
     a = x.access
-    return Tensor(x.builder, x.decl, Access(a.tensor, a.offset, tuple(pattern), a.scalar, a.scalar_scale))
+    return Tensor(x.builder, x.decl, Access(a.tensor, a.offset, tuple(pattern), a.scalar, a.scalar_scale, a.dtype, a.vector))

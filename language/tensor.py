@@ -9,6 +9,7 @@ from ..ir import Access, Affine, NkiccError, ScalarOffset, TensorDecl
 from ..ir.analysis import extent
 from ..ir.ops import TensorOperand
 from . import dtypes, views
+from .operators import TileOperators
 from .tracing import Builder, SymInt, as_affine, current_builder, user_loc
 
 
@@ -37,7 +38,7 @@ def ds(start, size) -> DynSlice:
     return DynSlice(start, size.const)
 
 
-class NkiTensor(TensorOperand):
+class NkiTensor(TileOperators, TensorOperand):
     """A kernel-visible tensor or a zero-copy view of one (`nl.NkiTensor`).
     Every view (slice, permute, reshape, select, `.ap`, ...) is the same base
     tensor with another `Access`; the shape algebra is in views.py."""
@@ -138,16 +139,26 @@ class NkiTensor(TensorOperand):
                          "index it with a loop: for i in nl.affine_range(t.shape[0])")
 
     def __bool__(self):
-        raise NkiccError("E103", "a tensor has no truth value at trace time", user_loc(2),
+        # An HBM tensor is there or not: `if outs.extra:` checks an optional
+        # output (as library kernels do). A tile's truth would be its values,
+        # known only on the device (`if t > 0:`): that stays an error.
+        if not self.decl.on_chip and self.decl.buffer != "reg":
+            return True
+        raise NkiccError("E103", "a tile has no truth value at trace time", user_loc(2),
                          "compare values on the device with nl.where or nl.greater")
 
     # views
     def _view(self, access: Access, overflow: str | None = None) -> "NkiTensor":
+        old = self.access
+        if old.vector is not None and (access.vector is not old.vector or access.offset != old.offset
+                                       or access.pattern[:1] != old.pattern[:1]):
+            raise NkiccError("E160", f"re-viewing the gathered rows of {self.shown} (a vector_offset view) is not "
+                                     "supported", user_loc(3), "make the .ap(..., vector_offset=) view last")
         return NkiTensor(self.builder, self.decl, access, overflow or self.overflow)
 
     def _pattern(self, pattern, loc=None) -> "NkiTensor":
         a = self.access
-        return self._view(Access(a.tensor, a.offset, tuple(pattern), a.scalar, a.scalar_scale))
+        return self._view(Access(a.tensor, a.offset, tuple(pattern), a.scalar, a.scalar_scale, a.dtype, a.vector))
 
     def __getitem__(self, key) -> "NkiTensor":
         loc = user_loc(2)
@@ -190,7 +201,8 @@ class NkiTensor(TensorOperand):
                 offset = offset + idx.scale(step)
                 if dim == 0 and self.decl.on_chip:
                     new_pattern.append((step, 1))
-        access = Access(self.access.tensor, offset, tuple(new_pattern), self.access.scalar, self.access.scalar_scale)
+        access = Access(self.access.tensor, offset, tuple(new_pattern), self.access.scalar, self.access.scalar_scale,
+                        self.access.dtype, self.access.vector)
         return self._view(access, overflow)
 
     def ap(self, pattern, offset=None, scalar_offset=None, vector_offset=None, indirect_dim=0,
@@ -200,15 +212,10 @@ class NkiTensor(TensorOperand):
         it by that many steps of dimension `indirect_dim` of this view."""
         loc = user_loc(2)
         if vector_offset is not None:
-            raise NkiccError("E160", "vector_offset (indirect DMA) is not supported yet", loc)
+            return self._gather(pattern, offset, vector_offset, indirect_dim, dtype, scalar_offset, loc)
         if dtype is not None and dtypes.dtype_name(dtype) != self.decl.dtype:
-            raise NkiccError("E160", "reinterpreting a tensor with .ap(dtype=) is not supported yet", loc)
-        try:
-            pairs = tuple((int(s), int(n)) for s, n in pattern)
-        except (TypeError, ValueError):
-            raise NkiccError("E103", "an access pattern is a list of [step, num] pairs", loc) from None
-        if not pairs or any(n <= 0 for _, n in pairs):
-            raise NkiccError("E103", f"access pattern {list(map(list, pairs))} must have pairs with num >= 1", loc)
+            return self._retyped_ap(pattern, offset, dtypes.dtype_name(dtype), scalar_offset, loc)
+        pairs = _pattern_pairs(pattern, loc)
         start = self.access.offset + as_affine(0 if offset is None else offset, "ap offset")
         if not 0 <= indirect_dim < self.ndim:
             raise NkiccError("E103", f"indirect_dim={indirect_dim} for a tensor of {self.ndim} dimensions", loc)
@@ -226,10 +233,84 @@ class NkiTensor(TensorOperand):
         elif scalar_offset is not None:
             raise NkiccError("E103", f"scalar_offset must be a (1, 1) tensor or a loop index, "
                                      f"got {type(scalar_offset).__name__}", loc)
-        access = Access(self.decl.name, start, pairs, scalar, scalar_scale if scalar else 0)
+        access = Access(self.decl.name, start, pairs, scalar, scalar_scale if scalar else 0, self.access.dtype)
         if scalar is None:
             check_access_bounds(access, self.decl, self.builder.trips(), loc)
         return self._view(access)
+
+    # --- gathers and scatters: a per-partition offset from an index tile ------------------------
+
+    def _gather(self, pattern, offset, vector_offset, indirect_dim, dtype, scalar_offset, loc) -> "NkiTensor":
+        """`.ap(pattern, offset, vector_offset=idx, indirect_dim=d)`: row i of the
+        first pair starts at idx[i] steps of this view's dimension d (not at i
+        steps of the pair's own); the other pairs step as written."""
+        if scalar_offset is not None or self.is_indirect():
+            raise NkiccError("E160", f"{self.name}: one runtime offset per view (vector_offset with another one is "
+                                     "not supported)", loc, "check t.is_indirect() before adding one")
+        if dtype is not None and dtypes.dtype_name(dtype) != self.decl.dtype:
+            raise NkiccError("E160", ".ap(dtype=) with a vector_offset is not supported yet", loc)
+        if self.decl.on_chip:
+            raise NkiccError("E120", f"vector_offset gathers from / scatters to HBM tensors; {self.shown} lives in "
+                                     f"{self.buffer}", loc, "gather rows of an HBM tensor with nisa.dma_copy")
+        if not isinstance(vector_offset, NkiTensor) or not vector_offset.decl.on_chip \
+                or len(vector_offset.shape) != 2 or vector_offset.shape[1] != 1 \
+                or dtypes.is_float(vector_offset.decl.dtype):
+            raise NkiccError("E103", "vector_offset must be an integer SBUF tile of shape (n, 1)", loc,
+                             "copy the indices into an nl.int32 tile of shape (n, 1)")
+        pairs = _pattern_pairs(pattern, loc)
+        if pairs[0][1] != vector_offset.shape[0]:
+            raise NkiccError("E140", f"vector_offset holds {vector_offset.shape[0]} indices for the {pairs[0][1]} "
+                                     "rows of the pattern's first pair", loc)
+        if not 0 <= indirect_dim < self.ndim:
+            raise NkiccError("E103", f"indirect_dim={indirect_dim} for a tensor of {self.ndim} dimensions", loc)
+        start = self.access.offset + as_affine(0 if offset is None else offset, "ap offset")
+        access = Access(self.decl.name, start, pairs, None, self.strides[indirect_dim], self.access.dtype,
+                        vector_offset.access)
+        return self._view(access)
+
+    # --- the same bytes as another dtype -------------------------------------------------------
+    # A reinterpreting view keeps the tensor's name; its Access names the dtype
+    # it reads the bytes as (offset and steps count elements of that dtype),
+    # and its decl is the tensor as if declared with that dtype: the last
+    # dimension holds as many of its elements as the bytes make.
+
+    def _retyped_decl(self, name: str, loc) -> TensorDecl:
+        base = self.builder.decls[self.decl.name]
+        if name == base.dtype:
+            return base
+        last = base.shape[-1] * dtypes.itemsize(base.dtype)
+        if not base.shape or last % dtypes.itemsize(name) or (base.on_chip and len(base.shape) < 2):
+            raise NkiccError("E140", f"the rows of {base.described()} ({base.dtype}{list(base.shape)}) are not a "
+                                     f"whole number of {name} elements", loc,
+                             "reinterpret a tensor whose last dimension holds whole elements of the new dtype")
+        return TensorDecl(base.name, base.shape[:-1] + (last // dtypes.itemsize(name),), name, base.buffer,
+                          base.role, base.loc, base.address)
+
+    def _offset_as(self, name: str, what: str, loc):
+        """This view's start in elements of dtype `name` (it must fall on one)."""
+        have, want = dtypes.itemsize(self.decl.dtype), dtypes.itemsize(name)
+        if have >= want:
+            return self.access.offset.scale(have // want)
+        start = self.access.offset.floordiv_exact(want // have)
+        if start is None:
+            raise NkiccError("E140", f"{what}: {self.shown} starts inside a {name} element", loc,
+                             f"start the view on a multiple of {want} bytes")
+        return start
+
+    def _retyped(self, name: str, start, pairs, loc) -> "NkiTensor":
+        decl = self._retyped_decl(name, loc)
+        as_ = None if name == self.builder.decls[self.decl.name].dtype else name
+        access = Access(self.decl.name, start, tuple(pairs), None, 0, as_)
+        check_access_bounds(access, decl, self.builder.trips(), loc)
+        return NkiTensor(self.builder, decl, access, self.overflow)
+
+    def _retyped_ap(self, pattern, offset, name: str, scalar_offset, loc) -> "NkiTensor":
+        """`.ap(pattern, offset, dtype=)`: pattern and offset count elements of the new dtype."""
+        if scalar_offset is not None or self.is_indirect():
+            raise NkiccError("E160", ".ap(dtype=) with a runtime offset is not supported yet", loc)
+        pairs = _pattern_pairs(pattern, loc)
+        start = self._offset_as(name, ".ap(dtype=)", loc) + as_affine(0 if offset is None else offset, "ap offset")
+        return self._retyped(name, start, pairs, loc)
 
     def broadcast_to(self, shape) -> "NkiTensor":
         """A zero-copy view with size-1 dimensions repeated (step 0): `t.broadcast_to((128, n))`."""
@@ -407,7 +488,7 @@ class NkiTensor(TensorOperand):
         step = a.pattern[d][0]
         pattern = a.pattern[:d] + a.pattern[d + 1:]
         scalar = _scalar_offset(index, "select index", loc)
-        return self._view(Access(a.tensor, a.offset, pattern, scalar, step))
+        return self._view(Access(a.tensor, a.offset, pattern, scalar, step, a.dtype, a.vector))
 
     def vector_select(self, dim, vector_offset) -> "NkiTensor":
         loc = user_loc(2)
@@ -416,24 +497,41 @@ class NkiTensor(TensorOperand):
             raise NkiccError("E103", f"vector_select works on dimension 0, got {dim}", loc)
         if self.decl.on_chip:
             raise NkiccError("E120", "vector_select works on HBM tensors only", loc)
-        raise NkiccError("E160", "vector_select (a per-partition indirect offset) is not supported yet", loc,
-                         "gather rows with one select(0, index) per partition group, or nl.gather_flattened")
+        rows = vector_offset.shape[0] if isinstance(vector_offset, NkiTensor) else 1
+        pattern = [(self.strides[0], rows)] + list(self.access.pattern[1:])
+        return self._gather(pattern, 0, vector_offset, 0, None, None, loc)
 
     def indirect(self, index, num_elem=None) -> "NkiTensor":
         raise NkiccError("E160", "tensor indirection (NkiTensor.indirect, NeuronCore-v4) is not supported yet",
                          user_loc(2))
 
     def view(self, dtype) -> "NkiTensor":
-        """The same bytes as another dtype. Only the tensor's own dtype is supported
-        so far (the IR has no typed views yet)."""
+        """The same bytes as another dtype (numpy's `view(dtype)`): the last
+        dimension, which must be contiguous, holds itemsize-ratio times more
+        (or fewer) elements; the other dimensions stay."""
         loc = user_loc(2)
         name = dtypes.dtype_name(dtype)
         if self.is_indirect():
             raise NkiccError("E160", "view(dtype) after a dynamic select is not supported", loc)
-        if name != self.decl.dtype:
-            raise NkiccError("E160", f"reinterpreting {self.decl.dtype} as {name} (NkiTensor.view) is not "
-                                     "supported yet", loc, "convert with nisa.tensor_copy(dtype) instead")
-        return self._pattern(self.access.pattern)
+        if name == self.decl.dtype:
+            return self._pattern(self.access.pattern)
+        pattern = self.access.pattern
+        if not pattern or pattern[-1][0] != 1 or (self.decl.on_chip and len(pattern) < 2):
+            raise NkiccError("E140", f"view({name}): the last dimension of {self.shown} must be contiguous "
+                                     "(step 1) and not the partition dimension", loc,
+                             "reinterpret a row-major view, or use .ap(pattern, dtype=)")
+        have, want = dtypes.itemsize(self.decl.dtype), dtypes.itemsize(name)
+        start = self._offset_as(name, f"view({name})", loc)
+        if have >= want:
+            r = have // want
+            pairs = [(s * r, n) for s, n in pattern[:-1]] + [(1, pattern[-1][1] * r)]
+        else:
+            r = want // have
+            if pattern[-1][1] % r or any(s % r for s, n in pattern[:-1] if n > 1):
+                raise NkiccError("E140", f"view({name}): the rows of {self.shown} {list(self.shape)} are not whole "
+                                         f"{name} elements", loc, f"the last dimension must hold a multiple of {r}")
+            pairs = [(s // r, n) for s, n in pattern[:-1]] + [(1, pattern[-1][1] // r)]
+        return self._retyped(name, start, pairs, loc)
 
     reinterpret_cast = view
 
@@ -513,3 +611,14 @@ def require_builder(what: str) -> Builder:
         raise NkiccError("E160", f"{what} can only be called inside a kernel that nkicc traces", user_loc(3),
                          "decorate the kernel with @nki.jit / @nkicc.jit and call it")
     return b
+
+
+def _pattern_pairs(pattern, loc) -> tuple[tuple[int, int], ...]:
+    """`.ap`'s [[step, num], ...] as int pairs, each num at least 1."""
+    try:
+        pairs = tuple((int(s), int(n)) for s, n in pattern)
+    except (TypeError, ValueError):
+        raise NkiccError("E103", "an access pattern is a list of [step, num] pairs", loc) from None
+    if not pairs or any(n <= 0 for _, n in pairs):
+        raise NkiccError("E103", f"access pattern {list(map(list, pairs))} must have pairs with num >= 1", loc)
+    return pairs

@@ -261,6 +261,8 @@ class Builder:
                 self.check_vars(Affine.var(access.scalar.register), loc)
             if access.scalar.tensor:
                 self.check_live(Access(access.scalar.tensor, access.scalar.offset, ((1, 1),)), loc)
+        if access.vector is not None:
+            self.check_live(access.vector, loc)
 
     def check_vars(self, expr: Affine, loc: Loc | None = None) -> None:
         for v in expr.vars:
@@ -280,7 +282,8 @@ class Builder:
         from ..ir import Kernel
         assert len(self._blocks) == 1
         for name in outputs:
-            self.set_role(name, "output")
+            if self.decls[name].role != "arg":  # a returned argument stays an argument (the caller's array)
+                self.set_role(name, "output")
         return Kernel(self.name, tuple(self.decls.values()), tuple(args), tuple(outputs),
                       Block(tuple(self._blocks[0])), loc)
 

@@ -8,11 +8,20 @@ allocated in a block lives from its allocation to its last use in that block
 iterations). Tensors whose live ranges overlap get disjoint bytes in every
 partition; PSUM tiles never straddle a 2 KiB bank.
 
-Over capacity, the allocator evicts the tensor whose eviction moves the
-fewest bytes (uses x executions x view size): an SBUF tensor gets an HBM home
-and DMA around each compute use (DMAs read the home directly); a PSUM tensor
-gets an SBUF home, its matmuls write a small PSUM tile that is then added or
-copied in. It repeats until everything fits, and reports every spill.
+Over capacity, the allocator first shortens live ranges: straight-line
+blocks (the iterations of loops traced concretely, where a kernel keeps tiles
+in Python lists) are reordered demand-first (live_order.py), each load issued
+a few compute steps ahead of its use, and the new order is kept where it
+lowers the peak. What still does not fit is spilled: the tensors live where
+placement failed whose eviction moves the fewest bytes per byte freed (uses x
+executions x view size), as many per round as the excess needs. An SBUF
+tile that is a copy of input memory nothing writes (one DMA fills it whole,
+every use reads it whole) is rematerialised: the fill goes and each use loads
+its own short-lived tile from the input. Any other SBUF tensor gets an HBM
+home and DMA around each compute use (DMAs read the home directly); a PSUM tensor gets an SBUF home, its matmuls write a small PSUM
+tile that is then added or copied in. The spill DMAs are ordinary
+instructions, so the simulator's time includes them. The report says what
+was done (notes "what_alloc_did", "live_ranges_shortened", "spills").
 """
 from __future__ import annotations
 
@@ -24,8 +33,10 @@ from nkicc.ir.analysis import tensors_touched
 from nkicc.ir.dtypes import itemsize
 from nkicc.pass_api import Pass, hookimpl
 
+from . import live_order
+
 ALIGN = 64
-MAX_SPILLS = 64
+MAX_SPILLS = 64  # rounds of eviction, each as many tensors as the excess needs
 
 
 def row_major(shape):
@@ -139,6 +150,16 @@ def _spill_cost(name: str, kernel, numbering: _Numbering, decls) -> int:
     return cost
 
 
+def _reload_cost(name: str, kernel, decls) -> int:
+    """Bytes a reload moves beyond the fill it replaces: a load per use, less the fill."""
+    isz = itemsize(decls[name].dtype)
+    cost = 0
+    for op, chain in _ops_with_chain(kernel.body, ()):
+        n = sum(a.count for a in op.outs + tuple(x for x in op.ins if isinstance(x, Access)) if a.tensor == name)
+        cost += (-1 if any(a.tensor == name for a in op.outs) else 1) * n * isz * _executions(chain)
+    return max(cost, 0)
+
+
 def _ops_with_chain(block: Block, chain):
     for s in block.stmts:
         if isinstance(s, Op):
@@ -178,6 +199,64 @@ def _sbuf_spill(kernel, name: str):
     return dataclasses.replace(kernel, body=body, tensors=tensors)
 
 
+def _reload(kernel, name: str):
+    """Rematerialise SBUF tensor `name` instead of spilling it, where it is a
+    copy of input memory nothing writes: one DMA fills the whole tile from
+    HBM once per allocation and every other use reads the whole tile. The
+    fill goes; each use loads its own short-lived tile from the source (no
+    HBM home, no store). None where that does not hold."""
+    decls = kernel.tensor_map()
+    decl = decls[name]
+    whole = row_major(decl.shape)
+    numbering = _Numbering(kernel)  # of this kernel: an earlier eviction this round rewrote it
+    start, chain = numbering.alloc_at[name]
+    fills = [(s, c) for s, c in _ops_with_chain(kernel.body, ()) if any(a.tensor == name for a in s.outs)]
+    if len(fills) != 1:
+        return None
+    fill, fill_chain = fills[0]
+    src = fill.ins[0] if fill.ins else None
+    if (fill.opcode != "dma_copy" or fill_chain != chain or len(fill.ins) != 1 or not isinstance(src, Access)
+            or src.scalar is not None or decls[src.tensor].on_chip or len(fill.outs) != 1
+            or fill.outs[0] != Access(name, Affine(), whole) or src.count != decl.size):
+        return None
+    written = {a.tensor for s, _ in _ops_with_chain(kernel.body, ()) for a in s.outs}
+    if src.tensor in written:
+        return None
+    for s, use_chain in _ops_with_chain(kernel.body, ()):
+        if s is fill or name not in tensors_touched(s):
+            continue
+        if use_chain[:len(chain)] != chain or any(a.tensor == name for a in s.outs):
+            return None
+        if any(isinstance(a, Access) and a.tensor == name and (a.offset != Affine() or a.pattern != whole)
+               for a in s.ins):
+            return None
+    temps: list[TensorDecl] = []
+    counter = itertools.count()
+
+    def rewrite(block: Block) -> Block:
+        out = []
+        for s in block.stmts:
+            if isinstance(s, Loop):
+                out.append(dataclasses.replace(s, body=rewrite(s.body)))
+            elif s is fill or (isinstance(s, Alloc) and s.tensor == name):
+                continue
+            elif isinstance(s, Op) and name in tensors_touched(s):
+                t = TensorDecl(f"{name}.reload{next(counter)}", decl.shape, decl.dtype, "sbuf", "spill-temp",
+                               decl.loc)
+                temps.append(t)
+                tile = Access(t.name, Affine(), whole)
+                out += [Alloc(t.name), Op("dma_copy", (tile,), (src,), (), s.loc)]
+                out.append(Op(s.opcode, s.outs, tuple(tile if isinstance(a, Access) and a.tensor == name else a
+                                                      for a in s.ins), s.attrs, s.loc))
+            else:
+                out.append(s)
+        return Block(tuple(out))
+
+    body = rewrite(kernel.body)
+    tensors = tuple(t for t in kernel.tensors if t.name != name) + tuple(temps)
+    return dataclasses.replace(kernel, body=body, tensors=tensors)
+
+
 def _temp(base: str, access: Access, dtype: str, buffer: str, temps, counter) -> tuple[TensorDecl, Access]:
     shape = access.shape if len(access.shape) > 1 else access.shape + (1,)
     decl = TensorDecl(f"{base}.spill{next(counter)}", shape, dtype, buffer, "spill-temp")
@@ -190,6 +269,10 @@ def _around(op: Op, name: str, dtype: str, temps, counter) -> list:
     store the views it writes back."""
     if any(a.scalar is not None and a.scalar.tensor == name for a in op.outs + op.ins if isinstance(a, Access)):
         raise NkiccError("E900", f"cannot spill {name}: it is used as a runtime offset", op.loc)
+    if any(a.vector is not None and a.vector.tensor == name for a in op.outs + op.ins if isinstance(a, Access)):
+        raise _CannotSpill()  # gather / scatter indices stay on chip
+    if any(a.tensor == name and a.dtype is not None for a in op.outs + op.ins if isinstance(a, Access)):
+        raise _CannotSpill()  # its bytes are read as another dtype: a temp of its own dtype would not hold them
     before, after = [], []
     mapping: dict[Access, Access] = {}
     for a in op.outs + tuple(x for x in op.ins if isinstance(x, Access)):
@@ -209,7 +292,7 @@ def _around(op: Op, name: str, dtype: str, temps, counter) -> list:
 def _memset_home(op: Op, home: TensorDecl, temps, counter) -> list:
     """memset of a spilled tensor: fill a small tile once, DMA it over the home."""
     a = op.outs[0]
-    if a.pattern != row_major(a.shape) or len(a.pattern) < 2:
+    if a.pattern != row_major(a.shape) or len(a.pattern) < 2 or a.dtype is not None:
         raise _CannotSpill()  # not whole rows in order
     parts = a.pattern[0][1]
     free = a.count // parts
@@ -259,7 +342,7 @@ def _psum_spill(kernel, name: str):
                     out.append(Op("tensor_copy", (s.outs[0],), (full,), (), s.loc))
             else:
                 if isinstance(s, Op) and any(a.tensor == name for a in s.outs):
-                    full_cover = s.outs[0].count == decls[name].size
+                    full_cover = s.outs[0].count == decls[name].size and s.outs[0].dtype is None
                     seen_write[0] = seen_write[0] or full_cover
                 out.append(s)
         return Block(tuple(out))
@@ -298,11 +381,70 @@ def fits(kernel, target) -> bool:
     return _place_all(kernel, _Numbering(kernel), kernel.tensor_map(), capacity, banks)[1] is None
 
 
+def _demand(kernel, numbering=None) -> dict[str, int]:
+    """Most bytes per partition live at once, per buffer (placement needs at
+    least this much, more where fragmentation and PSUM banks get in the way)."""
+    numbering = numbering or _Numbering(kernel)
+    decls = kernel.tensor_map()
+    events: dict[str, list] = {"sbuf": [], "psum": []}
+    for name in numbering.alloc_at:
+        d = decls[name]
+        if d.buffer in events:
+            start, end = numbering.live_range(name)
+            events[d.buffer] += [(start, _align(partition_bytes(d))), (end + 1, -_align(partition_bytes(d)))]
+    peaks = {}
+    for buffer, evs in events.items():
+        live = peak = 0
+        for _, delta in sorted(evs, key=lambda e: (e[0], e[1])):
+            live += delta
+            peak = max(peak, live)
+        peaks[buffer] = peak
+    return peaks
+
+
+def _local_tensors(numbering) -> set[str]:
+    """Tensors used only in the block that allocates them (not in nested loops)."""
+    return {t for t, (_, chain) in numbering.alloc_at.items()
+            if all(use_chain == chain for _, use_chain in numbering.uses.get(t, ()))}
+
+
+# loads issued this many compute steps ahead of their use after a reorder
+# (the most that fits is taken), so that DMA still overlaps compute
+PREFETCH_WINDOWS = (16, 8, 4, 2, 1, 0)
+
+
+def _shorten(kernel, buffer, capacity, banks):
+    """Reorder straight-line blocks demand-first when that lowers the peak of
+    the buffer that overflowed and keeps the other within capacity (or no
+    higher than it was), with the widest prefetch window that then fits;
+    (kernel, note or None)."""
+    numbering = _Numbering(kernel)
+    before = _demand(kernel, numbering)
+    local = _local_tensors(numbering)
+    for window in PREFETCH_WINDOWS:
+        trial, blocks = live_order.reorder(kernel, local, window)
+        if not blocks:
+            return kernel, None
+        if _place_all(trial, _Numbering(trial), trial.tensor_map(), capacity, banks)[1] is None:
+            break
+    after = _demand(trial)
+    if after[buffer] >= before[buffer] or any(after[b] > max(before[b], capacity[b]) for b in after if b != buffer):
+        return kernel, None
+    note = {"buffer": buffer, "peak_bytes_per_partition_before": before[buffer],
+            "peak_bytes_per_partition_after": after[buffer], "prefetch_window": window,
+            "blocks": [dataclasses.asdict(b) for b in blocks]}
+    return trial, note
+
+
 def allocate(kernel, ctx):
     target = ctx.target
     capacity = {"sbuf": target.sbuf_partition_bytes, "psum": target.psum_partition_bytes}
     banks = {"sbuf": None, "psum": target.psum_bank_bytes}
     spills = []
+    shortened = None
+    placed, overflow, peaks = _place_all(kernel, _Numbering(kernel), kernel.tensor_map(), capacity, banks)
+    if overflow is not None:
+        kernel, shortened = _shorten(kernel, overflow[0], capacity, banks)
     for _ in range(MAX_SPILLS + 1):
         decls = kernel.tensor_map()
         numbering = _Numbering(kernel)
@@ -310,10 +452,10 @@ def allocate(kernel, ctx):
         if overflow is None:
             break
         buffer, failed, items = overflow
-        kernel, spill = _spill_one(kernel, buffer, failed, items, numbering, decls)
-        spills.append(spill)
+        kernel, spilled = _spill_some(kernel, buffer, capacity[buffer], failed, items, numbering, decls)
+        spills += spilled
     else:
-        raise NkiccError("E400", f"the kernel does not fit on {target.name} even after {MAX_SPILLS} spills", None,
+        raise NkiccError("E400", f"the kernel does not fit on {target.name} even after {len(spills)} spills in {MAX_SPILLS} rounds", None,
                          "tile it more finely")
     tensors = tuple(dataclasses.replace(t, address=placed[t.name]) if t.name in placed else t
                     for t in kernel.tensors)
@@ -323,37 +465,84 @@ def allocate(kernel, ctx):
     ctx.note("psum_peak_bytes_per_partition", peaks.get("psum", 0))
     ctx.note("capacity_bytes_per_partition", capacity)
     ctx.note("largest_tensors", [{"tensor": n, "buffer": b, "bytes_per_partition": s} for s, n, b in sizes[:8]])
-    ctx.note("spills", spills, show=bool(spills))
+    ctx.note("spills", spills)
+    ctx.note("live_ranges_shortened", shortened)
+    actions = _actions(shortened, spills)
+    ctx.note("what_alloc_did", actions, show=bool(actions))
     ctx.note("memory", f"SBUF {peaks.get('sbuf', 0) / 1024:.1f} of {capacity['sbuf'] // 1024} KiB per partition "
                        f"at peak, PSUM {peaks.get('psum', 0) / 1024:.1f} of {capacity['psum'] // 1024} KiB"
                        + (f", after {len(spills)} spill{'s' if len(spills) > 1 else ''}" if spills else ""), show=True)
     return kernel
 
 
-def _spill_one(kernel, buffer, failed, items, numbering, decls):
-    """Evict the cheapest tensor live where `failed` did not fit."""
+def _kib(n: int) -> str:
+    return f"{n / 1024:.1f} KiB"
+
+
+def _actions(shortened, spills) -> list[str]:
+    """What the allocator had to do to fit the kernel, one sentence each."""
+    out = []
+    if shortened:
+        where = sorted({b["loc"] or "the kernel body" for b in shortened["blocks"]})
+        moved = sum(b["moved"] for b in shortened["blocks"])
+        out.append(f"shortened live ranges: reordered {moved} independent statements in the body at "
+                   f"{', '.join(where)}; {shortened['buffer'].upper()} peak "
+                   f"{_kib(shortened['peak_bytes_per_partition_before'])} -> "
+                   f"{_kib(shortened['peak_bytes_per_partition_after'])} per partition, loads issued "
+                   f"{shortened['prefetch_window']} steps ahead")
+    groups: dict[tuple, list] = {}
+    for s in spills:
+        groups.setdefault((s["from"], s["to"], s.get("how", "spill"), s["loc"]), []).append(s)
+    for (src, dst, how, loc), group in groups.items():
+        size = sum(s["bytes_per_partition"] for s in group)
+        traffic = sum(s["estimated_traffic_bytes"] for s in group)
+        what = group[0]["tensor"] if len(group) == 1 else f"{len(group)} tiles made at {loc}"
+        verb = "reloaded from the kernel's input in HBM at each use" if how == "reload" else f"spilled to {dst.upper()}"
+        moved = "DMA" if dst == "hbm" else "copied between PSUM and SBUF"
+        out.append(f"{what} ({_kib(size)} per partition) {verb}: {traffic / 1e6:.1f} MB more {moved}")
+    return out
+
+
+def _spill_some(kernel, buffer, capacity, failed, items, numbering, decls):
+    """Evict the cheapest tensors live where `failed` did not fit, as many as
+    the bytes live there exceed the capacity by (at least one), so that many
+    small tiles over capacity take one round, not one round each."""
     start, end = numbering.live_range(failed)
     offsets = {a.scalar.tensor for s in kernel.body.walk() if isinstance(s, Op)
                for a in s.outs + s.ins if isinstance(a, Access) and a.scalar is not None and a.scalar.tensor}
-    live = [(name, size) for name, size, s, e in items
+    offsets |= {a.vector.tensor for s in kernel.body.walk() if isinstance(s, Op)  # gather / scatter indices
+                for a in s.outs + s.ins if isinstance(a, Access) and a.vector is not None}
+    excess = sum(_align(size) for _, size, s, e in items if s <= start <= e) - capacity
+    live = [(name, size, s <= start <= e) for name, size, s, e in items
             if s <= end and e >= start and decls[name].role != "spill-temp" and name not in offsets]
-    # cheapest traffic per byte freed; spill temporaries and runtime-offset tiles stay
-    ranked = [n for _, n in sorted((_spill_cost(n, kernel, numbering, decls) / size, n) for n, size in live)]
-    for victim in ranked:
+    # tensors live where it failed first (evicting them frees bytes there), then
+    # the cheapest traffic per byte freed; spill temporaries and runtime-offset tiles stay
+    costs = {n: _spill_cost(n, kernel, numbering, decls) for n, _, _ in live}
+    ranked = [(n, size) for _, _, n, size in sorted((not there, costs[n] / size, n, size) for n, size, there in live)]
+    spills, freed = [], 0
+    for victim, size in ranked:
         try:
-            new = _sbuf_spill(kernel, victim) if buffer == "sbuf" else _psum_spill(kernel, victim)
+            before = kernel
+            reloaded = _reload(kernel, victim) if buffer == "sbuf" else None
+            kernel = reloaded or (_sbuf_spill(kernel, victim) if buffer == "sbuf" else _psum_spill(kernel, victim))
         except (_CannotSpill, NkiccError):
             continue
         d = decls[victim]
-        return new, {"tensor": d.described(), "from": buffer, "to": "hbm" if buffer == "sbuf" else "sbuf",
-                     "bytes_per_partition": partition_bytes(d), "shape": list(d.shape),
-                     "estimated_traffic_bytes": _spill_cost(victim, kernel, numbering, decls),
-                     "loc": str(d.loc) if d.loc else None}
-    raise NkiccError("E400", f"{buffer.upper()} is over capacity where {decls[failed].described()} is allocated and no live tensor "
-                             "can be spilled", decls[failed].loc, "use smaller tiles")
+        spills.append({"tensor": d.described(), "from": buffer, "to": "hbm" if buffer == "sbuf" else "sbuf",
+                       "how": "reload" if reloaded else "spill",
+                       "bytes_per_partition": partition_bytes(d), "shape": list(d.shape),
+                       "estimated_traffic_bytes": _reload_cost(victim, before, decls) if reloaded else costs[victim],
+                       "loc": str(d.loc) if d.loc else None})
+        freed += _align(size)
+        if freed >= excess:
+            break
+    if not spills:
+        raise NkiccError("E400", f"{buffer.upper()} is over capacity where {decls[failed].described()} is allocated "
+                                 "and no live tensor can be spilled", decls[failed].loc, "use smaller tiles")
+    return kernel, spills
 
 
 @hookimpl
 def nkicc_passes():
     return [Pass("alloc", allocate, "SBUF/PSUM addresses from liveness on the rolled IR; spills when over capacity",
-                 required=True, scope="kernel", after=("verify", "dce", "unroll", "global-schedule"))]
+                 required=True, scope="kernel", version="2", after=("verify", "dce", "unroll", "global-schedule"))]

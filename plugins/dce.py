@@ -27,7 +27,9 @@ def _prune(block: Block, live: set, touched: set) -> Block:
             if body.stmts:
                 out.append(dataclasses.replace(s, body=body))
         elif isinstance(s, Op):
-            if any(a.tensor in live for a in s.outs) or not s.outs or ops.of(s).control:
+            d = ops.of(s)
+            # a collective stays even where its result is dead: the other ranks wait for this one to join
+            if any(a.tensor in live for a in s.outs) or not s.outs or d.control or d.collective is not None:
                 out.append(s)
         elif s.tensor in touched or s.tensor in live:
             out.append(s)

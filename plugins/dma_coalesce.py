@@ -23,7 +23,7 @@ MAX_MERGED_BYTES = 64 * 1024
 
 
 def _small(a: Access, decls) -> bool:
-    return a.count * itemsize(decls[a.tensor].dtype) <= MAX_MERGED_BYTES
+    return a.count * itemsize(a.dtype or decls[a.tensor].dtype) <= MAX_MERGED_BYTES
 
 
 def _insert_at(src: Access, dst: Access, decls) -> int | None:
@@ -34,12 +34,13 @@ def _insert_at(src: Access, dst: Access, decls) -> int | None:
 
 def _with_pair(a: Access, at: int, step: int, count: int, offset: Affine) -> Access:
     pattern = a.pattern[:at] + ((step, count),) + a.pattern[at:]
-    return Access(a.tensor, offset, pattern, a.scalar, a.scalar_scale)
+    return Access(a.tensor, offset, pattern, a.scalar, a.scalar_scale, a.dtype, a.vector)
 
 
 def _mergeable(op: Op) -> bool:
     return (op.opcode == "dma_copy" and len(op.outs) == 1 and op.outs[0].scalar is None
-            and op.ins[0].scalar is None and op.outs[0].tensor != op.ins[0].tensor
+            and op.ins[0].scalar is None and op.outs[0].vector is None and op.ins[0].vector is None
+            and op.outs[0].tensor != op.ins[0].tensor
             and len(op.outs[0].pattern) < MAX_PAIRS and len(op.ins[0].pattern) < MAX_PAIRS)
 
 

@@ -22,8 +22,8 @@ def _walk_ops(block: Block):
 def _depends_on(a: Access, var: str) -> bool:
     if a.offset.coeff(var):
         return True
-    if a.scalar is not None:
-        return True  # a runtime offset may change inside the loop
+    if a.scalar is not None or a.vector is not None:
+        return True  # a runtime offset (or a gather's indices) may change inside the loop
     return False
 
 

@@ -45,7 +45,8 @@ def _candidate(loop: Loop, decls, used_outside) -> bool:
     for s in loop.body.walk():
         if isinstance(s, Loop) and s.kind != "static":
             return False
-        if isinstance(s, Op) and any(a.scalar is not None for a in s.outs + s.ins if isinstance(a, Access)):
+        if isinstance(s, Op) and any(a.scalar is not None or a.vector is not None
+                                     for a in s.outs + s.ins if isinstance(a, Access)):
             return False
     return not any(t in used_outside for t in _allocated(loop.body))
 
@@ -78,7 +79,8 @@ def _copy(block: Block, var: str, repl: Affine, tensors: dict[str, str], suffix:
         if not isinstance(a, Access):
             return a
         offset = a.offset.substitute(var, repl).rename(inner)
-        return Access(tensors.get(a.tensor, a.tensor), offset, a.pattern, a.scalar, a.scalar_scale)
+        return Access(tensors.get(a.tensor, a.tensor), offset, a.pattern, a.scalar, a.scalar_scale, a.dtype,
+                      access(a.vector) if a.vector is not None else None)
 
     def walk(b: Block) -> Block:
         out = []

@@ -46,7 +46,7 @@ def _match(stmts, i, decls, last, allocated):
         return None
     if mm.outs[0] != p or cout.outs[0] != x or cout.ins[0] != p or mm.attr("accumulate") is False:
         return None
-    if p.scalar is not None or x.scalar is not None:
+    if p.scalar is not None or x.scalar is not None or p.vector is not None or x.vector is not None:
         return None
     # P must be private to this pattern: allocated in this block, touched nowhere after it
     if last.get(p.tensor, -1) > i + 2 or allocated.get(p.tensor, i) >= i:

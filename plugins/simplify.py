@@ -29,8 +29,10 @@ def normalize_pattern(pattern, keep_first: bool):
 
 
 def _normal_access(a: Access, decls) -> Access:
+    if a.vector is not None:
+        return a  # the first pair is the gathered one: it must stay a pair of its own
     pattern = normalize_pattern(a.pattern, keep_first=decls[a.tensor].on_chip)
-    return Access(a.tensor, a.offset, pattern, a.scalar, a.scalar_scale)
+    return Access(a.tensor, a.offset, pattern, a.scalar, a.scalar_scale, a.dtype)
 
 
 def _simplify_op(op: Op, decls):

@@ -34,7 +34,7 @@ from ..ir.ops import debug
 from ..ir.analysis import engine_of, injective, reads, runtime_guard, tensors_touched, writes, written_args
 from . import batched, numerics, semantics
 from ._blas import single_threaded_blas
-from .reference import ReferenceMachine
+from .reference import ReferenceMachine, gather_index
 from .activity import DmaActivity, percent
 from .report import DMA_DIRECTIONS, EngineStats, SimReport
 from ..ir.ops.collectives import group_of, payload as collective_payload
@@ -92,7 +92,7 @@ class _Acc:
     length F moves across partitions; the others move inside a partition."""
     __slots__ = ("access", "t", "const", "terms", "reg", "scalar", "scale", "lo_span", "hi_span", "shape",
                  "strides", "part_lo", "part_hi", "free_lo", "free_hi", "rel", "pairs", "part_rel", "free_rel",
-                 "dense", "cur", "count", "vcache", "rcache", "static", "wrecs", "rrecs")
+                 "dense", "cur", "count", "vcache", "rcache", "static", "wrecs", "rrecs", "vector")
 
     def __init__(self, access: Access, t: _Tensor, partition_bytes: int) -> None:
         self.access = access
@@ -102,9 +102,11 @@ class _Acc:
         self.reg = access.scalar.register if access.scalar is not None else None
         self.scalar: _Acc | None = None  # the (1-element) access that reads a tensor scalar offset
         self.scale = access.scalar_scale
+        self.vector: _Acc | None = None  # the index tile of a gather / scatter (its rows replace pair 0's steps)
         pattern = access.pattern
-        self.lo_span = sum(s * (n - 1) for s, n in pattern if s < 0)
-        self.hi_span = sum(s * (n - 1) for s, n in pattern if s > 0)
+        stepped = pattern[1:] if access.vector is not None else pattern
+        self.lo_span = sum(s * (n - 1) for s, n in stepped if s < 0)
+        self.hi_span = sum(s * (n - 1) for s, n in stepped if s > 0)
         self.shape = tuple(n for _, n in pattern)
         self.count = access.count
         self.rel = None  # fallback: element offsets of the view, shape self.shape
@@ -114,7 +116,7 @@ class _Acc:
         self.vcache: dict = {}
         self.rcache: dict = {}  # start -> hazard region (static per start)
         # a start that never changes (and is in bounds): computed once
-        self.static = (not self.terms and access.scalar is None
+        self.static = (not self.terms and access.scalar is None and access.vector is None
                        and self.const + self.lo_span >= 0 and self.const + self.hi_span < t.size)
         if self.static:
             self.cur = self.const
@@ -198,6 +200,9 @@ class MachineSimulator:
             [-(-dtypes.storage(d.dtype, False).itemsize // dtypes.itemsize(d.dtype))
              for d in self.decls.values() if d.on_chip] + [1])
         self.tensors = {name: _Tensor(d, self.precise, self.scale) for name, d in self.decls.items()}
+        self._retypes: dict[tuple[str, str], _Tensor] = {}  # (name, dtype): a tensor read as another dtype
+        self._cur_op: Op | None = None  # the op being executed (messages of gathers)
+        self._rows = None  # its gathered rows in range, when a gather skipped some (oob_mode.skip)
         self.env: dict[str, int] = {}
         self.executed = 0
         self.plans: list[_Plan] = []
@@ -310,15 +315,33 @@ class MachineSimulator:
             return False
         size = self.decls[name].size
         for a in writes(op):
-            if (a.tensor == name and a.scalar is None and a.offset.is_const and a.count == size
+            if (a.tensor == name and a.scalar is None and a.dtype is None and a.vector is None and a.offset.is_const
+                    and a.count == size
                     and injective(a.pattern)  # count distinct elements from 0 to size - 1: all of them
                     and a.offset.const + sum(s * (n - 1) for s, n in a.pattern if s < 0) == 0
                     and a.offset.const + sum(s * (n - 1) for s, n in a.pattern if s > 0) == size - 1):
                 return True
         return False
 
-    def _acc(self, a: Access) -> _Acc:
+    def _retyped(self, t: _Tensor, dtype: str, op: Op | None) -> _Tensor:
+        """Tensor `t` seen as `dtype` (a reinterpreting view): the same bytes, its
+        last dimension holding as many elements of `dtype` as they make."""
+        v = self._retypes.get((t.name, dtype))
+        if v is None:
+            if not self.precise:
+                raise NkiccError("E160", f"{t.decl.described()} is read as {dtype}: reinterpreting bytes needs each "
+                                         "dtype held as itself", op.loc if op else None,
+                                 "run with NKI_PRECISE_FP=1 (the default)")
+            d = t.decl
+            shape = d.shape[:-1] + (d.shape[-1] * dtypes.itemsize(d.dtype) // dtypes.itemsize(dtype),)
+            v = self._retypes[(t.name, dtype)] = _Tensor(TensorDecl(d.name, shape, dtype, d.buffer, d.role, d.loc,
+                                                                    d.address), True, self.scale)
+        return v
+
+    def _acc(self, a: Access, op: Op | None = None) -> _Acc:
         t = self.tensors[a.tensor]
+        if a.dtype is not None:
+            t = self._retyped(t, a.dtype, op)
         acc = _Acc(a, t, self._pb(t))
         self._all_accs.append(acc)
         if self.timing:  # hazard checks need to know whether the access is a dense box
@@ -326,6 +349,8 @@ class MachineSimulator:
             acc.dense = _dense(part) and _dense(free)
         if a.scalar is not None and a.scalar.tensor:
             acc.scalar = self._acc(Access(a.scalar.tensor, a.scalar.offset, ((1, 1),)))
+        if a.vector is not None:
+            acc.vector = self._acc(a.vector, op)
         return acc
 
     def _pb(self, t: _Tensor) -> int:
@@ -355,7 +380,7 @@ class MachineSimulator:
         def get(a: Access) -> _Acc:
             acc = by_id.get(id(a))
             if acc is None:
-                acc = by_id[id(a)] = self._acc(a)
+                acc = by_id[id(a)] = self._acc(a, op)
                 accs.append(acc)
             return acc
 
@@ -364,6 +389,7 @@ class MachineSimulator:
             if isinstance(a, Access):
                 get(a)
         p.by_id = by_id
+        accs[:0] = [acc.vector for acc in accs if acc.vector is not None]  # gather indices: read first
         p.accs = accs
         p.dyn_accs = [acc for acc in accs if not acc.static]  # starts that depend on loop indices / registers
         p.is_matmul = ops.of(op).accumulates(op)
@@ -438,6 +464,13 @@ class MachineSimulator:
             self.hbm[t.name] = arr
             t.footprint = arr
             self._mv["hbm:" + t.name] = memoryview(arr.view(np.uint8))  # bytes: ml_dtypes export no buffer
+        for v in self._retypes.values():  # the same bytes as another dtype
+            base = self.tensors[v.name]
+            if v.onchip:
+                v.footprint = np.ndarray((v.P, v.F), v.dtype, self._mv[v.decl.buffer], v.address, (self._pb(v), v.item))
+                v.mask_footprint = base.mask_footprint  # (bytes: the same for every dtype)
+            else:
+                v.footprint = base.footprint.view(v.dtype)
 
     def _alloc(self, t: _Tensor) -> None:
         if t.name in self._shared:
@@ -495,6 +528,8 @@ class MachineSimulator:
         v = acc.vcache.get(e)
         if v is not None:
             return v
+        if acc.vector is not None:
+            return None  # a gather / scatter: no strided window (see _gather)
         t = acc.t
         if not t.onchip:
             v = (np.ndarray(acc.shape, t.dtype, self._mv[t.key], e * t.item, acc.strides), None)
@@ -509,10 +544,20 @@ class MachineSimulator:
             acc.vcache[e] = v
         return v
 
+    def _gather_index(self, acc: _Acc, op: Op):
+        return gather_index(acc.access, acc.cur, self._read_view(acc.vector), acc.t.size, op, acc.t.decl)
+
     def _read_view(self, acc: _Acc) -> np.ndarray:
         v = acc.vcache.get(acc.cur) or self._views(acc, acc.cur)
         if v is not None:
             return v[0]
+        if acc.vector is not None:  # a gather from HBM: rows at the index tile's offsets
+            idx, inside = self._gather_index(acc, self._cur_op)
+            out = np.full(idx.shape, acc.t.fill, dtype=acc.t.dtype)
+            out[inside] = acc.t.footprint[idx[inside]]
+            if not inside.all():
+                self._rows = inside  # the op writes only the rows it read (oob_mode.skip)
+            return out
         # rows wrap or the read runs past the tile (W101): flat semantics, past the end is poison
         t = acc.t
         idx = self._flat_index(acc, acc.cur)
@@ -524,6 +569,16 @@ class MachineSimulator:
 
     def _write(self, acc: _Acc, values, is_matmul: bool, mode) -> None:
         t = acc.t
+        if acc.vector is not None:  # a scatter into HBM
+            idx, inside = self._gather_index(acc, self._cur_op)
+            tmp = np.empty(idx.shape, dtype=t.dtype)
+            self._store(tmp, np.broadcast_to(values, idx.shape) if np.ndim(values) == 0 else values)
+            t.footprint[idx[inside]] = tmp[inside]
+            return
+        if self._rows is not None:  # a gather skipped rows out of range: those stay as they were
+            old = np.array(self._read_view(acc))
+            values = np.asarray(values).reshape(old.shape)
+            values = np.where(self._rows.reshape((-1,) + (1,) * (old.ndim - 1)), values, old.astype(values.dtype))
         v = acc.vcache.get(acc.cur) or self._views(acc, acc.cur)
         if v is not None:
             dst, wmask = v
@@ -700,6 +755,7 @@ class MachineSimulator:
         self.executed += 1
         p.count += 1
         op = p.op
+        self._cur_op, self._rows = op, None
         for acc in p.dyn_accs:
             acc.cur = self._start(acc, op, False)
         by_id = p.by_id
@@ -800,7 +856,9 @@ class MachineSimulator:
         """(tensor, p_lo, p_hi, b_lo, b_hi (exclusive), dense, e, fast, key): key names
         the region exactly (the box itself when the access fills it)."""
         t = acc.t
-        if not t.onchip:
+        if acc.vector is not None:  # a gather / scatter may touch any row: the whole tensor
+            box, dense, fast = (0, 0, 0, t.size * t.item), True, False
+        elif not t.onchip:
             box, dense, fast = (0, 0, (e + acc.lo_span) * t.item, (e + acc.hi_span + 1) * t.item), acc.dense, True
         else:
             pf = self._fast(acc, e)

@@ -48,6 +48,30 @@ def strided(flat: np.ndarray, start: int, pattern) -> np.ndarray:
                       strides=tuple(s * item for s, _ in pattern), writeable=True)
 
 
+def gather_index(a: Access, start: int, indices, size: int, op: Op, decl: TensorDecl
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """(flat element indices shaped like the access, which rows are in range)
+    of a vector_offset access whose offset is `start` now, given its index
+    tile's values; a row out of range is E170 unless the op skips it
+    (oob_mode.skip). Both simulators use it."""
+    rows = np.asarray(indices).reshape(-1)
+    if rows.dtype.kind not in "iu":
+        rows = np.nan_to_num(rows.astype(np.float64), nan=-1)
+    rows = rows.astype(np.int64)
+    idx = (start + rows * a.scalar_scale).reshape((-1,) + (1,) * (len(a.pattern) - 1))
+    for axis, (s, n) in enumerate(a.pattern[1:], 1):
+        shape = [1] * len(a.pattern)
+        shape[axis] = n
+        idx = idx + (np.arange(n, dtype=np.int64) * s).reshape(shape)
+    inside = ((idx >= 0) & (idx < size)).reshape(len(rows), -1).all(axis=1)
+    if not inside.all() and op.attr("oob") != "skip":
+        bad = int(np.flatnonzero(~inside)[0])
+        raise NkiccError("E170", f"{op.opcode}: row {bad} of the vector_offset view of {decl.described()} (index "
+                                 f"{int(rows[bad])}) falls outside it", op.loc,
+                         "keep the indices in range, or pass oob_mode=nisa.oob_mode.skip")
+    return idx, inside
+
+
 class ReferenceMachine:
     def __init__(self, kernel: Kernel, fill=None, track_undefined: bool = False, comm: RankComm | None = None,
                  precise: bool | None = None, echo: bool = True) -> None:
@@ -65,6 +89,7 @@ class ReferenceMachine:
         # with track_undefined: a written-mask per allocated tensor, and the reads of never-written elements
         self.defined: dict[str, np.ndarray] | None = {} if track_undefined else None
         self.undefined_reads: list[tuple[Op, str, bool]] = []  # (op, tensor, past the end of a tile)
+        self._rows = None  # an op's gathered rows in range, when a gather skipped some (oob_mode.skip)
         self.echo = echo  # print nl.device_print output (not in check_defined's extra runs)
         self.prints: list[str] = []
 
@@ -167,7 +192,7 @@ class ReferenceMachine:
                 hi += step * (num - 1)
             else:
                 lo += step * (num - 1)
-        size = self.decls[a.tensor].size
+        size = self.flat(a).size
         if read and lo >= 0 and self.decls[a.tensor].on_chip:
             return start  # reading past a tile's end: see view()
         if lo < 0 or hi >= size:
@@ -176,8 +201,68 @@ class ReferenceMachine:
                              "the runtime scalar offset is out of range: check how it is updated")
         return start
 
-    def view(self, a: Access, op: Op) -> np.ndarray:
+    def flat(self, a: Access) -> np.ndarray:
+        """The tensor's memory as the flat array the access indexes: its bytes
+        as another dtype for a reinterpreting view (precise storage only)."""
         flat = self.memory[a.tensor]
+        if a.dtype is None:
+            return flat
+        if not self.precise:
+            raise NkiccError("E160", f"{a.tensor} is read as {a.dtype}: reinterpreting bytes needs each dtype held "
+                                     "as itself", None, "run with NKI_PRECISE_FP=1 (the default)")
+        return flat.view(dtypes.storage(a.dtype, True))
+
+    def _mask(self, mask: np.ndarray, a: Access, start: int) -> np.ndarray:
+        """The written-mask elements of an access, shaped like it. A reinterpreting
+        access sees the mask of the tensor's first element under each of its own
+        (a strided view when it is one, else a copy: see _set_mask)."""
+        if a.dtype is None:
+            return strided(mask, start, a.pattern)
+        return mask[self._base_index(a, start)]
+
+    def _set_mask(self, mask: np.ndarray, a: Access, start: int) -> None:
+        if a.dtype is None:
+            strided(mask, start, a.pattern)[...] = True
+            return
+        ai, ti = dtypes.itemsize(a.dtype), dtypes.itemsize(self.decls[a.tensor].dtype)
+        first = self._base_index(a, start)
+        for k in range(max(1, ai // ti)):  # every element of the tensor the bytes cover
+            mask[np.minimum(first + k, mask.size - 1)] = True
+
+    def _base_index(self, a: Access, start: int) -> np.ndarray:
+        idx = np.full(tuple(n for _, n in a.pattern), start, dtype=np.int64)
+        for axis, (s, n) in enumerate(a.pattern):
+            shape = [1] * len(a.pattern)
+            shape[axis] = n
+            idx = idx + (np.arange(n, dtype=np.int64) * s).reshape(shape)
+        return idx * dtypes.itemsize(a.dtype) // dtypes.itemsize(self.decls[a.tensor].dtype)
+
+    def _gather(self, a: Access, op: Op) -> np.ndarray:
+        flat = self.flat(a)
+        idx, inside = gather_index(a, a.offset.evaluate(self.env), self.view(a.vector, op), flat.size, op,
+                                   self.decls[a.tensor])
+        out = np.full(idx.shape, poison(flat.dtype, 1)[0], dtype=flat.dtype)
+        out[inside] = flat[idx[inside]]
+        if self.defined is not None and a.tensor in self.defined and not self.defined[a.tensor][idx[inside]].all():
+            self._undefined(op, a.tensor, False)
+        if not inside.all():
+            self._rows = inside  # the op writes only the rows it read (oob_mode.skip)
+        return out
+
+    def _scatter(self, a: Access, op: Op, values) -> None:
+        flat = self.flat(a)
+        idx, inside = gather_index(a, a.offset.evaluate(self.env), self.view(a.vector, op), flat.size, op,
+                                   self.decls[a.tensor])
+        tmp = np.empty(idx.shape, dtype=flat.dtype)
+        semantics.store(tmp, np.broadcast_to(values, idx.shape) if np.ndim(values) == 0 else values)
+        flat[idx[inside]] = tmp[inside]
+        if self.defined is not None and a.tensor in self.defined:
+            self.defined[a.tensor][idx[inside]] = True
+
+    def view(self, a: Access, op: Op) -> np.ndarray:
+        if a.vector is not None:
+            return self._gather(a, op)
+        flat = self.flat(a)
         start = self.start(a, op, read=True)
         end = start + sum(s * (n - 1) for s, n in a.pattern) + 1
         if self.defined is not None and a.tensor in self.defined:
@@ -191,6 +276,10 @@ class ReferenceMachine:
 
     def _check_defined(self, a: Access, op: Op, start: int, end: int) -> None:
         mask = self.defined[a.tensor]
+        if a.dtype is not None:
+            if not self._mask(mask, a, start).all():
+                self._undefined(op, a.tensor, False)
+            return
         if end > mask.size:
             self._undefined(op, a.tensor, True)
             mask = np.concatenate([mask[start:], np.ones(end - mask.size, dtype=bool)])
@@ -208,6 +297,7 @@ class ReferenceMachine:
             a = op.outs[0]
             start = self.start(a, op)
             self._check_defined(a, op, start, start + sum(s * (n - 1) for s, n in a.pattern) + 1)
+        self._rows = None  # set by a gather that skipped rows out of range
         collective = ops.of(op).collective
         if collective is not None:
             group = group_of(op, self.comm.rank, self.comm.size)
@@ -221,15 +311,24 @@ class ReferenceMachine:
                 print(self.prints[-1])
         for index, values in results:
             dst_access = op.outs[index]
-            dst = strided(self.memory[dst_access.tensor], self.start(dst_access, op), dst_access.pattern)
+            if dst_access.vector is not None:
+                self._scatter(dst_access, op, values)
+                continue
+            if self._rows is not None:  # only the gathered rows in range arrive
+                keep = self._rows
+                old = np.array(strided(self.flat(dst_access), self.start(dst_access, op), dst_access.pattern))
+                values = np.asarray(values).reshape(old.shape)
+                values = np.where(keep.reshape((-1,) + (1,) * (old.ndim - 1)), values, old.astype(values.dtype))
+            start = self.start(dst_access, op)
+            dst = strided(self.flat(dst_access), start, dst_access.pattern)
             if self.defined is not None and dst_access.tensor in self.defined:
-                strided(self.defined[dst_access.tensor], self.start(dst_access, op), dst_access.pattern)[...] = True
+                self._set_mask(self.defined[dst_access.tensor], dst_access, start)
             mask = self.written.get(dst_access.tensor)
             if mask is not None:
-                wmask = strided(mask, self.start(dst_access, op), dst_access.pattern)
+                wmask = self._mask(mask, dst_access, start)
                 if ops.of(op).accumulates(op):
                     values = self._accumulate(op.attr("accumulate"), dst, wmask, values)
-                wmask[...] = True
+                self._set_mask(mask, dst_access, start)
             if np.ndim(values) == 0:
                 semantics.store(dst, np.full(dst.shape, values))
             else:

@@ -15,9 +15,9 @@ import pytest
 REPO = pathlib.Path(__file__).resolve().parent.parent
 
 # counts nkicc has reached (of 284 names and members): raise, never lower
-PRESENT_FLOOR = 282
-SIGNATURE_FLOOR = 282
-TESTED_FLOOR = 234
+PRESENT_FLOOR = 284
+SIGNATURE_FLOOR = 284
+TESTED_FLOOR = 236
 
 
 def _load():

@@ -192,3 +192,53 @@ def test_err_ranks_disagree(rng):
     with pytest.raises(nkicc.NkiccError) as e:
         nkicc.compile(k, xs[0]).run(xs[0])  # one rank, a group of three
     assert e.value.code == "E191"
+
+
+@nkicc.jit
+def max_of_halves_on_core0(x):
+    """Each core sends its half; only core 0 stores the result, so on core 1
+    the sendrecv's received tile is dead (dce must keep the call: core 0 waits in it)."""
+    out = nl.ndarray((64, 32), dtype=x.dtype, buffer=nl.shared_hbm)
+    pid = nl.program_id(0)
+    mine = nl.load(x[pid * 64:(pid + 1) * 64, :])
+    theirs = nl.ndarray((64, 32), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.sendrecv(src=mine, dst=theirs, send_to_rank=1 - pid, recv_from_rank=1 - pid, pipe_id=0)
+    best = nl.ndarray((64, 32), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.tensor_tensor(dst=best, data1=mine, data2=theirs, op=nl.maximum)
+    nisa.core_barrier(best, (0, 1))  # on an SBUF tile, as library kernels order a loop counter
+    if pid == 0:
+        nl.store(out, value=best)
+    return out
+
+
+@pytest.mark.parametrize("simulator", ["machine", "reference"])
+def test_a_collective_whose_result_one_core_drops_still_runs(rng, simulator):
+    x = rng.standard_normal((128, 32)).astype(np.float32)
+    ck = max_of_halves_on_core0[2].compile(x)
+    outputs, _ = ck.simulate({"x": x}, simulator=simulator)
+    np.testing.assert_array_equal(outputs[ck.ir.outputs[0]], np.maximum(x[:64], x[64:]))
+
+
+@nkicc.jit
+def swap_through_shared_scratch(x):
+    """Each core writes its half into a shared_hbm scratch tensor of the kernel's
+    own (not an output), meets the other at core_barrier, then reads the other half."""
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    scratch = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    pid = nl.program_id(0)
+    mine = nl.load(x[pid * 64:(pid + 1) * 64, :])
+    nl.store(scratch[pid * 64:(pid + 1) * 64, :], value=mine)
+    nisa.core_barrier(scratch, (0, 1))
+    theirs = nl.load(scratch[(1 - pid) * 64:(2 - pid) * 64, :])
+    nl.store(out[pid * 64:(pid + 1) * 64, :], value=theirs)
+    return out
+
+
+@pytest.mark.parametrize("simulator", ["machine", "reference"])
+def test_a_kernels_own_shared_hbm_tensor_is_shared_by_its_cores(rng, simulator):
+    x = rng.standard_normal((128, 32)).astype(np.float32)
+    ck = swap_through_shared_scratch[2].compile(x)
+    outputs, _ = ck.simulate({"x": x}, simulator=simulator)
+    got = outputs[ck.ir.outputs[0]]
+    np.testing.assert_array_equal(got[:64], x[64:])
+    np.testing.assert_array_equal(got[64:], x[:64])

@@ -180,8 +180,8 @@ MISTAKES = {
     "tensor_index": (lambda a: a[nl.load(a)], "E160"),
     "zero_step": (lambda a: a[::0], "E103"),
     "empty_slice": (lambda a: a[3:3], "E101"),
-    "ap_vector_offset": (lambda a: a.ap([[1, 4]], vector_offset=a), "E160"),
-    "ap_dtype": (lambda a: a.ap([[1, 4]], dtype=nl.int32), "E160"),
+    "ap_vector_offset_hbm": (lambda a: a.ap([[1, 4]], vector_offset=a), "E103"),  # indices must be an SBUF tile
+    "ap_dtype_runtime_offset": (lambda a: a.ap([[1, 4]], dtype=nl.int8, scalar_offset=nl.load(a)), "E160"),
     "ap_not_pairs": (lambda a: a.ap([1, 4]), "E103"),
     "ap_zero_num": (lambda a: a.ap([[1, 0]]), "E103"),
     "ap_indirect_dim": (lambda a: a.ap([[1, 4]], indirect_dim=2), "E103"),

@@ -231,10 +231,10 @@ MISTAKES = {
     "slice_step": (lambda t, a: a.slice(1, 0, 8, 0), "E103"),  # MARK slice_step
     "select_oob": (lambda t, a: a.select(1, 8), "E101"),  # MARK select_oob
     "dim_range": (lambda t, a: a.select(2, 0), "E103"),  # MARK dim_range
-    "vector_select": (lambda t, a: a.vector_select(0, t[:, 0:1]), "E160"),  # MARK vector_select
+    "vector_select_float": (lambda t, a: a.vector_select(0, t[:, 0:1]), "E103"),  # MARK vector_select_float
     "indirect": (lambda t, a: t.indirect(t), "E160"),  # MARK indirect
-    "view_dtype": (lambda t, a: a.view(nl.int32), "E160"),  # MARK view_dtype
-    "ap_dtype": (lambda t, a: a.ap([[1, 4]], dtype=nl.int32), "E160"),  # MARK ap_dtype
+    "view_dtype_strided": (lambda t, a: a[:, 0:8:2].view(nl.int32), "E140"),  # MARK view_dtype_strided
+    "ap_dtype_oob": (lambda t, a: a.ap([[1, 300]], dtype=nl.float8_e4m3), "E101"),  # MARK ap_dtype_oob
 }
 
 

@@ -173,7 +173,9 @@ def test_engine_arithmetic_per_dtype(rng, dtype):
 
 
 def test_nl_dtypes_are_public_names():
-    assert nl.bfloat16 is ml_dtypes.bfloat16
+    # numpy dtype objects (str() is the plain name kernels compare), equal to ml_dtypes' scalar types
+    assert nl.bfloat16 is np.dtype(ml_dtypes.bfloat16) and nl.bfloat16 == ml_dtypes.bfloat16
+    assert str(nl.bfloat16) == "bfloat16"
     assert np.dtype(nl.float8_e5m2) == np.dtype(ml_dtypes.float8_e5m2)
     assert np.dtype(nl.float8_e4m3).itemsize == 1
     for name in ("int8", "int16", "int32", "uint8", "uint16", "uint32", "float16", "float32", "bool_"):

@@ -399,3 +399,78 @@ def test_crashing_pass_writes_a_reproducer_that_replays(tmp_path):
                         cwd=tmp_path, env=env)
     assert r2.returncode == 4
     assert r2.stderr.splitlines()[0] == first
+
+
+def test_region_passes_transform_equal_bodies_once_and_match_a_walk_without_memo():
+    """run_region_pass keys its memo by block tokens (equal blocks, equal
+    token, without hashing each subtree): its output must be what applying
+    the pass to every block innermost first gives, and blocks equal to one
+    already transformed (the same object or an equal copy) in the same loop
+    context must not run the pass again."""
+    import dataclasses
+
+    import cache_kernels as ck
+    from nkicc.ir import Block, serialize
+    from nkicc.pass_api import PassContext, Region
+    from nkicc.passes import run_region_pass
+
+    reg = registry()
+    kernel = nkicc.compile(ck.stages, np.random.default_rng(3).standard_normal((ck.ROWS, ck.COLS)).astype(
+        np.float32), cache=False).traced_ir
+    copy = serialize.from_json(serialize.to_json(kernel))           # equal, but no object shared
+    assert copy == kernel and copy.body.stmts[0] is not kernel.body.stmts[0]
+    doubled = dataclasses.replace(kernel, body=Block(kernel.body.stmts + copy.body.stmts))
+
+    def reversed_first_body(block):  # the first body of two or more statements, in reverse order
+        done = [False]
+
+        def walk(b):
+            stmts = []
+            for s in b.stmts:
+                if isinstance(s, Loop) and not done[0]:
+                    inner = walk(s.body)
+                    if not done[0] and len(set(inner.stmts)) >= 2:
+                        inner, done[0] = Block(inner.stmts[::-1]), True
+                    s = dataclasses.replace(s, body=inner)
+                stmts.append(s)
+            return Block(tuple(stmts))
+        out = walk(block)
+        assert done[0]
+        return out
+
+    # the same loop variables and trip counts as the first half, one body different (same length):
+    # a memo that took one for the other would give the first half's output there
+    mutated = dataclasses.replace(kernel, body=Block(kernel.body.stmts + reversed_first_body(copy.body).stmts))
+    ctx = PassContext(reg.targets["trn2"])
+
+    def naive(p, k):
+        decls = k.tensor_map()
+
+        def walk(block, loop, trips):
+            stmts = tuple(dataclasses.replace(s, body=walk(s.body, s, {**trips, s.var: s.trip}))
+                          if isinstance(s, Loop) else s for s in block.stmts)
+            return p.run(Block(stmts), Region(loop, trips, decls, k), ctx)
+        return dataclasses.replace(k, body=walk(k.body, None, {}))
+
+    loops = sum(isinstance(s, Loop) for s in kernel.body.walk())
+    assert loops >= 8
+    for name in ("simplify", "licm", "psum-legalize", "dma-coalesce"):
+        p = reg.passes[name]
+        for k in (kernel, doubled, mutated):
+            assert run_region_pass(p, k, ctx) == naive(p, k), name
+    seen_blocks = []
+    recorder = dataclasses.replace(reg.passes["simplify"], name="recorder",
+                                   run=lambda block, region, c: seen_blocks.append(block) or block)
+    assert run_region_pass(recorder, mutated, ctx) == mutated  # the reversed body was not served the original's
+
+    seen = []
+    counting = dataclasses.replace(reg.passes["simplify"], name="counting",
+                                   run=lambda block, region, c: seen.append(block) or block)
+    run_region_pass(counting, kernel, ctx)
+    once = len(seen)
+    seen.clear()
+    out = run_region_pass(counting, doubled, ctx)
+    assert out == doubled
+    # the second half (equal copies) ran nothing new: only the top-level block differs
+    assert len(seen) == once, (len(seen), once)
+    assert len({id(b) for b in seen}) == len(seen)

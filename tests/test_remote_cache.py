@@ -30,6 +30,7 @@ import cache_kernels as ck
 
 TESTS = REPO / "tests"
 PREFIX = remote_mod.NAMESPACE + "nkicc-kernel-"
+SOURCE_PREFIX = remote_mod.NAMESPACE + "nkicc-source-"
 
 
 # --- helpers ---------------------------------------------------------------------------------------
@@ -60,8 +61,8 @@ def counters(d) -> dict:
     return Counters(str(d)).read()
 
 
-def remote_keys(server) -> list[bytes]:
-    return sorted(server.client().keys(PREFIX + "*"))
+def remote_keys(server, prefix: str = PREFIX) -> list[bytes]:
+    return sorted(server.client().keys(prefix + "*"))
 
 
 def shift_input(seed: int) -> np.ndarray:
@@ -152,16 +153,17 @@ def test_remote_hit_backfills_the_local_tier(tiers, redis_server):
     value = redis_server.client().get(keys[0])
     meta, ir = unpack(value, "kernel", key)                 # ... in the local tier's own format
     assert ir is not None and "passes" in meta
-    assert counters(a)["remote.stores"] == 1 and counters(a)["stores"] >= 1
-    assert not any(k.startswith(remote_mod.NAMESPACE + "nkicc-region-") for k in
-                   (n.decode() for n in redis_server.client().keys("*")))  # regions stay local
+    names = [n.decode() for n in redis_server.client().keys("*")]
+    assert len([n for n in names if n.startswith(remote_mod.NAMESPACE + "nkicc-source-")]) == 1  # the source entry too
+    assert counters(a)["remote.stores"] == 2 and counters(a)["stores"] >= 2
+    assert not any(n.startswith(remote_mod.NAMESPACE + "nkicc-region-") for n in names)  # regions stay local
 
     b = tiers("b")                                          # an empty local cache, a warm Redis
     hit = compile_shift(0.75, 2)
-    assert (hit["kernel"], hit["tier"]) == ("hit", "remote")
+    assert (hit["source"], hit["kernel"], hit["tier"]) == ("hit", "hit", "remote")  # not traced
     c = counters(b)
-    # locally: the source-level key, then the kernel key, both miss; Redis serves the kernel
-    assert (c["remote.hit"], c["remote.backfills"], c["local.miss"]) == (1, 1, 2)
+    # locally: the source-level key, then the kernel key, both miss; Redis serves both
+    assert (c["remote.hit"], c["remote.backfills"], c["local.miss"]) == (2, 2, 2)
     redis_server.stop()                                     # the local tier now has it on its own
     forget_stores()
     again = compile_shift(0.75, 3)
@@ -176,17 +178,59 @@ def test_a_second_process_with_an_empty_local_cache_hits_redis_for_every_kernel(
     assert all(r["kernel"] == "miss" for r in cold)
     assert len(remote_keys(redis_server)) == 5
     warm, err = compile_all(tmp_path / "machine2", redis_server.url, seed=2)
-    assert [(r["kernel"], r["tier"]) for r in warm] == [("hit", "remote")] * 5, warm
+    assert len(remote_keys(redis_server, SOURCE_PREFIX)) == 5
+    # source hits from Redis: no kernel was traced on the second machine
+    assert [(r["source"], r["kernel"], r["tier"]) for r in warm] == [("hit", "hit", "remote")] * 5, warm
     assert "warning" not in err
     c = counters(tmp_path / "machine2")
-    assert (c["remote.hit"], c.get("remote.miss", 0), c["remote.backfills"]) == (5, 0, 5)
+    assert (c["remote.hit"], c.get("remote.miss", 0), c["remote.backfills"]) == (10, 0, 10)
     stats = subprocess.run([sys.executable, "-m", "nkicc", "cache", "stats", "--json"], capture_output=True,
                            text=True, env=subprocess_env(tmp_path / "machine2", redis_server.url), timeout=120)
     s = json.loads(stats.stdout)
-    assert s["remote"]["url"] == redis_server.url and s["remote"]["hits"] == 5 and s["remote"]["entries"] == 5
-    assert s["remote"]["bytes"] == sum(redis_server.client().strlen(k) for k in remote_keys(redis_server))
+    assert s["remote"]["url"] == redis_server.url and s["remote"]["hits"] == 10 and s["remote"]["entries"] == 10
+    assert s["remote"]["bytes"] == sum(redis_server.client().strlen(k) for k in
+                                       remote_keys(redis_server) + remote_keys(redis_server, SOURCE_PREFIX))
     # each kernel misses twice locally: its source-level key, then its kernel key
     assert s["local"]["misses"] == 10 and s["local"]["entries"] >= 5 and s["local"]["bytes"] > 0
+
+
+def test_a_new_machine_with_a_warm_redis_does_not_trace_and_a_stale_source_entry_misses(redis_server, tmp_path):
+    """Source-level entries are in Redis too: a new process with an empty local
+    tier takes both the source and the kernel entry from Redis and does not
+    trace; after a helper module is edited, the old source entry is a miss."""
+    from test_cache_levels import HELPERS, KERNEL, WORKER
+    mods = tmp_path / "mods"
+    mods.mkdir()
+    (mods / "lvl_helpers.py").write_text(HELPERS)
+    (mods / "lvl_kernel.py").write_text(KERNEL)
+
+    def on(machine: str, factor=2.0, seed=0) -> dict:
+        env = subprocess_env(tmp_path / machine, redis_server.url, PYTHONDONTWRITEBYTECODE="1")
+        r = subprocess.run([sys.executable, "-c", WORKER, str(mods), str(factor), "1.0", "0.5", str(seed)],
+                           capture_output=True, text=True, env=env, timeout=300)
+        assert r.returncode == 0 and "warning" not in r.stderr, r.stderr
+        out = json.loads(r.stdout.strip().splitlines()[-1])
+        assert out["ok"] and out["same_as_off"], out   # numpy on random data; the cache-off compile
+        return out
+
+    cold = on("m1", seed=1)
+    assert (cold["cache"]["source"], cold["cache"]["kernel"]) == ("miss", "miss") and cold["trace_s"] > 0
+    assert len(remote_keys(redis_server, SOURCE_PREFIX)) == 1 and len(remote_keys(redis_server)) == 1
+    warm = on("m2", seed=2)                                 # an empty local tier, Redis warm
+    assert (warm["cache"]["source"], warm["cache"]["kernel"], warm["cache"]["tier"]) == ("hit", "hit", "remote")
+    assert warm["trace_s"] == 0.0 and warm["ir"] == cold["ir"]  # not traced; the very kernel m1 compiled
+    c = counters(tmp_path / "m2")
+    assert (c["remote.hit"], c.get("remote.miss", 0), c["local.miss"], c["source.hit"]) == (2, 0, 2, 1)
+
+    (mods / "lvl_helpers.py").write_text(HELPERS.replace("nl.multiply(t, FACTOR)", "nl.multiply(t, FACTOR + 1.0)"))
+    stale = on("m3", factor=3.0, seed=3)                    # the helper changed: the stored source entry is stale
+    assert (stale["cache"]["source"], stale["cache"]["kernel"]) == ("miss", "miss"), stale["cache"]
+    assert stale["trace_s"] > 0
+    c = counters(tmp_path / "m3")
+    assert (c.get("remote.hit", 0), c["remote.miss"], c["source.miss"]) == (0, 2, 1)
+    again = on("m2", factor=3.0, seed=4)                    # m2's local source entry is stale too; m3's serves
+    assert (again["cache"]["source"], again["cache"]["kernel"], again["cache"]["tier"]) == ("hit", "hit", "remote")
+    assert again["trace_s"] == 0.0 and again["ir"] == stale["ir"]
 
 
 # --- faults ----------------------------------------------------------------------------------------
@@ -233,7 +277,7 @@ def test_redis_killed_in_the_middle_of_a_sequence_of_compiles(redis_server, tmp_
     assert len(warnings) == 1 and warnings[0].startswith("warning[W502] remote cache redis://127.0.0.1:"), err
     assert "compiling with the local cache only" in warnings[0] and "Traceback" not in err
     c = counters(tmp_path / "m2")
-    assert (c["remote.hit"], c["remote.errors"], c["compiles"]) == (3, 1, 7)
+    assert (c["remote.hit"], c["remote.errors"], c["compiles"]) == (6, 1, 7)  # a source and a kernel entry each
 
 
 def test_a_hung_redis_costs_a_bounded_wait_once(tiers, redis_server, capfd):
@@ -272,7 +316,7 @@ def test_a_restarted_redis_is_used_again_without_a_second_warning(tiers, redis_s
         assert len(back.client().keys(PREFIX + "*")) == 1
     finally:
         back.stop()
-    assert counters(d)["remote.errors"] == 1 and counters(d)["remote.stores"] == 1
+    assert counters(d)["remote.errors"] == 1 and counters(d)["remote.stores"] == 2  # its source and kernel entries
     assert capfd.readouterr().err.count("warning[W502]") == 1
 
 
@@ -288,25 +332,31 @@ def _damages(good: bytes, other: bytes) -> dict[str, bytes]:
     }
 
 
-def test_a_corrupt_or_foreign_value_in_redis_is_a_counted_miss(tiers, redis_server):
+@pytest.mark.parametrize("kind", ["kernel", "source"])
+def test_a_corrupt_or_foreign_value_in_redis_is_a_counted_miss(tiers, redis_server, kind):
+    prefix = PREFIX if kind == "kernel" else SOURCE_PREFIX
     tiers("writer")
     compile_shift(2.0, 1)
-    (name_2,) = remote_keys(redis_server)
+    (name_2,) = remote_keys(redis_server, prefix)
     compile_shift(3.0, 1)
-    (name_3,) = [k for k in remote_keys(redis_server) if k != name_2]
+    (name_3,) = [k for k in remote_keys(redis_server, prefix) if k != name_2]
     client = redis_server.client()
     good, other = client.get(name_2), client.get(name_3)
     for i, (what, bad) in enumerate(_damages(good, other).items()):
         client.set(name_2, bad)
         d = tiers(f"reader{i}")
         report = compile_shift(2.0, 10 + i)                 # checked against numpy
-        assert report["kernel"] == "miss", what
         c = counters(d)
-        assert (c.get("remote.corrupt", 0), c.get("remote.hit", 0), c.get("remote.backfills", 0)) == (1, 0, 0), what
+        if kind == "kernel":  # the source entry hits, the kernel entry it names is bad: traced and compiled
+            assert (report["source"], report["kernel"]) == ("miss", "miss"), what
+        else:                 # the source entry is bad: traced, and the kernel entry hits in Redis
+            assert (report["source"], report["kernel"], report["tier"]) == ("miss", "hit", "remote"), what
+        assert (c.get("remote.corrupt", 0), c.get("remote.hit", 0), c.get("remote.backfills", 0)) == (1, 1, 1), what
         key = name_2.decode()[len(remote_mod.NAMESPACE):]
-        unpack(client.get(name_2), "kernel", key)           # the recompile wrote a good entry over it
+        unpack(client.get(name_2), kind, key)               # the compile wrote a good entry over it
     d = tiers("last")
-    assert compile_shift(2.0, 99)["tier"] == "remote"
+    last = compile_shift(2.0, 99)
+    assert (last["source"], last["tier"]) == ("hit", "remote")
 
 
 def test_an_entry_signed_with_another_secret_is_refused(tiers, redis_server, tmp_path, capfd):
@@ -317,7 +367,8 @@ def test_an_entry_signed_with_another_secret_is_refused(tiers, redis_server, tmp
 
     mallory = tiers("mallory", secret="another secret")
     assert compile_shift(4.0, 2)["kernel"] == "miss"       # refused, compiled, correct
-    assert counters(mallory)["remote.refused"] == 1 and counters(mallory).get("remote.hit", 0) == 0
+    # refused: the source entry, then the kernel entry (each once)
+    assert counters(mallory)["remote.refused"] == 2 and counters(mallory).get("remote.hit", 0) == 0
 
     tiers("unsigned")                                       # no secret: writes an unsigned entry
     redis_server.client().delete(name)
@@ -325,7 +376,7 @@ def test_an_entry_signed_with_another_secret_is_refused(tiers, redis_server, tmp
     assert redis_server.client().get(name).startswith(b"nkicc-cache ")
     alice = tiers("alice2", secret="alice's secret")
     assert compile_shift(4.0, 4)["kernel"] == "miss"       # an unsigned entry is refused too
-    assert counters(alice)["remote.refused"] == 1
+    assert counters(alice)["remote.refused"] == 2          # (the source and the kernel entry)
 
     key_file = tmp_path / "key"
     key_file.write_text("alice's secret\n")
@@ -333,7 +384,7 @@ def test_an_entry_signed_with_another_secret_is_refused(tiers, redis_server, tmp
     os.environ["NKICC_CACHE_SECRET_FILE"] = str(key_file)
     try:
         assert compile_shift(4.0, 5)["tier"] == "remote"
-        assert counters(d)["remote.hit"] == 1
+        assert counters(d)["remote.hit"] == 2
         os.environ["NKICC_CACHE_SECRET_FILE"] = str(tmp_path / "no-such-key")
         d = tiers("nokey")                                  # an unreadable key file: no remote tier at all
         assert compile_shift(4.0, 6)["kernel"] == "miss"
@@ -411,18 +462,19 @@ def test_passwords_work_and_never_show(tmp_path):
         outputs += [first.stdout, first.stderr, (tmp_path / "r.json").read_text()]
         assert len(server.client(password="Def4ult-pw-x9").keys(PREFIX + "*")) == 1
         second = nkicc_cli("compile", kernel, "--remote-cache", url, env=subprocess_env(tmp_path / "m2", ""))
-        assert second.returncode == 0 and "cache: kernel hit (remote)" in second.stdout, second.stdout
+        assert second.returncode == 0, second.stderr
+        assert "cache: kernel hit (source hit: not traced) (remote)" in second.stdout, second.stdout
         third = nkicc_cli("simulate", kernel, "--remote-cache", url, env=subprocess_env(tmp_path / "m4", ""))
         assert third.returncode == 0, third.stderr
-        assert counters(tmp_path / "m4")["remote.hit"] == 1
+        assert counters(tmp_path / "m4")["remote.hit"] == 2
         outputs += [second.stdout, second.stderr, third.stdout, third.stderr]
         for env_url, fmt in ((url, []), (f"redis://127.0.0.1:{server.port}/0?password=Def4ult-pw-x9", ["--json"])):
             stats = nkicc_cli("cache", "stats", *fmt, env=subprocess_env(tmp_path / "m2", env_url))
             assert stats.returncode == 0, stats.stderr
             outputs += [stats.stdout, stats.stderr]
-        assert "remote tier redis://alice:***@127.0.0.1" in outputs[-4] and ": 1 hits" in outputs[-4], outputs[-4]
+        assert "remote tier redis://alice:***@127.0.0.1" in outputs[-4] and ": 2 hits" in outputs[-4], outputs[-4]
         remote = json.loads(outputs[-2])["remote"]
-        assert (remote["url"], remote["hits"], remote["entries"]) == (f"redis://127.0.0.1:{server.port}/0", 1, 1)
+        assert (remote["url"], remote["hits"], remote["entries"]) == (f"redis://127.0.0.1:{server.port}/0", 2, 2)
         wrong = nkicc_cli("compile", kernel, env=subprocess_env(
             tmp_path / "m3", f"redis://alice:Wr0ng-pw-z3@127.0.0.1:{server.port}/0"))
         assert wrong.returncode == 0, wrong.stderr
@@ -516,7 +568,7 @@ def test_nkicc_run_takes_remote_cache(redis_server, tmp_path):
                       env=subprocess_env(tmp_path / machine, ""))
         assert p.returncode == 0 and p.stdout.strip() == "ok", p.stdout + p.stderr
     c = counters(tmp_path / "m2")
-    assert (c["remote.hit"], c["local.miss"], c.get("remote.miss", 0)) == (2, 4, 0)  # source + kernel keys
+    assert (c["remote.hit"], c["local.miss"], c.get("remote.miss", 0)) == (4, 4, 0)  # source + kernel keys
 
 
 def test_a_plugin_can_serve_another_scheme_through_the_same_hook(tmp_path, monkeypatch):
@@ -536,8 +588,10 @@ def test_a_plugin_can_serve_another_scheme_through_the_same_hook(tmp_path, monke
         reports.append(c.report["cache"])
     forget_stores()
     assert [(r["kernel"], r.get("tier")) for r in reports] == [("miss", None), ("hit", "remote")]
-    (name, value), = dict_tier_plugin.TABLE.items()
-    assert name.startswith(PREFIX) and value.startswith(b"nkicc-signed 1 ")
-    assert counters(tmp_path / "m2")["remote.hit"] == 1
+    assert reports[1]["source"] == "hit"
+    (kernel_name, kernel_value), (source_name, source_value) = sorted(dict_tier_plugin.TABLE.items())
+    assert kernel_name.startswith(PREFIX) and kernel_value.startswith(b"nkicc-signed 1 ")
+    assert source_name.startswith(SOURCE_PREFIX) and source_value.startswith(b"nkicc-signed 1 ")
+    assert counters(tmp_path / "m2")["remote.hit"] == 2
     # the implementation without `remote` was asked for each local tier, never for the shared one
     assert legacy_backend_plugin.ASKED == [str(tmp_path / "m1"), str(tmp_path / "m2")]

@@ -77,7 +77,7 @@ def group_of(op: Op, rank: int, size: int) -> tuple[int, ...]:
 
 
 def _bytes(op: Op, decls) -> int:
-    return sum(a.count * dtypes.itemsize(decls[a.tensor].dtype) for a in op.outs)
+    return sum(a.count * dtypes.itemsize(a.dtype or decls[a.tensor].dtype) for a in op.outs)
 
 
 def _ring_ns(factor):
@@ -396,8 +396,8 @@ def core_barrier(data, cores, engine=enums.engine.gpsimd, name=None):
     """Every core of `cores` (only (0, 1)) waits here until all have arrived:
     their writes to the shared HBM tensor `data` are then visible to all."""
     data = tensor(data, "core_barrier data")
-    if data.decl.on_chip:
-        raise NkiccError("E120", "core_barrier data must be a shared HBM tensor")
+    if data.decl.buffer == "psum":  # (library kernels also order an SBUF tile this way, e.g. a loop counter)
+        raise NkiccError("E120", "core_barrier data must be an HBM or SBUF tensor")
     cores = tuple(int(c) for c in cores)
     if cores != (0, 1):
         raise NkiccError("E160", f"core_barrier supports cores=(0, 1) only, got {list(cores)}")

@@ -41,7 +41,8 @@ def _minor_stride_bytes(a: Access, item: int) -> int:
 
 def _bytes(op: Op, decls) -> int:
     dst, src = op.outs[0], op.ins[0]
-    return max(dst.count * dtypes.itemsize(decls[dst.tensor].dtype), src.count * dtypes.itemsize(decls[src.tensor].dtype))
+    return max(dst.count * dtypes.itemsize(dst.dtype or decls[dst.tensor].dtype),
+               src.count * dtypes.itemsize(src.dtype or decls[src.tensor].dtype))
 
 
 def _buffers(a: Access, decl, item: int) -> tuple[int, int]:
@@ -67,7 +68,7 @@ def _transfer_ns(op: Op, ctx: CostContext) -> float:
     t, decls = ctx.table, ctx.decls
     dst, src = op.outs[0], op.ins[0]
     ddecl, sdecl = decls[dst.tensor], decls[src.tensor]
-    ditem, sitem = dtypes.itemsize(ddecl.dtype), dtypes.itemsize(sdecl.dtype)
+    ditem, sitem = dtypes.itemsize(dst.dtype or ddecl.dtype), dtypes.itemsize(src.dtype or sdecl.dtype)
     (nd, rd), (ns_, rs) = _buffers(dst, ddecl, ditem), _buffers(src, sdecl, sitem)
     chunk = min(rd, rs)
     bw = t.dma_peak_bytes_per_ns(max(nd, ns_)) * chunk / (chunk + t.dma_buffer_overhead_bytes)
@@ -104,10 +105,13 @@ def dma_copy(dst, src, priority=None, oob_mode=enums.oob_mode.error, dge_mode=en
     dst, src = tensor(dst, "dma_copy dst"), tensor(src, "dma_copy src")
     _unsupported_hints("dma_copy", _hw_hints)
     _check_copy("dma_copy", dst, src)
-    enums.member_name(oob_mode, enums.oob_mode, "oob_mode")
+    oob = enums.member_name(oob_mode, enums.oob_mode, "oob_mode")
     enums.member_name(dge_mode, enums.dge_mode, "dge_mode")
     # a DMA between different dtypes converts through fp32
-    return Emit([dst], [src], {"cast": "float32"} if dst.decl.dtype != src.decl.dtype else {})
+    attrs = {"cast": "float32"} if dst.decl.dtype != src.decl.dtype else {}
+    if oob == "skip" and (dst.access.vector is not None or src.access.vector is not None):
+        attrs["oob"] = "skip"  # gathered / scattered rows whose index is out of range are not moved
+    return Emit([dst], [src], attrs)
 
 
 _TRANSPOSE_PERM = {2: (1, 0), 3: (2, 1, 0), 4: (3, 1, 2, 0)}
@@ -174,7 +178,7 @@ def _dma_compute(op: Op, read):
 
 
 def _compute_bytes(op: Op, decls) -> int:
-    return sum(a.count * dtypes.itemsize(decls[a.tensor].dtype) for a in op.outs + op.ins if isinstance(a, Access))
+    return sum(a.count * dtypes.itemsize(a.dtype or decls[a.tensor].dtype) for a in op.outs + op.ins if isinstance(a, Access))
 
 
 def _compute_ns(op: Op, ctx: CostContext) -> float:

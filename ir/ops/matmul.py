@@ -44,7 +44,7 @@ def _matmul_cost(op: Op, ctx: CostContext) -> float:
     t = ctx.table
     st, mv = op.ins[0], op.ins[1]
     cycles = max(min(t.matmul_min_rows, free_size(st)), free_size(mv))
-    if any(ctx.decls[a.tensor].dtype == "float32" for a in (st, mv)):
+    if any((a.dtype or ctx.decls[a.tensor].dtype) == "float32" for a in (st, mv)):
         cycles *= t.matmul_fp32_factor
     return ctx.ns(ctx.fixed_cycles(op) + cycles)
 

@@ -36,7 +36,7 @@ def indexing_with_a_tile(a: "float32[128,64]", idx: "int32[128,1]"):
 def vector_offset(a: "float32[128,64]", idx: "int32[128,1]"):
     out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
     i = nl.load(idx)
-    t = nl.load(a.ap([[64, 128], [1, 64]], vector_offset=i))  # EXPECT: E160
+    t = nl.load(a.ap([[32, 128], [1, 32]], vector_offset=i, dtype=nl.bfloat16))  # EXPECT: E160
     nl.store(out, value=t)
     return out
 
@@ -54,14 +54,6 @@ def activation_with_a_numpy_function(a: "float32[128,64]"):
     out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
     t = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
     nisa.activation(dst=t, op=np.arcsinh, data=nl.load(a))  # EXPECT: E160
-    nl.store(out, value=t)
-    return out
-
-
-@nkicc.jit
-def reinterpreting_dtype(a: "float32[128,64]"):
-    out = nl.ndarray((128, 128), dtype=nl.bfloat16, buffer=nl.shared_hbm)
-    t = nl.load(a.ap([[64, 128], [1, 64]], dtype=nl.bfloat16))  # EXPECT: E160
     nl.store(out, value=t)
     return out
 

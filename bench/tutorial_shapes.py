@@ -1,0 +1,228 @@
+"""The public NKI tutorial kernels at the shapes their tutorials measured.
+
+Compiles each kernel at that shape (compile seconds; what the allocator had to
+do to fit it: reordered statements to shorten live ranges, spills), then
+estimates its time on the machine simulator: at the full shape where that is
+affordable (at most --sim-limit executed instructions and --sim-mb of
+inputs), else at a reduced shape (an outer, independent dimension cut by a factor) scaled back up by that
+factor. The estimate is set beside the time the tutorial published for the
+hardware, where it published one.
+
+    python bench/tutorial_shapes.py [SDK] [--only NAME] [--sim-limit N] [--sim-mb MB] [--json out.json] [--markdown out.md]
+
+SDK: a checkout of aws-neuron/aws-neuron-sdk, or a git mirror of it (default:
+$NKI_SDK). Its kernels (nki/examples/...) are read from there at run time and
+never copied into this repository; without it only this project's own
+tutorial rewrites (tests/nki_scripts/matmul_tutorial.py) run.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("NKICC_CACHE", "0")  # compile seconds are cold compiles
+
+import numpy as np
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+MIRROR = pathlib.Path("/work/.mirror/aws-neuron+aws-neuron-sdk/repo")
+
+MM_FULL = {"lhsT": (8192, 4096), "rhs": (8192, 8192)}      # kernel-optimization tutorial, trn2, fp32
+MM_QUARTER = {"lhsT": (8192, 1024), "rhs": (8192, 8192)}   # M / 4: the m blocks are independent
+MM_HALF = {"lhsT": (8192, 2048), "rhs": (8192, 8192)}
+MAMBA = ("delta", "u", "A", "B", "C")
+
+
+def mamba_shapes(batch, seq, channels, state):
+    return dict(zip(MAMBA, ((batch, channels, seq), (batch, channels, seq), (channels, state),
+                            (batch, state, seq), (batch, state, seq))))
+
+
+@dataclasses.dataclass
+class Case:
+    name: str
+    source: str            # "sdk:<path in the SDK>" or "repo:<path in this repository>"
+    kernel: str
+    shapes: dict           # argument -> shape (float32 unless dtypes says otherwise)
+    target: str
+    published_ms: float | None = None
+    published_where: str = ""
+    reduced: tuple | None = None   # (shapes, factor): simulate this and scale the time by factor
+    dtypes: dict = dataclasses.field(default_factory=dict)
+    consts: dict = dataclasses.field(default_factory=dict)   # compile-time arguments
+
+
+SDK_MM = "sdk:nki/examples/matrix_multiplication/matrix_multiplication_nki_kernels.py"
+SDK_MAMBA = "sdk:nki/examples/fused_mamba/mamba_nki_kernels.py"
+OPT = "kernel-optimization.rst (profile screenshots)"
+MAMBA_RST = "fused_mamba.rst"
+CASES = [
+    Case("mm basic (sdk)", SDK_MM, "nki_matmul_basic_", {"lhsT": (128, 64), "rhs": (128, 512)}, "trn2"),
+    Case("mm tiled (sdk)", SDK_MM, "nki_matmul_tiled_", MM_FULL, "trn2", 39.89, OPT, (MM_QUARTER, 4)),
+    Case("mm hoisted loads (sdk)", SDK_MM, "nki_matmul_hoist_load_", MM_FULL, "trn2", 28.20, OPT, (MM_QUARTER, 4)),
+    Case("mm block free dimension (sdk)", SDK_MM, "nki_matmul_block_free_dimension_", MM_FULL, "trn2", 28.41, OPT,
+         (MM_QUARTER, 4)),
+    Case("mm fully optimized (sdk)", SDK_MM, "nki_matmul_fully_optimized_", MM_FULL, "trn2", 28.30, OPT,
+         (MM_HALF, 2)),
+    Case("tensor add (sdk)", "sdk:nki/examples/tensor_addition/tensor_addition_nki_kernels.py", "nki_tensor_add",
+         {"a_input": (256, 1024), "b_input": (256, 1024)}, "trn2"),
+    Case("transpose2d (sdk)", "sdk:nki/examples/transpose2d/transpose2d_nki_kernels.py", "tensor_transpose2D_kernel_",
+         {"in_tensor": (5, 12)}, "trn2", dtypes={"in_tensor": "int8"},
+         consts={"shape2D": (3, 4)}),
+    Case("avgpool2d (sdk)", "sdk:nki/examples/average_pool2d/average_pool2d_nki_kernels.py", "tensor_avgpool_kernel",
+         {"in_tensor": (2, 6, 6)}, "trn2", dtypes={"in_tensor": "bfloat16"},
+         consts={"pool_size": 2}),
+    Case("mamba v1 (sdk)", SDK_MAMBA, "mamba_v1", mamba_shapes(1, 512, 256, 16), "trn1", 0.17293, MAMBA_RST),
+    Case("mamba v1 4K channels (sdk)", SDK_MAMBA, "mamba_v1", mamba_shapes(1, 512, 4096, 16), "trn1", 2.34, MAMBA_RST,
+         (mamba_shapes(1, 512, 512, 16), 8)),
+    Case("mamba v2 4K channels (sdk)", SDK_MAMBA, "mamba_v2", mamba_shapes(1, 512, 4096, 16), "trn1", 1.61, MAMBA_RST,
+         (mamba_shapes(1, 512, 512, 16), 8)),
+    Case("mamba v2 8K seq (sdk)", SDK_MAMBA, "mamba_v2", mamba_shapes(1, 8192, 4096, 16), "trn1", 53.33, MAMBA_RST,
+         (mamba_shapes(1, 8192, 512, 16), 8)),
+    Case("mamba v3 8K seq (sdk)", SDK_MAMBA, "mamba_v3", mamba_shapes(1, 8192, 4096, 16), "trn1", 27.8, MAMBA_RST,
+         (mamba_shapes(1, 8192, 512, 16), 8)),
+    # this project's own rewrites of the matmul tutorial's steps, at the same shape
+    Case("mm tiled (repo)", "repo:tests/nki_scripts/matmul_tutorial.py", "matmul_tiled", MM_FULL, "trn2", 39.89, OPT,
+         (MM_QUARTER, 4)),
+    Case("mm hoisted (repo)", "repo:tests/nki_scripts/matmul_tutorial.py", "matmul_hoisted", MM_FULL, "trn2", 28.20,
+         OPT, (MM_QUARTER, 4)),
+    Case("mm block free (repo)", "repo:tests/nki_scripts/matmul_tutorial.py", "matmul_block_free", MM_FULL, "trn2",
+         28.41, OPT, (MM_QUARTER, 4)),
+    Case("mm blocked (repo)", "repo:tests/nki_scripts/matmul_tutorial.py", "matmul_blocked", MM_FULL, "trn2", 28.30,
+         OPT, (MM_QUARTER, 4)),
+]
+
+
+def sdk_files(sdk: pathlib.Path | None, paths, into: pathlib.Path) -> bool:
+    """Copy the SDK's kernel files into a scratch folder (from a checkout or a
+    git mirror); False when there is no SDK."""
+    if sdk is None or not sdk.exists():
+        return False
+    for rel in paths:
+        dst = into / pathlib.Path(rel).name
+        if (sdk / rel).is_file():
+            dst.write_bytes((sdk / rel).read_bytes())
+        else:
+            r = subprocess.run(["git", "-C", str(sdk), "show", f"HEAD:{rel}"], capture_output=True)
+            if r.returncode:
+                return False
+            dst.write_bytes(r.stdout)
+    return True
+
+
+def load(case: Case, scratch: pathlib.Path):
+    kind, rel = case.source.split(":", 1)
+    folder = scratch if kind == "sdk" else REPO / pathlib.Path(rel).parent
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
+    return getattr(importlib.import_module(pathlib.Path(rel).stem), case.kernel)
+
+
+def specs(case: Case, shapes) -> list[str]:
+    return [f"{case.dtypes.get(n, 'float32')}[{','.join(map(str, s))}]" for n, s in shapes.items()]
+
+
+def arrays(case: Case, shapes, rng):
+    import nkicc.language as nl
+    out = []
+    for n, s in shapes.items():
+        dt = case.dtypes.get(n, "float32")
+        a = rng.standard_normal(s) if dt != "int8" else rng.integers(-100, 100, s)
+        out.append(a.astype(getattr(nl, dt) if dt == "bfloat16" else dt))
+    return out
+
+
+def run_case(case: Case, kernel, sim_limit: int, sim_bytes: int, rng) -> dict:
+    import nkicc
+    row = {"name": case.name, "kernel": case.kernel, "target": case.target,
+           "shapes": {n: list(s) for n, s in case.shapes.items()}, "published_ms": case.published_ms,
+           "published_where": case.published_where}
+    t = time.perf_counter()
+    try:
+        c = nkicc.compile(kernel, *specs(case, case.shapes), passes={"target": case.target}, **case.consts)
+    except nkicc.NkiccError as e:
+        row.update(compile_s=round(time.perf_counter() - t, 2), error=str(e))
+        return row
+    alloc = c.report["notes"].get("alloc", {})
+    row.update(compile_s=round(time.perf_counter() - t, 2), instructions=c.report["instructions_compiled"],
+               executed=c.report["instructions_executed"],
+               alloc=alloc.get("what_alloc_did", []), memory=alloc.get("memory"))
+    shapes, factor = case.shapes, 1
+    nbytes = sum(4 * int(np.prod(s)) for s in case.shapes.values())
+    if c.report["instructions_executed"] > sim_limit or nbytes > sim_bytes:
+        if not case.reduced:
+            row["estimate"] = "not simulated (over the simulation limits, no reduced shape)"
+            return row
+        shapes, factor = case.reduced
+        c = nkicc.compile(kernel, *specs(case, shapes), passes={"target": case.target}, **case.consts)
+    t = time.perf_counter()
+    c.run(*arrays(case, shapes, rng))
+    row.update(sim_s=round(time.perf_counter() - t, 1), estimated_ms=c.sim.total_ns * factor / 1e6,
+               estimate="full shape" if factor == 1 else f"reduced shape x{factor}",
+               pe_active_pct=round(c.sim.engines["pe"].active_pct, 1))
+    if case.published_ms:
+        row["estimate_over_published"] = round(row["estimated_ms"] / case.published_ms, 2)
+    return row
+
+
+def markdown(rows) -> str:
+    """The rows as the table in docs/benchmarks.md."""
+    out = ["| kernel | target | shape | compile s | what alloc did | estimated ms | how | published ms | ratio |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        shape = ", ".join(f"{n} {'x'.join(map(str, s))}" for n, s in r["shapes"].items())
+        did = "; ".join(r.get("alloc") or ["fits as written"]).replace("|", "/")
+        est = f"{r['estimated_ms']:.3g}" if "estimated_ms" in r else r.get("error") or r.get("estimate", "")
+        out.append(f"| {r['name']} | {r['target']} | {shape} | {r['compile_s']} | {did} | {est} | "
+                   f"{r.get('estimate', '')} | {r['published_ms'] or ''} | {r.get('estimate_over_published', '')} |")
+    return "\n".join(out) + "\n"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("sdk", nargs="?", default=os.environ.get("NKI_SDK", str(MIRROR)))
+    p.add_argument("--only", help="run the cases whose name contains this")
+    p.add_argument("--sim-limit", type=int, default=20_000,
+                   help="simulate the full shape up to this many executed instructions")
+    p.add_argument("--sim-mb", type=int, default=64,
+                   help="simulate the full shape only when its inputs are at most this many MiB")
+    p.add_argument("--json", help="write the rows here")
+    p.add_argument("--markdown", help="write the rows as a markdown table here")
+    args = p.parse_args()
+    from nkicc.loader import enable_nki_alias
+    enable_nki_alias()
+    cases = [c for c in CASES if not args.only or args.only in c.name]
+    scratch = pathlib.Path(tempfile.mkdtemp(prefix="nkicc-tutorials-"))
+    have_sdk = sdk_files(pathlib.Path(args.sdk), sorted({c.source[4:] for c in cases if c.source.startswith("sdk:")}),
+                         scratch)
+    if not have_sdk:
+        print(f"no NKI SDK at {args.sdk}: only this repository's tutorial rewrites run")
+    rng = np.random.default_rng(0)
+    rows = []
+    for case in cases:
+        if case.source.startswith("sdk:") and not have_sdk:
+            continue
+        row = run_case(case, load(case, scratch), args.sim_limit, args.sim_mb * 2**20, rng)
+        for folder in (scratch, REPO):  # file names, not this machine's folders
+            row["alloc"] = [a.replace(f"{folder}/", "") for a in row.get("alloc", [])]
+        rows.append(row)
+        est = f"{row['estimated_ms']:.2f} ms ({row['estimate']})" if "estimated_ms" in row else row.get("estimate", "")
+        pub = f", published {row['published_ms']} ms" if row["published_ms"] else ""
+        print(f"{case.name}: compile {row['compile_s']} s; {row.get('error') or est}{pub}; "
+              f"alloc: {'; '.join(row.get('alloc') or ['fits as written'])}", flush=True)
+    if args.json:
+        pathlib.Path(args.json).write_text(json.dumps(rows, indent=1))
+    if args.markdown:
+        pathlib.Path(args.markdown).write_text(markdown(rows))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,222 @@
+"""Shorter live ranges by reordering straight-line code, for the allocator.
+
+A loop whose body appends tiles to Python lists is traced concretely, so the
+rolled IR holds its iterations as one straight-line block, in the order the
+source wrote them: typically every load of a block first, then every compute
+step. The allocator sees each loaded tile live from its load to its last use,
+and all of them at once. Statements of such a block that touch disjoint memory
+are independent (the iterations of `affine_range` loops are), so they may run
+in another order: this module reorders a block demand-first, so that a tile
+is allocated and loaded when a compute step needs it and the compute steps
+that finish tiles off (their last uses) go before those that start new ones.
+
+It is called by alloc only when the kernel does not fit as written (an order
+that fits is the kernel author's and stays), and alloc keeps the new order
+only where it lowers the peak. Dependences are exact per tensor within one
+iteration of the enclosing loops; loops and control instructions are
+barriers that nothing moves across. The work is quadratic in the length of a
+block, so blocks longer than MAX_BLOCK are left as they are.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from nkicc.ir import Access, Alloc, Block, Loop, Op, ops
+from nkicc.ir.analysis import reads
+
+MAX_BLOCK = 2048
+
+
+@dataclasses.dataclass
+class Reordered:
+    """One block that was reordered: where, and how many statements."""
+    loc: str | None
+    statements: int
+    moved: int
+
+
+def reorder(kernel, local: set[str], window: int = 0) -> tuple[object, list[Reordered]]:
+    """The kernel with every long enough straight-line block reordered
+    demand-first. `local`: tensors that may die inside the block that
+    allocates them (all their uses are in that block). `window`: how many
+    compute steps ahead of its first use a load is issued, so that loads
+    overlap compute (each step ahead keeps one more tile live)."""
+    decls = kernel.tensor_map()
+    done: list[Reordered] = []
+
+    def walk(block: Block, loc) -> Block:
+        stmts = [dataclasses.replace(s, body=walk(s.body, s.loc)) if isinstance(s, Loop) else s
+                 for s in block.stmts]
+        out: list = []
+        segment: list = []
+        for s in stmts + [None]:
+            if s is None or _barrier(s):
+                if segment:
+                    new = _reorder_segment(segment, decls, local, window)
+                    moved = sum(a is not b for a, b in zip(new, segment))
+                    if moved:
+                        where = loc or next((x.loc for x in segment if isinstance(x, Op) and x.loc), None)
+                        done.append(Reordered(str(where) if where else None, len(segment), moved))
+                    out.extend(new)
+                    segment = []
+                if s is not None:
+                    out.append(s)
+            else:
+                segment.append(s)
+        return Block(tuple(out))
+
+    return dataclasses.replace(kernel, body=walk(kernel.body, None)), done
+
+
+def _barrier(s) -> bool:
+    if isinstance(s, Loop):
+        return True
+    if isinstance(s, Alloc):
+        return False
+    d = ops.of(s)
+    # random-number instructions name their state register as an operand, but the
+    # order of draws is what a kernel's results depend on: keep them in place
+    return d.control or d.collective is not None or d.family in ("control", "collectives", "debug", "rng")
+
+
+def _accesses(s, decls):
+    """(tensor, key, lo, hi, is_write) per memory range a statement touches.
+    `key` is the access's loop-variable terms: two accesses with the same terms
+    are compared by their constant ranges (exact within one iteration of the
+    enclosing loops); different terms or a runtime offset mean the whole tensor."""
+    if isinstance(s, Alloc):
+        return [(s.tensor, None, 0, decls[s.tensor].size - 1, True)]
+    out = []
+    for accesses, is_write in ((reads(s), False), (s.outs, True)):
+        for a in accesses:
+            out.append((a.tensor, *_range(a, decls), is_write))
+    return out
+
+
+def _range(a: Access, decls):
+    if a.scalar is not None:
+        return None, 0, decls[a.tensor].size - 1
+    lo = hi = a.offset.const
+    for step, num in a.pattern:
+        span = step * (num - 1)
+        if span >= 0:
+            hi += span
+        else:
+            lo += span
+    return a.offset.terms, lo, hi
+
+
+def _dependences(segment, decls):
+    """preds[j]: earlier statements j must follow (read/write, write/read,
+    write/write on overlapping memory of the same tensor)."""
+    history: dict[str, list] = {}
+    preds: list[set[int]] = []
+    for j, s in enumerate(segment):
+        deps = set()
+        acc = _accesses(s, decls)
+        for tensor, key, lo, hi, w in acc:
+            for i, key2, lo2, hi2, w2 in history.get(tensor, ()):
+                if (w or w2) and (key is None or key2 is None or key != key2 or (lo <= hi2 and lo2 <= hi)):
+                    deps.add(i)
+        for tensor, key, lo, hi, w in acc:
+            history.setdefault(tensor, []).append((j, key, lo, hi, w))
+        preds.append(deps)
+    return preds
+
+
+def _reorder_segment(segment, decls, local, window):
+    n = len(segment)
+    if n > MAX_BLOCK or sum(isinstance(s, Alloc) for s in segment) < 2:
+        return segment
+    preds = _dependences(segment, decls)
+    succs: list[list[int]] = [[] for _ in range(n)]
+    for j, d in enumerate(preds):
+        for i in d:
+            succs[i].append(j)
+    missing = [len(d) for d in preds]
+    allocated_here = {s.tensor for s in segment if isinstance(s, Alloc)}
+    dying = allocated_here & local
+    uses_left: dict[str, int] = {}
+    touched: list[set[str]] = []
+    reads_here: list[set[str]] = []  # tensors of this segment a statement reads
+    for s in segment:
+        names = set() if isinstance(s, Alloc) else {a.tensor for a in reads(s) + s.outs} & dying
+        touched.append(names)
+        reads_here.append(set() if isinstance(s, Alloc) else {a.tensor for a in reads(s)} & allocated_here)
+        for t in names:
+            uses_left[t] = uses_left.get(t, 0) + 1
+    done = [False] * n
+    order: list[int] = []
+    live: set[str] = set()
+
+    def consumes(j) -> bool:
+        return bool(reads_here[j] & live)
+
+    def frees(j) -> bool:
+        return any(uses_left[t] == 1 for t in touched[j])
+
+    def take(j) -> None:
+        done[j] = True
+        order.append(j)
+        if isinstance(segment[j], Alloc):
+            live.add(segment[j].tensor)
+        for t in touched[j]:
+            uses_left[t] -= 1
+        for u in succs[j]:
+            missing[u] -= 1
+
+    pending = list(range(n))
+    while pending:
+        pending = [j for j in pending if not done[j]]
+        if not pending:
+            break
+        ready_ops = [j for j in pending if missing[j] == 0 and not isinstance(segment[j], Alloc)]
+        if ready_ops:
+            # finish tiles off first, then whatever is ready, in source order
+            take(next((j for j in ready_ops if frees(j)), ready_ops[0]))
+            continue
+        # only allocations are ready: allocate for the step closest to running
+        # (fewest unmet dependences), preferring one that finishes a tile off,
+        # then one that consumes tiles already there over one that starts new ones
+        target = min((j for j in pending if not isinstance(segment[j], Alloc)),
+                     key=lambda j: (missing[j], not frees(j), not consumes(j), j), default=None)
+        if target is None:
+            for j in pending:
+                take(j)  # allocations nothing uses
+            break
+        j = target
+        while missing[j]:
+            j = min(i for i in preds[j] if not done[i])
+        take(j)
+    if window:
+        order = _prefetch(order, segment, preds, reads_here, window)
+    return [segment[j] for j in order]
+
+
+def _prefetch(order, segment, preds, reads_here, window):
+    """Move each load (an allocation and the DMA that fills it from outside
+    the block, placed together by the demand-first order) up to `window`
+    compute steps earlier, never above a statement it depends on."""
+    out: list[int] = []
+    compute_at: list[int] = []  # positions in `out` of compute steps
+    k = 0
+    while k < len(order):
+        j = order[k]
+        nxt = order[k + 1] if k + 1 < len(order) else None
+        if (isinstance(segment[j], Alloc) and nxt is not None and isinstance(segment[nxt], Op)
+                and segment[nxt].opcode == "dma_copy" and not reads_here[nxt]
+                and {a.tensor for a in segment[nxt].outs} == {segment[j].tensor}):
+            where = {x: p for p, x in enumerate(out)}
+            floor = max((where[i] + 1 for i in preds[j] | preds[nxt] if i in where), default=0)
+            # `window` compute steps back, or to the first one; loads before any compute keep their order
+            back = compute_at[-window] if len(compute_at) >= window else (compute_at[0] if compute_at else len(out))
+            at = max(floor, back)
+            out[at:at] = [j, nxt]
+            compute_at = [p + 2 if p >= at else p for p in compute_at]
+            k += 2
+            continue
+        if not isinstance(segment[j], Alloc):
+            compute_at.append(len(out))
+        out.append(j)
+        k += 1
+    return out
