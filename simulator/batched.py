@@ -37,6 +37,7 @@ import numpy as np
 from ..ir import Access, Alloc, Loop, Op, ops
 from ..ir.analysis import reads, runtime_guard
 from ..ir.loopdeps import carried
+from ..ir.ops.matmul import gemm_flop
 from . import semantics
 from ._blas import default_blas
 from .reference import ReferenceMachine
@@ -60,6 +61,8 @@ class _OpItem:
     feeds: "_OpItem | None" = None  # a matmul whose only use is this op's sum: computed inside it
     fused: bool = False             # a matmul computed inside the sum it feeds
     rule: object = None             # the OpDef's Batched
+    parts: tuple = ()               # the instructions it stands for, when not just plan (_rmw)
+    skip: bool = False              # a load whose tile its readers read at the source (_forwards)
 
 
 @dataclass
@@ -74,7 +77,10 @@ class Nest:
     verdicts: dict = field(default_factory=dict)
     fresh: set = field(default_factory=set)  # private tiles that need no poison
     dead: set = field(default_factory=set)   # private tiles only a fused matmul writes: never materialised
+    forward: dict = field(default_factory=dict)  # tile -> (its load, the source access, its (P, F) steps)
     batched: int = 0                # entries run batched
+    why: str = ""                   # why an entry last had to run per iteration
+    fallbacks: int = 0              # entries run per iteration
 
 
 def plan(sim, loop: Loop, outer: tuple, label: str) -> Nest | None:
@@ -89,30 +95,36 @@ def plan(sim, loop: Loop, outer: tuple, label: str) -> Nest | None:
     def walk(stmts, vars_):
         for i, s in enumerate(stmts):
             if isinstance(s, Alloc):
+                if not sim.tensors[s.tensor].onchip:  # re-poisoned per iteration (machine._alloc)
+                    return f"HBM tensor {s.tensor} allocated inside"
                 private[s.tensor] = vars_
                 first = sim._first_use(stmts[i + 1:], s.tensor)
                 if isinstance(first, Op) and sim._overwrites(first, s.tensor):
                     fresh.add(s.tensor)
             elif isinstance(s, Loop):
                 if runtime_guard(s) is not None:
-                    return False
+                    return "a loop with a runtime trip count inside"
                 trips[s.var] = s.trip
-                if walk(s.body.stmts, vars_ + (s.var,)) is False:
-                    return False
+                why = walk(s.body.stmts, vars_ + (s.var,))
+                if why:
+                    return why
             elif isinstance(s, Op):
                 p = plans.get(id(s))
                 rule = ops.of(s).batched
                 if p is None or rule is None or p.collective is not None or p.is_print:
-                    return False
-                if any(isinstance(a, Access) and a.scalar is not None for a in s.ins + s.outs):
-                    return False  # runtime offsets: per iteration
+                    return f"{s.opcode} has no batched rule"
+                if any(isinstance(a, Access) and (a.scalar is not None or a.vector is not None or a.dtype is not None)
+                       for a in s.ins + s.outs):
+                    return f"{s.opcode} with a runtime offset, a gather or reinterpreted bytes"
                 items.append(_OpItem(p, vars_, len(items), rule=rule))
-        return True
+        return None
 
     trips[loop.var] = loop.trip
-    if walk(loop.body.stmts, (loop.var,)) is False or not items:
-        return None
+    why = walk(loop.body.stmts, (loop.var,))
+    if why or not items:
+        return _unbatched(sim, label, why or "no instructions")
     tensors = sim.tensors
+    items, dead = _rmw(items, private, tensors)
     uses: dict = {}
     for it in items:
         op = it.plan.op
@@ -126,23 +138,24 @@ def plan(sim, loop: Loop, outer: tuple, label: str) -> Nest | None:
         if len(ins) > 1 and op.opcode != "dma_copy" and op.opcode != "nc_matmul":
             # stacking iterations along partitions needs operands of one partition count
             if len({(a.shape[0] if a.shape else 1) for a in ins + list(op.outs)}) > 1:
-                return None
+                return _unbatched(sim, label, f"{op.opcode} with operands of different partition counts")
         for a in reads(op):
             uses.setdefault(a.tensor, []).append((it, a, False))
         for a in op.outs:
             uses.setdefault(a.tensor, []).append((it, a, True))
+    dead |= _fuse(items, uses, private, tensors)
+    forward = _forwards(items, uses, private, tensors)
     # sizes: private copies and per-op results must stay small
     total = 0
     for name, vars_ in private.items():
+        if name in dead or name in forward or name not in uses:
+            continue  # never materialised
         t = tensors[name]
         total += int(np.prod([trips[v] for v in vars_], dtype=np.int64)) * t.P * t.F * t.dtype.itemsize
     if total > MAX_PRIVATE_BYTES:
-        return None
-    for it in items:
-        points = int(np.prod([trips[v] for v in it.vars], dtype=np.int64))
-        count = max([a.count for a in it.plan.op.ins if isinstance(a, Access)] + [it.plan.op.outs[0].count])
-        if points * count * 4 > MAX_VALUES_BYTES:
-            return None
+        return _unbatched(sim, label, f"private tile copies of {total >> 20} MiB")
+    if any(_values_bytes(it, trips, private) > MAX_VALUES_BYTES for it in items):
+        return _unbatched(sim, label, f"results of one instruction over {MAX_VALUES_BYTES >> 20} MiB")
     # tiles sharing bytes: both private, used in disjoint stretches of the body
     span = {}
     for name, us in uses.items():
@@ -153,18 +166,161 @@ def plan(sim, loop: Loop, outer: tuple, label: str) -> Nest | None:
         for b in onchip[i + 1:]:
             if b.key != a.key or b.address >= a.address + a.F * a.item:
                 break
-            if a.name not in private or b.name not in private:
-                return None
             sa, sb = span[a.name], span[b.name]
-            if not (sa[1] < sb[0] or sb[1] < sa[0]):
-                return None
+            if a.name not in private or b.name not in private or not (sa[1] < sb[0] or sb[1] < sa[0]):
+                return _unbatched(sim, label, f"{a.name} and {b.name} share bytes")
     relevant = set()
     for name, us in uses.items():
         for v in outer:
             if len({a.offset.coeff(v) for _, a, _ in us}) > 1:
                 relevant.add(v)
-    dead = _fuse(items, uses, private, tensors)
-    return Nest(label, trips, items, private, uses, tuple(sorted(relevant)), fresh=fresh, dead=dead)
+    return Nest(label, trips, items, private, uses, tuple(sorted(relevant)), fresh=fresh, dead=dead,
+                forward=forward)
+
+
+def _unbatched(sim, label: str, why: str) -> None:
+    sim.unbatched[label] = why
+    return None
+
+
+def _points(vars_, trips) -> int:
+    return int(np.prod([trips[v] for v in vars_], dtype=np.int64))
+
+
+def _values_bytes(it: _OpItem, trips: dict, private: dict) -> int:
+    """The most bytes one op's batched execution materialises: its results over the loops its
+    destination keeps; a matmul's operands over the loops they move with (a GEMM copies those),
+    an element-wise op's over every iteration (they are stacked along partitions)."""
+    op = it.plan.op
+    out = _points([v for i, v in enumerate(it.vars) if i not in it.reduce], trips) * op.outs[0].count
+    if it.feeds is not None:  # the fused matmul's product arrives summed
+        return 4 * out
+    ins = [a for a in op.ins if isinstance(a, Access)]
+    if it.rule.sums:
+        sizes = [_points([v for v in it.vars if a.offset.coeff(v) or v in private.get(a.tensor, ())], trips)
+                 * a.count for a in ins]
+        return 4 * max(sizes + ([] if it.fused else [out]))
+    return 4 * max([_points(it.vars, trips) * a.count for a in ins] + [out])
+
+
+def _rmw(items: list, private: dict, tensors: dict) -> tuple[list, set]:
+    """load t <- X[a]; t = t + y; X[a] <- t, through a private tile t used nowhere else (how
+    alloc spills an accumulator to HBM, plugins/spill): one item X[a] = X[a] + y, an
+    accumulation along the loops X[a] does not move with like any other. The tile is never
+    written (it is dead after the store). Returns the items and those tiles."""
+    counts: dict = {}
+    for it in items:
+        for a in list(it.plan.op.outs) + list(reads(it.plan.op)):
+            counts[a.tensor] = counts.get(a.tensor, 0) + 1
+    out, dead, i = [], set(), 0
+    while i < len(items):
+        m = _match_rmw(items[i:i + 3], private, tensors)
+        if m is None or counts[m.outs[1].tensor] != 4:
+            out.append(items[i])
+            i += 1
+            continue
+        tri = items[i:i + 3]
+        op = Op("tensor_tensor", (m.outs[0],), m.ins, (("op", "add"),), tri[1].plan.op.loc)
+        out.append(_OpItem(_Merged(op), tri[0].vars, 0, rule=ops.of(op).batched,
+                           parts=tuple(it.plan for it in tri)))
+        dead.add(m.outs[1].tensor)
+        i += 3
+    for k, it in enumerate(out):
+        it.order = k
+    return out, dead
+
+
+_DMA_ATTRS = {"id", "engine", "queue", "rotate", "wait"}
+
+
+def _match_rmw(tri: list, private: dict, tensors: dict):
+    """For a load / add / store triple: an Op-like record with outs (X[a], t) and the add's ins with
+    t replaced by X[a]; else None."""
+    if len(tri) != 3 or not tri[0].vars == tri[1].vars == tri[2].vars:
+        return None
+    lo, ad, so = (it.plan.op for it in tri)
+    if (lo.opcode, ad.opcode, so.opcode) != ("dma_copy", "tensor_tensor", "dma_copy") or ad.attr("op") != "add":
+        return None
+    if any(k not in _DMA_ATTRS for o in (lo, so) for k, _ in o.attrs) or len(lo.ins) != 1 or len(so.ins) != 1:
+        return None
+    t, x = lo.outs[0], lo.ins[0]
+    if not (isinstance(x, Access) and so.outs[0] == x and so.ins[0] == t and ad.outs[0] == t
+            and t.tensor in private and x.tensor != t.tensor):
+        return None
+    k = [i for i, a in enumerate(ad.ins) if a == t]
+    if len(k) != 1 or not isinstance(ad.ins[1 - k[0]], Access) or ad.ins[1 - k[0]].tensor in (t.tensor, x.tensor):
+        return None
+    if tensors[t.tensor].dtype != np.float32 or tensors[x.tensor].dtype != np.float32:
+        return None  # the copies convert nothing; reordered sums only in fp32
+    if x.shape != t.shape:  # the DMA matches element counts only: X[a] walked in the tile's shape
+        if len(t.shape) != 2 or _split(x.pattern, *t.shape) is None:
+            return None
+        x = Access(x.tensor, x.offset, tuple(zip(_split(x.pattern, *t.shape), t.shape)))
+    ins = list(ad.ins)
+    ins[k[0]] = x
+    return Op("tensor_tensor", (x, t), tuple(ins))
+
+
+def _split(pattern, P: int, F: int):
+    """(partition step, free step) of a pattern that walks a (P, F) tile row by row, one step per
+    axis; None for any other walk."""
+    merged: list = []
+    for s, n in pattern:
+        if n == 1:
+            continue
+        if merged and merged[-1][0] == s * n:  # the outer axis continues this one
+            merged[-1] = (s, merged[-1][1] * n)
+        else:
+            merged.append((s, n))
+    if not merged:
+        return (F, 1) if P * F == 1 else None
+    if len(merged) == 1 and merged[0][1] == P * F:
+        return merged[0][0] * F, merged[0][0]
+    if len(merged) == 2 and (merged[0][1], merged[1][1]) == (P, F):
+        return merged[0][0], merged[1][0]
+    return None
+
+
+def _forwards(items, uses, private, tensors) -> dict:
+    """Private tiles one load fills whole, once per tile, from HBM the nest does not write, and
+    nothing else writes: their readers read the source in place. No copy per iteration, and a
+    source the loops do not move along stays one array (a GEMM operand without stacked copies).
+    The load is not executed. Returns tile -> (load item, source access, source (P, F) steps)."""
+    fwd = {}
+    for name, us in uses.items():
+        t = tensors[name]
+        written = [(it, a) for it, a, w in us if w]
+        if name not in private or len(written) != 1:
+            continue
+        it, a = written[0]
+        op = it.plan.op
+        if (op.opcode != "dma_copy" or len(op.ins) != 1 or it.vars != private[name]
+                or any(k not in _DMA_ATTRS for k, _ in op.attrs) or min(u.order for u, _, _ in us) != it.order):
+            continue  # not one plain load per tile, first
+        x = op.ins[0]
+        xt = tensors[x.tensor]
+        if xt.onchip or xt.decl.dtype != t.decl.dtype or xt.dtype != t.dtype:
+            continue
+        if any(w for _, _, w in uses.get(x.tensor, ())):
+            continue  # the source changes inside the nest
+        if a.offset.terms or a.offset.const or _split(a.pattern, t.P, t.F) != (t.F, 1):
+            continue  # not the whole tile, row by row
+        steps = _split(x.pattern, t.P, t.F)
+        if steps is not None:
+            fwd[name] = (it, x, steps)
+            it.skip = True
+    return fwd
+
+
+@dataclass
+class _Merged:
+    """The plan of an item standing for several instructions (_rmw): what batched execution
+    reads of a machine._Plan."""
+    op: Op
+    is_matmul: bool = False
+    mode: object = None
+    collective: object = None
+    is_print: bool = False
 
 
 def _fuse(items, uses, private, tensors) -> set:
@@ -209,20 +365,23 @@ def _exempt(w, x, v) -> bool:
     return aw in iw.accum and ax in ix.accum and iw.plan.is_matmul == ix.plan.is_matmul
 
 
-def legal(nest: Nest, env: dict) -> bool:
+def legal(nest: Nest, env: dict):
+    """None when this entry must run per iteration, else the loops each item (by order) stores
+    along in order (_legal)."""
     key = tuple(env[v] for v in nest.relevant)
-    verdict = nest.verdicts.get(key)
-    if verdict is None:
-        verdict = nest.verdicts[key] = _legal(nest, env)
-    return verdict
+    if key not in nest.verdicts:
+        nest.verdicts[key] = _legal(nest, env)
+    return nest.verdicts[key]
 
 
-def _legal(nest: Nest, env: dict) -> bool:
+def _legal(nest: Nest, env: dict):
     budget = [CHECK_BUDGET]
     cache: dict = {}
     trips = nest.trips
+    ordered: dict = {}  # tensor -> loops whose iterations overwrite each other's elements
     for name, us in nest.uses.items():
         mine = nest.private.get(name, ())
+        overwrites = _overwrite_only(us)
         for i, w in enumerate(us):
             if not w[2]:
                 continue
@@ -231,17 +390,37 @@ def _legal(nest: Nest, env: dict) -> bool:
                     continue  # each pair of writes once
                 (iw, aw, _), (ix, ax, _) = w, x
                 if any(aw.offset.coeff(v) != ax.offset.coeff(v) for v in mine):
-                    return False  # private copies addressed differently: not worth proving
+                    nest.why = f"{name} addressed differently by two instructions"
+                    return None  # private copies addressed differently: not worth proving
                 common = [v for v in iw.vars if v in ix.vars and v not in mine]
                 around = {v for v in iw.vars + ix.vars if v not in mine}
                 fixed = {**env, **{v: 0 for v in mine}}
                 for v in common:
-                    if _exempt(w, x, v):
+                    if _exempt(w, x, v) or v in ordered.get(name, ()):
                         continue
                     inner = {u: trips[u] for u in around if u != v}
                     if carried(aw, ax, v, trips[v], inner, fixed, budget, cache):
-                        return False
-    return True
+                        if not overwrites:
+                            nest.why = (f"{name}: two iterations of loop {v} may touch one element"
+                                        + (" (or the check ran out of budget)" if budget[0] <= 0 else ""))
+                            return None
+                        ordered.setdefault(name, set()).add(v)
+    verdict = {}
+    for name, vs in ordered.items():
+        writers = [it for it, _, _ in nest.uses[name]]
+        if not all(v in it.vars for v in vs for it in writers):
+            nest.why = f"{name} is rewritten along loops not around all its writers"
+            return None
+        verdict[name] = tuple(v for v in writers[0].vars if v in vs)
+    return verdict
+
+
+def _overwrite_only(us: list) -> bool:
+    """Whether a tensor is only written in the nest, by ops that overwrite (no PSUM accumulation,
+    no sum): iterations writing one element are then an output dependence alone, and storing
+    the iterations of the loops that carry it in program order leaves the last value, as
+    per-iteration execution does (a ragged block whose last rows the next block rewrites)."""
+    return all(w and not it.plan.is_matmul and not it.reduce and not it.parts for it, _, w in us)
 
 
 class _Views:
@@ -252,7 +431,7 @@ class _Views:
         self.sim, self.nest, self.env = sim, nest, env
         self.priv: dict = {}
         for name, vars_ in nest.private.items():
-            if name in nest.dead or name not in nest.uses:
+            if name in nest.dead or name in nest.forward or name not in nest.uses:
                 continue
             t = sim.tensors[name]
             shape = tuple(nest.trips[v] for v in vars_) + (t.P, t.F)
@@ -274,6 +453,10 @@ class _Views:
             if lo < 0 or hi >= t.size:
                 return None
             return np.ndarray(shape, t.dtype, sim._mv[t.key], e * t.item, tuple(s * t.item for s, _ in dims)), None
+        fw = self.nest.forward.get(t.name)
+        if fw is not None:
+            v = _forwarded_view(self, a, t, lead, fw)
+            return None if v is None else (v, None)
         priv = self.priv.get(t.name)
         F = t.F
         item = t.dtype.itemsize if priv is not None else t.item  # private copies are dense typed arrays
@@ -306,54 +489,95 @@ class _Views:
         return data, np.ndarray(shape, np.bool_, marr, off // item, mstrides)
 
 
+def _forwarded_view(self, a: Access, t, lead: tuple, fw):
+    """Access a of a forwarded tile as a view of its load's source: element (p, f) of the tile
+    is source element base + p * sp + f * sf; loops around the tile move the source as the load
+    does. None where a leaves the tile (per-iteration execution reports it)."""
+    sim, trips, env = self.sim, self.nest.trips, self.env
+    _, x, (sp, sf) = fw
+    xt, F = sim.tensors[x.tensor], t.F
+    mine = self.nest.private[t.name]
+    e = a.offset.const + sum(c * env[v] for v, c in a.offset.terms if v not in trips)
+    base = x.offset.const + sum(c * env[v] for v, c in x.offset.terms if v not in trips)
+    dims = [(a.offset.coeff(v), trips[v]) for v in lead] + list(a.pattern)
+    strides, plo, phi, flo, fhi = [], 0, 0, 0, 0
+    for s, n in dims:
+        if n > 1 and s and s % F == 0:
+            strides.append((s // F) * sp)
+            plo, phi = plo + min(0, (s // F) * (n - 1)), phi + max(0, (s // F) * (n - 1))
+        else:
+            strides.append(s * sf)
+            flo, fhi = flo + min(0, s * (n - 1)), fhi + max(0, s * (n - 1))
+    p0, f0 = divmod(e, F)
+    if p0 + plo < 0 or p0 + phi >= t.P or f0 + flo < 0 or f0 + fhi >= F:
+        return None
+    for k, v in enumerate(lead):
+        if v in mine:  # another copy of the tile: where the load read it
+            strides[k] += x.offset.coeff(v)
+    shape = tuple(n for _, n in dims)
+    return np.ndarray(shape, xt.dtype, sim._mv[xt.key], (base + p0 * sp + f0 * sf) * xt.item,
+                      tuple(s * xt.item for s in strides))
+
+
 def run(sim, nest: Nest) -> bool:
     """Execute one entry of the nest batched; False (nothing done) when it
     has to run per iteration."""
     env = sim.env
-    if not legal(nest, env):
+    ordered = legal(nest, env)
+    views = _Views(sim, nest, env) if ordered is not None else None
+    plan_ = _gather(nest, views) if views is not None else None
+    if plan_ is None:
+        if ordered is not None:
+            nest.why = "an access leaves its tensor or wraps a row here (per iteration reports it)"
+        nest.fallbacks += 1
         return False
-    views = _Views(sim, nest, env)
-    plan_ = []
-    for it in nest.items:  # every view first: nothing is written unless all exist
-        op = it.plan.op
-        got = {}
-        if it.fused:
-            for a in op.ins:
-                v = views.view(it, a, it.vars) if isinstance(a, Access) else None
-                if isinstance(a, Access) and v is None:
-                    return False
-                got[id(a)] = v[0] if v is not None else None
-            plan_.append((it, got, ()))
-            continue
-        for a in op.ins:
-            if isinstance(a, Access) and a.tensor in nest.dead:
-                continue  # the fused matmul's product: computed in place of the read
-            if isinstance(a, Access) and id(a) not in got:
-                v = views.view(it, a, it.vars)
-                if v is None:
-                    return False
-                got[id(a)] = v[0]
-        outs = []
-        keep = tuple(v for i, v in enumerate(it.vars) if i not in it.reduce)
-        for a in op.outs:
-            v = views.view(it, a, keep)
-            if v is None:
-                return False
-            outs.append(v)
-        plan_.append((it, got, outs))
-    _execute(sim, nest, plan_)
+    _execute(sim, nest, plan_, ordered)
     _write_back(sim, nest, views)
     nest.batched += 1
     return True
 
 
-def _execute(sim, nest: Nest, plan_: list) -> None:
-    done = {}
+def _gather(nest: Nest, views: _Views):
+    """[(item, input views by id(access), output views)], or None when some access has no
+    strided view (every view first: nothing is written unless all exist)."""
+    plan_ = []
+    for it in nest.items:
+        op = it.plan.op
+        got = {}
+        if it.skip:  # a forwarded load: only its source's bounds
+            if views.view(it, op.ins[0], it.vars) is None:
+                return None
+            plan_.append((it, got, ()))
+            continue
+        for a in op.ins:
+            if not isinstance(a, Access):
+                got[id(a)] = None
+            elif a.tensor not in nest.dead or it.fused:  # else the fused matmul's product, computed instead
+                v = views.view(it, a, it.vars)
+                if v is None:
+                    return None
+                got[id(a)] = v[0]
+        outs = []
+        keep = tuple(v for i, v in enumerate(it.vars) if i not in it.reduce)
+        for a in op.outs if not it.fused else ():
+            v = views.view(it, a, keep)
+            if v is None:
+                return None
+            outs.append(v)
+        plan_.append((it, got, outs))
+    return plan_
+
+
+def _execute(sim, nest: Nest, plan_: list, ordered: dict) -> None:
+    done, pending = {}, {}
     for it, got, outs in plan_:
         p = it.plan
-        points = int(np.prod([nest.trips[v] for v in it.vars], dtype=np.int64))
-        p.count += points
-        sim.executed += points
+        points = _points(it.vars, nest.trips)
+        for q in it.parts or (p,):
+            q.count += points
+            sim.executed += points
+        if it.skip:
+            continue
         if it.fused:
             done[id(it)] = got
             continue
@@ -361,13 +585,13 @@ def _execute(sim, nest: Nest, plan_: list) -> None:
         if it.feeds is not None:  # the matmul's products, summed over the loops this op sums over
             mm = it.feeds
             mm_got = done[id(mm)]
-            with _threads(mm, it.reduce, nest):
+            with _threads(mm, mm_got, it.reduce):
                 summed = mm.rule.run(mm.plan.op, lambda a: mm_got[id(a)], len(it.vars), it.reduce)[0][1]
             term = next(a for a in p.op.ins if isinstance(a, Access) and a != p.op.outs[0])
             shape = tuple(1 if i in it.reduce else nest.trips[v] for i, v in enumerate(it.vars))
             summed = summed.reshape(shape + term.shape)
             read = lambda a, t=term, v=summed: v if a == t else got[id(a)]
-        with _threads(it, it.reduce, nest):
+        with _threads(it, got, it.reduce):
             results = it.rule.run(p.op, read, len(it.vars), it.reduce)
         for index, values in results:
             dst, mask = outs[index]
@@ -377,17 +601,28 @@ def _execute(sim, nest: Nest, plan_: list) -> None:
                 mask[...] = True
             if np.ndim(values) == 0:
                 values = np.full(dst.shape, values)
+            axes = ordered.get(p.op.outs[index].tensor)
+            if axes:  # stored last, in program order along those loops
+                pending.setdefault(p.op.outs[index].tensor, []).append(
+                    (dst, np.asarray(values).reshape(dst.shape), [it.vars.index(v) for v in axes]))
+                continue
             semantics.store(dst, values)
+    for stores in pending.values():
+        dst0, _, axes0 = stores[0]
+        for idx in np.ndindex(*(dst0.shape[k] for k in axes0)):
+            for dst, values, axes in stores:  # the writers in body order
+                sel = [slice(None)] * dst.ndim
+                for k, i in zip(axes, idx):
+                    sel[k] = i
+                semantics.store(dst[tuple(sel)], values[tuple(sel)])
 
 
-def _threads(it: _OpItem, reduce: tuple, nest: Nest):
-    """BLAS threads for a matmul whose GEMMs (one per iteration left after the sum) are large."""
-    op = it.plan.op
+def _threads(it: _OpItem, got: dict, reduce: tuple):
+    """BLAS threads for a matmul whose GEMMs are large (whole loops in one GEMM)."""
     if not it.rule.sums:
         return contextlib.nullcontext()
-    st, mv = op.ins[0], op.ins[1]
-    k = st.shape[0] if st.shape else 1
-    flop = 2 * st.count * (mv.count // max(1, k)) * int(np.prod([nest.trips[it.vars[i]] for i in reduce] or [1]))
+    op = it.plan.op
+    flop = gemm_flop(got[id(op.ins[0])], got[id(op.ins[1])], len(it.vars), reduce)
     return default_blas() if flop >= THREADED_GEMM_FLOP else contextlib.nullcontext()
 
 

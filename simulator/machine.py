@@ -215,6 +215,7 @@ class MachineSimulator:
         self.batch = bool(batch) and self.comm.size == 1
         self._plan_of: dict[int, _Plan] = {}
         self.nests: list[batched.Nest] = []
+        self.unbatched: dict[str, str] = {}  # loop label -> why it can never run batched
         self._check_layout()
         self.neighbours = self._neighbours()
         self._program = self._compile_block(kernel.body.stmts, ())
@@ -620,7 +621,7 @@ class MachineSimulator:
         for p in self.plans:
             p.count = 0
         for nest in self.nests:
-            nest.batched = 0
+            nest.batched = nest.fallbacks = 0
         nengines = len(self.engines)
         self.efree = [0.0] * nengines
         self.ebusy = [0.0] * nengines
@@ -1024,6 +1025,7 @@ class MachineSimulator:
             r.trace_capped = self.tracer.capped
             r.timeline = self.tracer.timeline(self.track_names())
         r.batched_loops = {n.label: n.batched for n in self.nests if n.batched}
+        r.unbatched_loops = {**self.unbatched, **{n.label: n.why for n in self.nests if n.fallbacks}}
         if self.forgotten:
             r.note += f"; hazard tracking forgot {self.forgotten} old records (very long-lived regions)"
         return r

@@ -44,6 +44,7 @@ class SimReport:
     trace_capped: bool = False
     prints: list = field(default_factory=list)  # nl.device_print output, in execution order
     batched_loops: dict = field(default_factory=dict)  # loop label -> entries run as whole-array ops
+    unbatched_loops: dict = field(default_factory=dict)  # loop label -> why it ran per iteration
     note: str = TIMING_NOTE
     # the engines' instructions in time, when the simulation kept a trace (trace=...);
     # not part of the JSON (the Perfetto file is that)

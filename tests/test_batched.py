@@ -185,3 +185,95 @@ def test_out_of_bounds_runtime_offsets_still_raise():
     with pytest.raises(NkiccError) as ei:
         MachineSimulator(c.ir, TRN2).run({c.ir.args[0]: a})
     assert ei.value.code == "E170"
+
+
+@nkicc.jit
+def overlapping_blocks(a, R=40, T=56):
+    """Block i stores T rows at row i * R: the next block rewrites the last T - R rows (as the
+    seeds' ragged m blocks do), with other values (the source rows do not overlap)."""
+    n = a.shape[0] // T
+    out = nl.ndarray(((n - 1) * R + T, a.shape[1]), dtype=a.dtype, buffer=nl.shared_hbm)
+    for i in nl.static_range(n):
+        x = nl.load(a[i * T:(i + 1) * T, :])
+        nl.store(out[i * R:i * R + T, :], value=x)
+    return out
+
+
+def test_rows_rewritten_by_the_next_iteration_keep_the_last_value(rng):
+    """A loop whose iterations overwrite each other's rows runs batched, its stores in program
+    order: bit for bit the per-instruction result and numpy's sequential loop."""
+    a = rng.standard_normal((56 * 7, 96)).astype(np.float32)
+    c = nkicc.compile(overlapping_blocks, a)
+    (fast, frep), (slow, srep) = both(c.ir, {c.ir.args[0]: a})
+    want = np.zeros(((7 - 1) * 40 + 56, 96), np.float32)
+    for i in range(7):
+        want[i * 40:i * 40 + 56] = a[i * 56:(i + 1) * 56]
+    name = c.ir.outputs[0]
+    np.testing.assert_array_equal(slow[name], want)
+    np.testing.assert_array_equal(fast[name], want)
+    assert frep.batched_loops and frep.total_ns == srep.total_ns and frep.executed == srep.executed
+
+
+@nkicc.jit
+def spilled_sum(a):
+    """acc (HBM) += row block k through SBUF: load, add, store back, as alloc spills an accumulator."""
+    F = a.shape[1]
+    out = nl.ndarray((128, F), dtype=nl.float32, buffer=nl.shared_hbm)
+    acc = nl.ndarray((128, F), dtype=nl.float32, buffer=nl.hbm)
+    nl.store(acc, nl.zeros((128, F), dtype=nl.float32, buffer=nl.sbuf))
+    for k in nl.static_range(a.shape[0] // 128):
+        x = nl.load(a[k * 128:(k + 1) * 128, :])
+        t = nl.load(acc)
+        nisa.tensor_tensor(dst=t, data1=t, data2=x, op=nl.add)
+        nl.store(acc, value=t)
+    nl.store(out, value=nl.load(acc))
+    return out
+
+
+def test_an_accumulator_spilled_to_hbm_is_summed_batched(rng):
+    """load / add / store through HBM is an accumulation along the loop: batched, equal to the
+    per-instruction path up to the order of the fp32 sum, the same instruction count and times."""
+    a = rng.standard_normal((128 * 9, 80)).astype(np.float32)
+    c = nkicc.compile(spilled_sum, a)
+    inputs = {c.ir.args[0]: a}
+    (fast, frep), (slow, srep) = both(c.ir, inputs)
+    name = c.ir.outputs[0]
+    mag = np.abs(a).reshape(9, 128, 80).sum(axis=0)
+    assert np.all(np.abs(fast[name].astype(np.float64) - slow[name]) <= SUM_TOL * mag)
+    np.testing.assert_allclose(slow[name], a.reshape(9, 128, 80).sum(axis=0), rtol=1e-5, atol=1e-5)
+    assert frep.batched_loops and not frep.unbatched_loops
+    assert frep.total_ns == srep.total_ns and frep.executed == srep.executed
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, database=None)
+@given(st.data())
+def test_matmuls_of_whole_loops_equal_one_matmul_per_iteration(data):
+    """ir/ops/matmul.py's batched rule on operand views with broadcast loop axes (an operand the
+    loop does not move), stacked axes and summed axes, against one numpy matmul per iteration
+    summed in loop order: within 1e-6 of the same sums over |terms|."""
+    from nkicc.ir.ops.matmul import _matmul_batched
+    nlead = data.draw(st.integers(1, 3))
+    trips = [data.draw(st.integers(1, 4)) for _ in range(nlead)]
+    K, M, N = data.draw(st.integers(1, 16)), data.draw(st.integers(1, 9)), data.draw(st.integers(1, 9))
+    st_moves = [data.draw(st.booleans()) for _ in range(nlead)]
+    mv_moves = [data.draw(st.booleans()) for _ in range(nlead)]
+    reduce = tuple(i for i in range(nlead) if st_moves[i] and mv_moves[i] and data.draw(st.booleans()))
+    rng = np.random.default_rng(data.draw(st.integers(0, 2 ** 31)))
+
+    def operand(moves, free):
+        base = rng.standard_normal([t if m else 1 for t, m in zip(trips, moves)] + [K, free]).astype(np.float32)
+        return np.broadcast_to(base, tuple(trips) + (K, free))  # stride 0 where it does not move
+
+    s, m = operand(st_moves, M), operand(mv_moves, N)
+    views = {"s": s, "m": m}
+    op = Op("nc_matmul", (), ("s", "m"))
+    got = _matmul_batched(op, lambda a: views[a], nlead, reduce)[0][1]
+    keep = [i for i in range(nlead) if i not in reduce]
+    want = np.zeros(tuple(trips[i] for i in keep) + (M, N), np.float64)
+    mag = np.zeros_like(want)
+    for idx in np.ndindex(*trips):
+        out = tuple(idx[i] for i in keep)
+        want[out] += s[idx].astype(np.float64).T @ m[idx]
+        mag[out] += np.abs(s[idx]).astype(np.float64).T @ np.abs(m[idx])
+    assert got.shape == want.shape
+    assert np.all(np.abs(got - want) <= 1e-6 * mag + 1e-30)

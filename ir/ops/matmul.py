@@ -23,10 +23,64 @@ def _matmul(op: Op, read):
     return [(0, st.T @ mv)]
 
 
+def moving_axes(x: np.ndarray, nlead: int) -> list:
+    """The leading loop axes of a batched operand view along which it changes (not broadcast)."""
+    return [i for i in range(nlead) if x.shape[i] > 1 and x.strides[i] != 0]
+
+
 def _matmul_batched(op: Op, read, nlead: int, reduce: tuple) -> list:
-    """Stacked matmuls; the loop axes in `reduce` (PSUM accumulation over a loop) join the
-    contraction, so a k loop is one GEMM of K * trips."""
-    st, mv = f32(read(op.ins[0])), f32(read(op.ins[1]))
+    """Many matmuls as few GEMMs. A loop axis along which only one operand moves joins that
+    operand's free axis (M or N); one along which both move stacks GEMMs, or, in `reduce` (a
+    PSUM accumulation over a loop), joins the contraction (K * trips); one along which neither
+    moves repeats the product. With no axis of the stacking kind, that is a single GEMM."""
+    st, mv = read(op.ins[0]), read(op.ins[1])
+    sizes = st.shape[:nlead]
+    ms, mm = moving_axes(st, nlead), moving_axes(mv, nlead)
+    if any((i in ms) != (i in mm) for i in reduce):  # a sum along which one operand is constant: rare
+        return _matmul_stacked(st, mv, nlead, reduce)
+    # the broadcast axes dropped before any copy, each tile as (K, free)
+    st = f32(st[tuple(slice(None) if i in ms else 0 for i in range(nlead))])
+    mv = f32(mv[tuple(slice(None) if i in mm else 0 for i in range(nlead))])
+    ns, nm = len(ms), len(mm)
+    st = st.reshape(st.shape[:ns] + (st.shape[ns], -1))
+    mv = mv.reshape(mv.shape[:nm] + (mv.shape[nm], -1))
+    K, M, N = st.shape[-2], st.shape[-1], mv.shape[-1]
+    both = [i for i in ms if i in mm and i not in reduce]
+    only_st = [i for i in ms if i not in mm]
+    only_mv = [i for i in mm if i not in ms]
+    red = list(reduce)
+    ps, pm = {a: k for k, a in enumerate(ms)}, {a: k for k, a in enumerate(mm)}
+    stack = [sizes[i] for i in both]
+    rk = int(np.prod([sizes[i] for i in red], dtype=np.int64)) * K
+    st = st.transpose([ps[i] for i in both + only_st] + [ns + 1] + [ps[i] for i in red] + [ns])
+    st = st.reshape(stack + [-1, rk])
+    mv = mv.transpose([pm[i] for i in both + red] + [nm] + [pm[i] for i in only_mv] + [nm + 1])
+    mv = mv.reshape(stack + [rk, -1])
+    out = np.matmul(st, mv).reshape(stack + [sizes[i] for i in only_st] + [M] + [sizes[i] for i in only_mv] + [N])
+    # to the destination's order: the kept loop axes, then (M, N)
+    cur = both + only_st + ["M"] + only_mv + ["N"]
+    keep = [i for i in range(nlead) if i not in reduce]
+    out = out.transpose([cur.index(i) for i in keep if i in cur] + [cur.index("M"), cur.index("N")])
+    repeat = [k for k, i in enumerate(keep) if i not in cur]
+    if repeat:
+        out = np.broadcast_to(np.expand_dims(out, repeat), tuple(sizes[i] for i in keep) + (M, N))
+    return [(0, out)]
+
+
+def gemm_flop(st: np.ndarray, mv: np.ndarray, nlead: int, reduce: tuple) -> int:
+    """Flops of one GEMM of _matmul_batched for these operand views."""
+    ms, mm = moving_axes(st, nlead), moving_axes(mv, nlead)
+    k = st.shape[nlead] if st.ndim > nlead else 1
+    flop = 2 * (st[(0,) * nlead].size // k) * mv[(0,) * nlead].size
+    for i in set(ms) | set(mm):
+        if not (i in ms and i in mm and i not in reduce):
+            flop *= st.shape[i]
+    return flop
+
+
+def _matmul_stacked(st, mv, nlead: int, reduce: tuple) -> list:
+    """One GEMM per iteration left after the sum; the axes in `reduce` join the contraction."""
+    st, mv = f32(st), f32(mv)
     st = st.reshape(st.shape[:nlead + 1] + (-1,))
     mv = mv.reshape(mv.shape[:nlead + 1] + (-1,))
     if reduce:  # the reduced loop axes next to the partition (K) axis, then merged into it
