@@ -582,6 +582,8 @@ def _execute(sim, nest: Nest, plan_: list, ordered: dict) -> None:
             done[id(it)] = got
             continue
         read = lambda a: got[id(a)]
+        if it.reduce or it.rule.sums:
+            sim.reordered += 1
         if it.feeds is not None:  # the matmul's products, summed over the loops this op sums over
             mm = it.feeds
             mm_got = done[id(mm)]

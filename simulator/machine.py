@@ -620,6 +620,7 @@ class MachineSimulator:
         self.prints: list[str] = []
         for p in self.plans:
             p.count = 0
+        self.reordered = 0
         for nest in self.nests:
             nest.batched = nest.fallbacks = 0
         nengines = len(self.engines)
@@ -1025,6 +1026,7 @@ class MachineSimulator:
             r.trace_capped = self.tracer.capped
             r.timeline = self.tracer.timeline(self.track_names())
         r.batched_loops = {n.label: n.batched for n in self.nests if n.batched}
+        r.reordered_sums = self.reordered
         r.unbatched_loops = {**self.unbatched, **{n.label: n.why for n in self.nests if n.fallbacks}}
         if self.forgotten:
             r.note += f"; hazard tracking forgot {self.forgotten} old records (very long-lived regions)"
