@@ -593,6 +593,13 @@ def _execute(sim, nest: Nest, plan_: list, ordered: dict) -> None:
             shape = tuple(1 if i in it.reduce else nest.trips[v] for i, v in enumerate(it.vars))
             summed = summed.reshape(shape + term.shape)
             read = lambda a, t=term, v=summed: v if a == t else got[id(a)]
+        dst0, mask0 = outs[0]
+        if (it.accum and it.rule.into is not None and dst0.dtype == np.float32 and not p.is_matmul
+                and p.op.outs[0].tensor not in ordered):
+            it.rule.into(p.op, read, len(it.vars), it.reduce, dst0)  # dst += terms, one pass
+            if mask0 is not None:
+                mask0[...] = True
+            continue
         with _threads(it, got, it.reduce):
             results = it.rule.run(p.op, read, len(it.vars), it.reduce)
         for index, values in results:

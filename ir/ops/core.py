@@ -208,6 +208,9 @@ class Batched:
     # run can sum its results over loop axes whatever the op's own accumulate mode (a matmul: the
     # axes join the contraction), so a sum of its results can be computed inside it
     sums: bool = False
+    # for an op that `reduces`: add its terms into the float32 destination view in place,
+    # into(op, read, nlead, reduce, dst) (one pass over the destination instead of two)
+    into: Callable | None = None
 
 
 def _fold(x, nlead: int):

@@ -57,8 +57,20 @@ def _tensor_tensor_batched(op: Op, read, nlead: int, reduce: tuple) -> list:
         return _tensor_tensor_rows.run(op, read, nlead, reduce)
     k = _accumulator(op)
     acc = f32(read(op.ins[k]))[tuple(0 if i in reduce else slice(None) for i in range(nlead))]
-    terms = f32(read(op.ins[1 - k])).sum(axis=reduce, dtype=F32)
-    return [(0, acc + terms)]
+    return [(0, acc + _summed(f32(read(op.ins[1 - k])), reduce))]
+
+
+def _tensor_tensor_into(op: Op, read, nlead: int, reduce: tuple, dst: np.ndarray) -> None:
+    """dst += x (summed over `reduce`) in place: dst is the float32 view of op's destination over
+    the loops it keeps, the same elements as its accumulator input."""
+    np.add(dst, _summed(f32(read(op.ins[1 - _accumulator(op)])), reduce).reshape(dst.shape), out=dst)
+
+
+def _summed(terms: np.ndarray, reduce: tuple) -> np.ndarray:
+    """terms summed over the loop axes `reduce` (those of length 1 just dropped: no copy)."""
+    if all(terms.shape[i] == 1 for i in reduce):
+        return terms.reshape(tuple(n for i, n in enumerate(terms.shape) if i not in reduce))
+    return terms.sum(axis=reduce, dtype=F32)
 
 
 def _tensor_tensor_cost(op: Op, ctx: CostContext) -> float:
@@ -75,7 +87,8 @@ def _inputs_not_both_psum(op: Op, decls) -> None:
 
 
 @instruction(family="elementwise", compute=_tensor_tensor, cost=_tensor_tensor_cost, verify=_inputs_not_both_psum,
-             batched=Batched(_tensor_tensor_batched, lambda op: _accumulator(op) is not None))
+             batched=Batched(_tensor_tensor_batched, lambda op: _accumulator(op) is not None,
+                             into=_tensor_tensor_into))
 def tensor_tensor(dst, data1, data2, op, engine=enums.engine.unknown, name=None, **_hw_hints):
     """dst = data1 op data2, element by element."""
     dst, a, b = on_chip_tensors({"dst": dst, "data1": data1, "data2": data2}, "tensor_tensor")
