@@ -29,7 +29,7 @@ and hazard checks (E171) then run per iteration without moving data
 """
 from __future__ import annotations
 
-import contextlib
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -37,7 +37,6 @@ import numpy as np
 from ..ir import Access, Alloc, Loop, Op, ops
 from ..ir.analysis import reads, runtime_guard
 from ..ir.loopdeps import carried
-from ..ir.ops.matmul import gemm_flop
 from . import semantics
 from ._blas import default_blas
 from .reference import ReferenceMachine
@@ -49,6 +48,8 @@ MAX_VALUES_BYTES = 256 << 20      # one op's batched results
 # BLAS threads for a matmul of at least this many flops per GEMM: below it a multi-threaded OpenBLAS
 # lost 10x on this shared 2-vCPU machine (stacked 30 MFLOP GEMMs of mm2 --scale 8: 62 s against 3.9 s)
 THREADED_GEMM_FLOP = 1 << 30
+SPLIT_GEMM_FLOP = 1 << 25     # 34 MFLOP: below it a thread hand-off costs more than it saves
+GEMM_THREADS = 2
 
 
 @dataclass
@@ -569,6 +570,11 @@ def _gather(nest: Nest, views: _Views):
 
 
 def _execute(sim, nest: Nest, plan_: list, ordered: dict) -> None:
+    with ThreadPoolExecutor(GEMM_THREADS) as pool:
+        _execute_in(sim, nest, plan_, ordered, lambda a, b: _gemm(pool, a, b))
+
+
+def _execute_in(sim, nest: Nest, plan_: list, ordered: dict, gemm) -> None:
     done, pending = {}, {}
     for it, got, outs in plan_:
         p = it.plan
@@ -587,8 +593,7 @@ def _execute(sim, nest: Nest, plan_: list, ordered: dict) -> None:
         if it.feeds is not None:  # the matmul's products, summed over the loops this op sums over
             mm = it.feeds
             mm_got = done[id(mm)]
-            with _threads(mm, mm_got, it.reduce):
-                summed = mm.rule.run(mm.plan.op, lambda a: mm_got[id(a)], len(it.vars), it.reduce)[0][1]
+            summed = mm.rule.run(mm.plan.op, lambda a: mm_got[id(a)], len(it.vars), it.reduce, gemm=gemm)[0][1]
             term = next(a for a in p.op.ins if isinstance(a, Access) and a != p.op.outs[0])
             shape = tuple(1 if i in it.reduce else nest.trips[v] for i, v in enumerate(it.vars))
             summed = summed.reshape(shape + term.shape)
@@ -600,7 +605,9 @@ def _execute(sim, nest: Nest, plan_: list, ordered: dict) -> None:
             if mask0 is not None:
                 mask0[...] = True
             continue
-        with _threads(it, got, it.reduce):
+        if it.rule.sums:
+            results = it.rule.run(p.op, read, len(it.vars), it.reduce, gemm=gemm)
+        else:
             results = it.rule.run(p.op, read, len(it.vars), it.reduce)
         for index, values in results:
             dst, mask = outs[index]
@@ -626,13 +633,25 @@ def _execute(sim, nest: Nest, plan_: list, ordered: dict) -> None:
                 semantics.store(dst[tuple(sel)], values[tuple(sel)])
 
 
-def _threads(it: _OpItem, got: dict, reduce: tuple):
-    """BLAS threads for a matmul whose GEMMs are large (whole loops in one GEMM)."""
-    if not it.rule.sums:
-        return contextlib.nullcontext()
-    op = it.plan.op
-    flop = gemm_flop(got[id(op.ins[0])], got[id(op.ins[1])], len(it.vars), reduce)
-    return default_blas() if flop >= THREADED_GEMM_FLOP else contextlib.nullcontext()
+def _gemm(pool, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a @ b for the batched path. BLAS's own threads for a GEMM of THREADED_GEMM_FLOP or more (a
+    whole loop nest's product); from SPLIT_GEMM_FLOP, the rows in GEMM_THREADS bands computed on
+    that many Python threads with one BLAS thread each (numpy releases the GIL): no spinning BLAS
+    threads, which lose 2-10x on a busy 2-vCPU machine at these sizes; below, one thread."""
+    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+    flop = 2 * m * k * n * int(np.prod(a.shape[:-2], dtype=np.int64))
+    if flop >= THREADED_GEMM_FLOP:
+        with default_blas():
+            return np.matmul(a, b)
+    if flop < SPLIT_GEMM_FLOP or m < 2 * GEMM_THREADS:
+        return np.matmul(a, b)
+    out = np.empty(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (m, n), dtype=np.result_type(a, b))
+    bands = np.linspace(0, m, GEMM_THREADS + 1).astype(int)
+    jobs = [pool.submit(np.matmul, a[..., lo:hi, :], b, out=out[..., lo:hi, :])
+            for lo, hi in zip(bands[:-1], bands[1:])]
+    for j in jobs:
+        j.result()
+    return out
 
 
 def _write_back(sim, nest: Nest, views: _Views) -> None:

@@ -206,7 +206,8 @@ class Batched:
     run: Callable
     reduces: Callable[[Op], bool] = _never
     # run can sum its results over loop axes whatever the op's own accumulate mode (a matmul: the
-    # axes join the contraction), so a sum of its results can be computed inside it
+    # axes join the contraction), so a sum of its results can be computed inside it; such a run
+    # takes gemm= (the simulator's matrix product)
     sums: bool = False
     # for an op that `reduces`: add its terms into the float32 destination view in place,
     # into(op, read, nlead, reduce, dst) (one pass over the destination instead of two)

@@ -28,11 +28,12 @@ def moving_axes(x: np.ndarray, nlead: int) -> list:
     return [i for i in range(nlead) if x.shape[i] > 1 and x.strides[i] != 0]
 
 
-def _matmul_batched(op: Op, read, nlead: int, reduce: tuple) -> list:
+def _matmul_batched(op: Op, read, nlead: int, reduce: tuple, gemm=np.matmul) -> list:
     """Many matmuls as few GEMMs. A loop axis along which only one operand moves joins that
     operand's free axis (M or N); one along which both move stacks GEMMs, or, in `reduce` (a
     PSUM accumulation over a loop), joins the contraction (K * trips); one along which neither
-    moves repeats the product. With no axis of the stacking kind, that is a single GEMM."""
+    moves repeats the product. With no axis of the stacking kind, that is a single GEMM.
+    `gemm(a, b)`: how the simulator multiplies ([stack,] M, K) by ([stack,] K, N)."""
     st, mv = read(op.ins[0]), read(op.ins[1])
     sizes = st.shape[:nlead]
     ms, mm = moving_axes(st, nlead), moving_axes(mv, nlead)
@@ -56,7 +57,7 @@ def _matmul_batched(op: Op, read, nlead: int, reduce: tuple) -> list:
     st = st.reshape(stack + [-1, rk])
     mv = mv.transpose([pm[i] for i in both + red] + [nm] + [pm[i] for i in only_mv] + [nm + 1])
     mv = mv.reshape(stack + [rk, -1])
-    out = np.matmul(st, mv).reshape(stack + [sizes[i] for i in only_st] + [M] + [sizes[i] for i in only_mv] + [N])
+    out = gemm(st, mv).reshape(stack + [sizes[i] for i in only_st] + [M] + [sizes[i] for i in only_mv] + [N])
     # to the destination's order: the kept loop axes, then (M, N)
     cur = both + only_st + ["M"] + only_mv + ["N"]
     keep = [i for i in range(nlead) if i not in reduce]
@@ -65,17 +66,6 @@ def _matmul_batched(op: Op, read, nlead: int, reduce: tuple) -> list:
     if repeat:
         out = np.broadcast_to(np.expand_dims(out, repeat), tuple(sizes[i] for i in keep) + (M, N))
     return [(0, out)]
-
-
-def gemm_flop(st: np.ndarray, mv: np.ndarray, nlead: int, reduce: tuple) -> int:
-    """Flops of one GEMM of _matmul_batched for these operand views."""
-    ms, mm = moving_axes(st, nlead), moving_axes(mv, nlead)
-    k = st.shape[nlead] if st.ndim > nlead else 1
-    flop = 2 * (st[(0,) * nlead].size // k) * mv[(0,) * nlead].size
-    for i in set(ms) | set(mm):
-        if not (i in ms and i in mm and i not in reduce):
-            flop *= st.shape[i]
-    return flop
 
 
 def _matmul_stacked(st, mv, nlead: int, reduce: tuple) -> list:
