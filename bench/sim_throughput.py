@@ -94,7 +94,8 @@ def measure(scale: int = 8, repeat: int = 3, target_name: str = "trn2") -> dict:
             err = float(np.abs(out["E"].astype(np.float64) - ref).max() / np.abs(ref).max())
             sims.append({"timing": timing, "batch": batch, "wall_s": wall, "cpu_s": cpu,
                          "executed": report.executed, "total_ns": report.total_ns, "max_rel_err": err,
-                         "batched_loops": report.batched_loops, "loops": len(sim.nests)})
+                         "batched_loops": report.batched_loops, "unbatched_loops": report.unbatched_loops,
+                         "reordered_sums": report.reordered_sums, "loops": len(sim.nests)})
     counts: dict = {}
     for p in sim.plans:
         counts[p.opcode] = counts.get(p.opcode, 0) + p.count
@@ -139,6 +140,9 @@ def table(data: dict) -> str:
     lines += ["", f"loops run batched: {len(bl)} of the {f.get('loops', '?')} loop nests the simulator could "
                   f"batch, {sum(bl.values())} loop entries in all per run"
                   + (" (" + ", ".join(f"{k}: {v}" for k, v in sorted(bl.items())) + ")" if bl else "")]
+    ub = f.get("unbatched_loops") or {}
+    if ub:
+        lines += ["", "loops that ran per iteration: " + "; ".join(f"{k}: {v}" for k, v in sorted(ub.items()))]
     lines += ["",
               f"max error of E vs numpy, relative to max |E|: {max(f['max_rel_err'], t['max_rel_err']):.2e}; "
               f"estimated kernel time {t['total_ns'] / 1e3:,.1f} us (cost-table estimate); "
@@ -152,16 +156,17 @@ def analysis(data: dict) -> str:
     return (f"What it shows: numpy does the product as two large GEMMs. The per-instruction path executes "
             f"the kernel's own instruction stream ({mix}) one instruction at a time, tile-sized matmuls "
             f"through the modelled SBUF/PSUM bytes. The batched path (simulator/batched.py) runs each loop "
-            f"nest whose iterations the IR proves independent as whole-array operations: one strided view "
-            f"per access over all iterations, one stacked matmul per instruction, and a PSUM matmul whose "
-            f"product is only summed into SBUF over a loop is one GEMM with the loop in its contraction. "
-            f"With timing on, the data moves batched and the cost model and hazard checks still run per "
-            f"instruction (event level, without data), which is most of that row's time. BLAS runs on "
-            f"one thread in the simulator except for GEMMs of 1 GFLOP or more (whole loops at full size): "
-            f"a multi-threaded OpenBLAS made this size's stacked 30 MFLOP matmuls 10x slower on the shared "
-            f"2-vCPU machine; numpy uses its default threads. Single timings vary by tens of percent with "
-            f"the load of other jobs on the machine (CPU s against wall s shows how much of a CPU the "
-            f"process got).")
+            f"nest whose iterations the IR proves independent as whole-array operations: loads are read "
+            f"where they come from (no copy per iteration), a matmul over whole loops is one GEMM (loops "
+            f"only one operand moves along join its M or N, summed loops its K), accumulations (PSUM, "
+            f"`dst += x`, and load/add/store through HBM as alloc spills them) are summed at once, and "
+            f"rows a later iteration rewrites are stored in program order. With timing on, the data moves "
+            f"batched and the cost model and hazard checks still run per instruction (event level, "
+            f"without data): that walk is most of that row's time. GEMMs of 1 GFLOP or more use BLAS's "
+            f"threads, from 32 MFLOP two Python threads with one BLAS thread each, below one thread "
+            f"(spinning BLAS threads lost 2-10x at these sizes on the shared 2-vCPU machine); numpy uses "
+            f"its default threads. Single timings vary by tens of percent with the load of other jobs on "
+            f"the machine (CPU s against wall s shows how much of a CPU the process got).")
 
 
 def section(data: dict) -> str:
