@@ -252,6 +252,7 @@ def child(nkilib: str, relpath: str, func: str, name: str, stand_ins: bool = Fal
     from nkicc.specs import bind_call
     from nkicc.language.kernel_trace import inspect_unwrap
 
+    os.environ["NEURON_PLATFORM_TARGET_OVERRIDE"] = case.target  # each run in its own process
     rng = np.random.default_rng(2026)
     try:
         inputs = case.make(rng, module)

@@ -58,6 +58,7 @@ class Case:
     relpath: str   # the module, relative to the nkilib package folder
     func: str      # the kernel function in it
     make: Callable  # make(rng, module) -> Inputs
+    target: str = "trn2"  # the MX kernels are NeuronCore-v4 (trn3) code
 
 
 def compare(got: np.ndarray, want, tol) -> tuple[bool, float, str]:
@@ -959,20 +960,20 @@ def rmsnorm_mx_quantize_tkg(rng, m):
 
 CASES.update({
     "rmsnorm_mx_quantize_tkg": Case("core/subkernels/rmsnorm_mx_quantize_tkg.py", "rmsnorm_mx_quantize_tkg",
-                                    rmsnorm_mx_quantize_tkg),
+                                    rmsnorm_mx_quantize_tkg, target="trn3"),
     "output_projection_cte[mx]": Case("core/output_projection/output_projection_cte/output_projection_cte.py",
-                                      "output_projection_cte", output_projection_cte_mx),
+                                      "output_projection_cte", output_projection_cte_mx, target="trn3"),
     "blockwise_mm_shard_intermediate_mx": Case("core/moe/moe_cte/bwmm_shard_on_I_mx.py",
                                                "blockwise_mm_shard_intermediate_mx",
-                                               blockwise_mm_shard_intermediate_mx),
+                                               blockwise_mm_shard_intermediate_mx, target="trn3"),
     "load_gate_up_weight_scale_bias": Case("core/moe/moe_tkg/gate_up_projection_mx.py",
-                                           "load_gate_up_weight_scale_bias", load_gate_up_weight_scale_bias),
+                                           "load_gate_up_weight_scale_bias", load_gate_up_weight_scale_bias, target="trn3"),
     "load_broadcast_down_weight_scale_bias": Case("core/moe/moe_tkg/down_projection_mx.py",
                                                   "load_broadcast_down_weight_scale_bias",
-                                                  load_broadcast_down_weight_scale_bias),
-    "qkv_cte[mx]": Case("core/qkv/qkv_cte.py", "qkv_cte", qkv_cte_mx),
-    "qkv_tkg[mx]": Case("core/qkv/qkv_tkg.py", "qkv_tkg", qkv_tkg_mx),
+                                                  load_broadcast_down_weight_scale_bias, target="trn3"),
+    "qkv_cte[mx]": Case("core/qkv/qkv_cte.py", "qkv_cte", qkv_cte_mx, target="trn3"),
+    "qkv_tkg[mx]": Case("core/qkv/qkv_tkg.py", "qkv_tkg", qkv_tkg_mx, target="trn3"),
     "gate_up_projection_mx_shard_I": Case("core/moe/moe_tkg/gate_up_projection_mx.py", "gate_up_projection_mx_shard_I",
-                                          gate_up_projection_mx_shard_I),
-    "down_projection_mx": Case("core/moe/moe_tkg/down_projection_mx.py", "down_projection_mx", down_projection_mx),
+                                          gate_up_projection_mx_shard_I, target="trn3"),
+    "down_projection_mx": Case("core/moe/moe_tkg/down_projection_mx.py", "down_projection_mx", down_projection_mx, target="trn3"),
 })

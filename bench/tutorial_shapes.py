@@ -58,6 +58,28 @@ class Case:
     reduced: tuple | None = None   # (shapes, factor): simulate this and scale the time by factor
     dtypes: dict = dataclasses.field(default_factory=dict)
     consts: dict = dataclasses.field(default_factory=dict)   # compile-time arguments
+    # numpy's answer for --check (inputs -> output), and inputs in the kernel's working range
+    oracle: object = None
+    make_inputs: object = None
+
+
+def _matmul_oracle(lhsT, rhs):
+    return lhsT.astype(np.float64).T @ rhs.astype(np.float64)
+
+
+def _mamba_inputs(shapes, rng):
+    from fidelity_kernels import mamba_inputs
+    (batch, channels, seq), (_, states) = shapes["delta"], shapes["A"]
+    return list(mamba_inputs(batch, channels, seq, states, seed=int(rng.integers(1 << 30))))
+
+
+def _mamba_oracle(*arrays):
+    from fidelity_kernels import mamba_reference
+    return mamba_reference(*arrays)
+
+
+MM = {"oracle": _matmul_oracle}
+MAMBA_CHECK = {"oracle": _mamba_oracle, "make_inputs": _mamba_inputs}
 
 
 SDK_MM = "sdk:nki/examples/matrix_multiplication/matrix_multiplication_nki_kernels.py"
@@ -66,12 +88,13 @@ OPT = "kernel-optimization.rst (profile screenshots)"
 MAMBA_RST = "fused_mamba.rst"
 CASES = [
     Case("mm basic (sdk)", SDK_MM, "nki_matmul_basic_", {"lhsT": (128, 64), "rhs": (128, 512)}, "trn2"),
-    Case("mm tiled (sdk)", SDK_MM, "nki_matmul_tiled_", MM_FULL, "trn2", 39.89, OPT, (MM_QUARTER, 4)),
-    Case("mm hoisted loads (sdk)", SDK_MM, "nki_matmul_hoist_load_", MM_FULL, "trn2", 28.20, OPT, (MM_QUARTER, 4)),
+    Case("mm tiled (sdk)", SDK_MM, "nki_matmul_tiled_", MM_FULL, "trn2", 39.89, OPT, (MM_QUARTER, 4), **MM),
+    Case("mm hoisted loads (sdk)", SDK_MM, "nki_matmul_hoist_load_", MM_FULL, "trn2", 28.20, OPT, (MM_QUARTER, 4),
+         **MM),
     Case("mm block free dimension (sdk)", SDK_MM, "nki_matmul_block_free_dimension_", MM_FULL, "trn2", 28.41, OPT,
-         (MM_QUARTER, 4)),
+         (MM_QUARTER, 4), **MM),
     Case("mm fully optimized (sdk)", SDK_MM, "nki_matmul_fully_optimized_", MM_FULL, "trn2", 28.30, OPT,
-         (MM_HALF, 2)),
+         (MM_HALF, 2), **MM),
     Case("tensor add (sdk)", "sdk:nki/examples/tensor_addition/tensor_addition_nki_kernels.py", "nki_tensor_add",
          {"a_input": (256, 1024), "b_input": (256, 1024)}, "trn2"),
     Case("transpose2d (sdk)", "sdk:nki/examples/transpose2d/transpose2d_nki_kernels.py", "tensor_transpose2D_kernel_",
@@ -80,15 +103,15 @@ CASES = [
     Case("avgpool2d (sdk)", "sdk:nki/examples/average_pool2d/average_pool2d_nki_kernels.py", "tensor_avgpool_kernel",
          {"in_tensor": (2, 6, 6)}, "trn2", dtypes={"in_tensor": "bfloat16"},
          consts={"pool_size": 2}),
-    Case("mamba v1 (sdk)", SDK_MAMBA, "mamba_v1", mamba_shapes(1, 512, 256, 16), "trn1", 0.17293, MAMBA_RST),
+    Case("mamba v1 (sdk)", SDK_MAMBA, "mamba_v1", mamba_shapes(1, 512, 256, 16), "trn1", 0.17293, MAMBA_RST, **MAMBA_CHECK),
     Case("mamba v1 4K channels (sdk)", SDK_MAMBA, "mamba_v1", mamba_shapes(1, 512, 4096, 16), "trn1", 2.34, MAMBA_RST,
-         (mamba_shapes(1, 512, 512, 16), 8)),
+         (mamba_shapes(1, 512, 512, 16), 8), **MAMBA_CHECK),
     Case("mamba v2 4K channels (sdk)", SDK_MAMBA, "mamba_v2", mamba_shapes(1, 512, 4096, 16), "trn1", 1.61, MAMBA_RST,
-         (mamba_shapes(1, 512, 512, 16), 8)),
+         (mamba_shapes(1, 512, 512, 16), 8), **MAMBA_CHECK),
     Case("mamba v2 8K seq (sdk)", SDK_MAMBA, "mamba_v2", mamba_shapes(1, 8192, 4096, 16), "trn1", 53.33, MAMBA_RST,
-         (mamba_shapes(1, 8192, 512, 16), 8)),
+         (mamba_shapes(1, 8192, 512, 16), 8), **MAMBA_CHECK),
     Case("mamba v3 8K seq (sdk)", SDK_MAMBA, "mamba_v3", mamba_shapes(1, 8192, 4096, 16), "trn1", 27.8, MAMBA_RST,
-         (mamba_shapes(1, 8192, 512, 16), 8)),
+         (mamba_shapes(1, 8192, 512, 16), 8), **MAMBA_CHECK),
     # this project's own rewrites of the matmul tutorial's steps, at the same shape
     Case("mm tiled (repo)", "repo:tests/nki_scripts/matmul_tutorial.py", "matmul_tiled", MM_FULL, "trn2", 39.89, OPT,
          (MM_QUARTER, 4)),
@@ -132,6 +155,8 @@ def specs(case: Case, shapes) -> list[str]:
 
 def arrays(case: Case, shapes, rng):
     import nkicc.language as nl
+    if case.make_inputs is not None:
+        return case.make_inputs(shapes, rng)
     out = []
     for n, s in shapes.items():
         dt = case.dtypes.get(n, "float32")
@@ -140,7 +165,7 @@ def arrays(case: Case, shapes, rng):
     return out
 
 
-def run_case(case: Case, kernel, sim_limit: int, sim_bytes: int, rng) -> dict:
+def run_case(case: Case, kernel, sim_limit: int, sim_bytes: int, rng, check: bool = False) -> dict:
     import nkicc
     row = {"name": case.name, "kernel": case.kernel, "target": case.target,
            "shapes": {n: list(s) for n, s in case.shapes.items()}, "published_ms": case.published_ms,
@@ -157,14 +182,18 @@ def run_case(case: Case, kernel, sim_limit: int, sim_bytes: int, rng) -> dict:
                alloc=alloc.get("what_alloc_did", []), memory=alloc.get("memory"))
     shapes, factor = case.shapes, 1
     nbytes = sum(4 * int(np.prod(s)) for s in case.shapes.values())
-    if c.report["instructions_executed"] > sim_limit or nbytes > sim_bytes:
+    if not (check and case.oracle) and (c.report["instructions_executed"] > sim_limit or nbytes > sim_bytes):
         if not case.reduced:
             row["estimate"] = "not simulated (over the simulation limits, no reduced shape)"
             return row
         shapes, factor = case.reduced
         c = nkicc.compile(kernel, *specs(case, shapes), passes={"target": case.target}, **case.consts)
     t = time.perf_counter()
-    c.run(*arrays(case, shapes, rng))
+    inputs = arrays(case, shapes, rng)
+    got = c.run(*inputs)
+    if check and case.oracle:  # the full shape against numpy
+        want = np.asarray(case.oracle(*inputs), np.float64).reshape(np.shape(got))
+        row["max_err_of_max"] = float(np.abs(np.asarray(got, np.float64) - want).max() / np.abs(want).max())
     row.update(sim_s=round(time.perf_counter() - t, 1), estimated_ms=c.sim.total_ns * factor / 1e6,
                estimate="full shape" if factor == 1 else f"reduced shape x{factor}",
                pe_active_pct=round(c.sim.engines["pe"].active_pct, 1))
@@ -194,6 +223,8 @@ def main() -> None:
                    help="simulate the full shape up to this many executed instructions")
     p.add_argument("--sim-mb", type=int, default=64,
                    help="simulate the full shape only when its inputs are at most this many MiB")
+    p.add_argument("--check", action="store_true",
+                   help="simulate every case that has a numpy oracle at its full shape and compare (slow)")
     p.add_argument("--json", help="write the rows here")
     p.add_argument("--markdown", help="write the rows as a markdown table here")
     args = p.parse_args()
@@ -210,13 +241,14 @@ def main() -> None:
     for case in cases:
         if case.source.startswith("sdk:") and not have_sdk:
             continue
-        row = run_case(case, load(case, scratch), args.sim_limit, args.sim_mb * 2**20, rng)
+        row = run_case(case, load(case, scratch), args.sim_limit, args.sim_mb * 2**20, rng, args.check)
         for folder in (scratch, REPO):  # file names, not this machine's folders
             row["alloc"] = [a.replace(f"{folder}/", "") for a in row.get("alloc", [])]
         rows.append(row)
         est = f"{row['estimated_ms']:.2f} ms ({row['estimate']})" if "estimated_ms" in row else row.get("estimate", "")
         pub = f", published {row['published_ms']} ms" if row["published_ms"] else ""
-        print(f"{case.name}: compile {row['compile_s']} s; {row.get('error') or est}{pub}; "
+        err = f", max error {row['max_err_of_max']:.1e} of max" if "max_err_of_max" in row else ""
+        print(f"{case.name}: compile {row['compile_s']} s; {row.get('error') or est}{pub}{err}; "
               f"alloc: {'; '.join(row.get('alloc') or ['fits as written'])}", flush=True)
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(rows, indent=1))

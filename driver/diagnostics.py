@@ -48,10 +48,19 @@ CODES: dict[str, tuple[str, str]] = {
              "fp8 (e4m3, e5m2), bf16, fp16, tfloat32 and fp32, not integers, and an fp32 operand needs an "
              "fp32/tfloat32 partner; nisa.rng writes integers only. Cast with nisa.tensor_copy first."),
     "E133": ("PSUM tile larger than a bank",
-             "A PSUM tile must fit one 2 KiB bank per partition: at most 512 fp32 values."),
+             "A PSUM tile must fit one 2 KiB bank per partition: at most 512 fp32 values. On NeuronCore-v4 "
+             "(trn3) a tile may span the 8 banks (a matmul writes up to 4096 fp32 or 8192 bf16 values)."),
     "E134": ("too many elements for one instruction",
              "An engine instruction reads or writes at most 64 Ki elements per partition from SBUF and 4 Ki "
              "from PSUM. Split the free dimension and issue one instruction per piece."),
+    "E135": ("not on this NeuronCore generation",
+             "The instruction, operator, argument value or dtype exists only on newer NeuronCores, as the API "
+             "reference documents it (for example nisa.nc_matmul_mx, nisa.quantize_mx, nisa.activate2, "
+             "nisa.exponential, nisa.rand2, nl.abs_max and NkiTensor.indirect on NeuronCore-v4 (trn3); "
+             "nisa.dma_transpose, nisa.range_select, nisa.nonzero_with_count, nisa.core_barrier and "
+             "nisa.sendrecv on NeuronCore-v3 (trn2) and newer; a DMA priority on v4). The kernel is traced for "
+             "the generation of its --target. Compile for a newer target, or branch on nisa.get_nc_version() "
+             "so that each generation gets code it has."),
     "E140": ("shape mismatch",
              "Element-wise instructions pair partitions with partitions and free elements with free elements; "
              "both operands need the same partition count and number of free elements."),

@@ -37,7 +37,7 @@ class _Renamer:
                 offset=scalar.offset.rename(self.vars),
             )
         return Access(self.tensor(a.tensor), a.offset.rename(self.vars), a.pattern, scalar, a.scalar_scale, a.dtype,
-                      self.access(a.vector) if a.vector is not None else None)
+                      self.access(a.vector) if a.vector is not None else None, a.vector_group)
 
     def stmt(self, s: Stmt) -> Stmt:
         if isinstance(s, Op):
@@ -91,7 +91,7 @@ KNOWN_FIELDS = {
     "Loc": ("file", "line"),
     "TensorDecl": ("name", "shape", "dtype", "buffer", "role", "loc", "address", "label"),
     "ScalarOffset": ("register", "tensor", "offset"),
-    "Access": ("tensor", "offset", "pattern", "scalar", "scalar_scale", "dtype", "vector"),
+    "Access": ("tensor", "offset", "pattern", "scalar", "scalar_scale", "dtype", "vector", "vector_group"),
     "Const": ("value",),
     "Op": ("opcode", "outs", "ins", "attrs", "loc"),
     "Alloc": ("tensor",),
@@ -204,7 +204,7 @@ class Renaming:
                                   self.tensor(scalar.tensor) if scalar.tensor is not None else None,
                                   self.affine(scalar.offset))
         return Access(tensor, offset, a.pattern, scalar, a.scalar_scale, a.dtype,
-                      self.access(a.vector) if a.vector is not None else None)
+                      self.access(a.vector) if a.vector is not None else None, a.vector_group)
 
     def stmt(self, s: Stmt) -> Stmt:
         if isinstance(s, Op):

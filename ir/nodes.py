@@ -78,6 +78,10 @@ class ScalarOffset:
         return self.register if self.register else f"{self.tensor}[{self.offset}]"
 
 
+# Access.vector_group of an indirect view before the instruction that reads it is known
+UNRESOLVED_GROUP = -1
+
+
 @dataclass(frozen=True)
 class Access:
     """view[i0, ..., ik] = flat(tensor)[start + sum(i_j * step_j)] with
@@ -87,7 +91,10 @@ class Access:
     elements. `vector`, when set (`.ap(vector_offset=)`: a gather or scatter),
     is the access of a [n, 1] index tile and replaces the stepping of the
     first pair: view[i0, ...] = flat(tensor)[offset + vector[i0] * scalar_scale
-    + sum over the other pairs of i_j * step_j]."""
+    + sum over the other pairs of i_j * step_j]. With `vector_group` G > 0
+    (tensor indirection, `NkiTensor.indirect`) the index tile's values, read
+    as index[i % G, i // G], replace the stepping of pair 1 instead:
+    view[p, i] = flat(tensor)[offset + p * step_0 + index(i) * scalar_scale]."""
     tensor: str
     offset: Affine
     pattern: tuple[tuple[int, int], ...]  # (step, num), outermost first
@@ -95,6 +102,9 @@ class Access:
     scalar_scale: int = 0
     dtype: str | None = None
     vector: "Access | None" = None
+    # 0: `vector` gives pair 0's rows; G > 0: it gives pair 1's columns, snake over G partitions;
+    # -1 until the instruction that reads the view is known (G is 32 on the Tensor Engine, else 16)
+    vector_group: int = 0
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -111,6 +121,7 @@ class Access:
         pat = ",".join(f"[{s},{n}]" for s, n in self.pattern)
         dyn = f" + {self.scalar}*{self.scalar_scale}" if self.scalar else ""
         dyn += f" + [{self.vector}]*{self.scalar_scale}" if self.vector else ""
+        dyn += f" indirect/{self.vector_group}" if self.vector_group else ""
         as_ = f" as {self.dtype}" if self.dtype else ""
         return f"{self.tensor}@({self.offset}{dyn}){{{pat}}}{as_}"
 

@@ -15,7 +15,7 @@ def bind_access(a: Access, values: Mapping[str, int]) -> Access:
             return Access(a.tensor, offset, a.pattern, None, 0, a.dtype)  # (no vector: one runtime offset a view)
         scalar = ScalarOffset(scalar.register, scalar.tensor, scalar.offset.bind(values))
     return Access(a.tensor, a.offset.bind(values), a.pattern, scalar, a.scalar_scale, a.dtype,
-                  bind_access(a.vector, values) if a.vector is not None else None)
+                  bind_access(a.vector, values) if a.vector is not None else None, a.vector_group)
 
 
 def bind_op(op: Op, values: Mapping[str, int]) -> Op:

@@ -34,6 +34,7 @@ _BUFFERS = {"sbuf": "sbuf", "psum": "psum", "hbm": "hbm", "private_hbm": "hbm", 
 
 PMAX = 128
 PSUM_BANK_BYTES = 2048
+PSUM_BANKS_V4 = 8
 
 
 def buffer_name(buffer, loc) -> str:
@@ -105,10 +106,13 @@ def new_tensor(shape, dtype, buffer="sbuf", name="", loc=None) -> Tensor:
         free_bytes = dtypes.itemsize(dt)
         for d in shape[1:]:
             free_bytes *= d
-        if buf == "psum" and free_bytes > PSUM_BANK_BYTES:
+        # NeuronCore-v4 matmuls write up to the whole PSUM (8 banks) at once
+        banks = PSUM_BANKS_V4 if b.nc_version >= 4 else 1
+        if buf == "psum" and free_bytes > banks * PSUM_BANK_BYTES:
             raise NkiccError("E133", f"PSUM tile of shape {list(shape)} needs {free_bytes} bytes per partition; "
-                                     f"a bank holds {PSUM_BANK_BYTES}", loc,
-                             "at most 512 fp32 values per partition in one PSUM tile")
+                                     f"{'a bank holds' if banks == 1 else 'the 8 banks hold'} "
+                                     f"{banks * PSUM_BANK_BYTES}", loc,
+                             f"at most {banks * 512} fp32 values per partition in one PSUM tile")
     # the user's name for it: name=, else the variable the kernel assigns it to
     label = str(name) if name else assigned_name(user_frame(2))
     return Tensor(b, b.new_tensor(shape, dt, buf, label, "local", loc))

@@ -178,7 +178,8 @@ def trace_kernel(fn, tensor_args: dict[str, TensorSpec], constants: dict, name: 
     kernel_loc = Loc(fn.__code__.co_filename, _source_lines(fn)[0])
     for attempt in range(1, MAX_ATTEMPTS + 1):
         builder = Builder(name or fn.__name__, policy)
-        builder.nc_version = nc_version
+        if nc_version is not None:
+            builder.nc_version = nc_version
         with builder:
             kwargs = dict(constants)
             for pname, spec in tensor_args.items():

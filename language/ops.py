@@ -45,7 +45,7 @@ def broadcast_view(t: Tensor, shape: tuple[int, ...], loc) -> Tensor:
         else:
             raise NkiccError("E140", f"cannot broadcast {list(t.shape)} to {list(shape)}", loc)
     a = t.access
-    if a.vector is not None and tuple(out[:1]) != a.pattern[:1]:
+    if a.vector is not None and (a.vector_group or tuple(out[:1]) != a.pattern[:1]):
         raise NkiccError("E160", "broadcasting a vector_offset view is not supported", loc)
     return Tensor(t.builder, t.decl, Access(a.tensor, a.offset, tuple(out), a.scalar, a.scalar_scale, a.dtype, a.vector))
 
@@ -91,7 +91,7 @@ def load_transpose2d(src, dtype=None, mask=None, name="", **_hints) -> Tensor:
         raise NkiccError("E140", f"load_transpose2d needs a 2-d source, got {list(src.shape)}", loc)
     a = src.access
     if a.vector is not None:
-        raise NkiccError("E160", "load_transpose2d of a vector_offset view is not supported", loc)
+        raise NkiccError("E160", "load_transpose2d of a vector_offset or indirect view is not supported", loc)
     transposed = Tensor(src.builder, src.decl, Access(a.tensor, a.offset, (a.pattern[1], a.pattern[0]),
                                                       a.scalar, a.scalar_scale, a.dtype, a.vector))
     out = new_tensor(transposed.shape, dtype or src.dtype, "sbuf", name, loc)
@@ -434,4 +434,6 @@ def expand_dims(x, axis, **_hints) -> Tensor:
         raise NkiccError("E103", f"expand_dims axis {axis} out of range for {list(x.shape)}", loc)
     pattern.insert(axis, (0, 1))
     a = x.access
+    if a.vector_group:
+        raise NkiccError("E160", "expand_dims of an indirect view is not supported", loc)
     return Tensor(x.builder, x.decl, Access(a.tensor, a.offset, tuple(pattern), a.scalar, a.scalar_scale, a.dtype, a.vector))

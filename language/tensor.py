@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 from ..ir import Access, Affine, NkiccError, ScalarOffset, TensorDecl
 from ..ir.analysis import extent
-from ..ir.ops import TensorOperand
+from ..ir.nodes import UNRESOLVED_GROUP
+from ..ir.ops import TensorOperand, require_generation
 from . import dtypes, views
 from .operators import TileOperators
 from .tracing import Builder, SymInt, as_affine, current_builder, user_loc
@@ -83,6 +84,11 @@ class NkiTensor(TileOperators, TensorOperand):
         return self.access.shape
 
     @property
+    def generation(self) -> int:
+        """The NeuronCore generation of the target the kernel is traced for."""
+        return self.builder.nc_version
+
+    @property
     def ndim(self) -> int:
         return len(self.access.pattern)
 
@@ -150,6 +156,9 @@ class NkiTensor(TileOperators, TensorOperand):
     # views
     def _view(self, access: Access, overflow: str | None = None) -> "NkiTensor":
         old = self.access
+        if old.vector_group:
+            raise NkiccError("E160", f"re-viewing the indirect view of {self.shown} (NkiTensor.indirect) is not "
+                                     "supported", user_loc(3), "slice the tensor first, then call .indirect()")
         if old.vector is not None and (access.vector is not old.vector or access.offset != old.offset
                                        or access.pattern[:1] != old.pattern[:1]):
             raise NkiccError("E160", f"re-viewing the gathered rows of {self.shown} (a vector_offset view) is not "
@@ -350,8 +359,9 @@ class NkiTensor(TileOperators, TensorOperand):
         return [[step, num] for step, num in self.access.pattern]
 
     def is_indirect(self) -> bool:
-        """True when the view has a runtime (tensor-valued) offset."""
-        return self.access.scalar is not None
+        """True when the view has a runtime offset: a dynamic select, a
+        vector_select / vector_offset gather, or tensor indirection."""
+        return self.access.scalar is not None or self.access.vector is not None
 
     def permute(self, dims) -> "NkiTensor":
         loc = user_loc(2)
@@ -502,8 +512,36 @@ class NkiTensor(TileOperators, TensorOperand):
         return self._gather(pattern, 0, vector_offset, 0, None, None, loc)
 
     def indirect(self, index, num_elem=None) -> "NkiTensor":
-        raise NkiccError("E160", "tensor indirection (NkiTensor.indirect, NeuronCore-v4) is not supported yet",
-                         user_loc(2))
+        """Tensor indirection (NeuronCore-v4): a [P, num_elem] view whose column
+        i is this view's column index(i), where index(i) = index[i % G, i // G]
+        (G partitions per group: 32 when the Tensor Engine reads or writes the
+        view, 16 for the other engines). An instruction's input (gather) or
+        output (scatter)."""
+        loc = user_loc(2)
+        try:
+            require_generation(self.generation, 4, "NkiTensor.indirect (tensor indirection)")
+        except NkiccError as e:
+            raise NkiccError(e.code, e.message, loc, e.hint) from None
+        if not self.decl.on_chip or self.ndim != 2:
+            raise NkiccError("E120", f"indirect: tensor indirection addresses a [partitions, free] SBUF/PSUM view; "
+                                     f"{self.shown} is {self.buffer} {list(self.shape)}", loc,
+                             "gather rows of an HBM tensor with .vector_select or .ap(vector_offset=)")
+        if self.is_indirect():
+            raise NkiccError("E160", f"indirect: {self.shown} already has a runtime offset", loc)
+        if not isinstance(index, NkiTensor) or not index.decl.on_chip or index.ndim != 2 \
+                or dtypes.is_float(index.decl.dtype):
+            raise NkiccError("E103", "indirect: index must be an integer SBUF tile of shape (P, K)", loc,
+                             "copy the offsets into an nl.int32 / nl.uint32 tile")
+        if index.shape[0] != self.shape[0]:
+            raise NkiccError("E140", f"indirect: index has {index.shape[0]} partitions, the view {self.shape[0]}",
+                             loc, "one row of offsets per partition group row: index.shape[0] == view.shape[0]")
+        n = index.size if num_elem is None else int(num_elem)
+        if not 1 <= n <= index.size:
+            raise NkiccError("E130", f"indirect: num_elem={n}, the index holds {index.size} offsets", loc)
+        (pstep, parts), (fstep, _) = self.access.pattern
+        access = Access(self.decl.name, self.access.offset, ((pstep, parts), (fstep, n)), None, fstep,
+                        self.access.dtype, index.access, UNRESOLVED_GROUP)
+        return NkiTensor(self.builder, self.decl, access, self.overflow)
 
     def view(self, dtype) -> "NkiTensor":
         """The same bytes as another dtype (numpy's `view(dtype)`): the last

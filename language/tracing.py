@@ -93,6 +93,8 @@ class LoopSite:
     frame_locals: dict | None = None
 
 
+# the NeuronCore generation a trace assumes when its caller names no target (trn2, the default target)
+DEFAULT_GENERATION = 3
 GRID = "<launch grid>"  # LoopSite.file and .node of the loops of an SPMD launch grid
 
 
@@ -116,6 +118,18 @@ class _Frame:
     children: dict = field(default_factory=dict)  # site -> occurrences this iteration
 
 
+def _replace_ops(block: Block, by_id: dict[int, Op]) -> Block:
+    """`block` with the ops whose id is in `by_id` replaced (the same objects the trace emitted)."""
+    out = []
+    for s in block.stmts:
+        if isinstance(s, Loop):
+            s = dataclasses.replace(s, body=_replace_ops(s.body, by_id))
+        elif isinstance(s, Op):
+            s = by_id.get(id(s), s)
+        out.append(s)
+    return Block(tuple(out))
+
+
 class Builder:
     def __init__(self, name: str, policy: LoopPolicy) -> None:
         self.name = name
@@ -129,6 +143,9 @@ class Builder:
         self._vars = itertools.count()
         self.loop_stats = {"rolled": 0, "split": 0, "concrete": 0, "dynamic": 0}
         self.affine_vars: set[str] = set()  # rolled loops from affine_range: iterations must be independent
+        self.emitted = itertools.count()  # instruction handles' order (depends_on)
+        # id(op) -> (op, its replacement) for ops edited after their loop ended (depends_on)
+        self.late_edits: dict[int, tuple[Op, Op]] = {}
         self.warnings: dict[tuple, NkiccError] = {}
         self._token = None
         # SPMD launch grid (language/spmd.py): sizes, the program id per axis, shared_hbm tensors by order
@@ -136,7 +153,8 @@ class Builder:
         self.program_ids: list = []
         self._shared: list[TensorDecl] = []
         self._shared_next = 0
-        self.nc_version: int | None = None  # the target's NeuronCore generation (nisa.get_nc_version)
+        # the target's NeuronCore generation (nisa.get_nc_version); trn2's when the caller names none
+        self.nc_version: int = DEFAULT_GENERATION
 
     # context management
     def __enter__(self) -> "Builder":
@@ -284,8 +302,10 @@ class Builder:
         for name in outputs:
             if self.decls[name].role != "arg":  # a returned argument stays an argument (the caller's array)
                 self.set_role(name, "output")
-        return Kernel(self.name, tuple(self.decls.values()), tuple(args), tuple(outputs),
-                      Block(tuple(self._blocks[0])), loc)
+        body = Block(tuple(self._blocks[0]))
+        if self.late_edits:
+            body = _replace_ops(body, {k: new for k, (_, new) in self.late_edits.items()})
+        return Kernel(self.name, tuple(self.decls.values()), tuple(args), tuple(outputs), body, loc)
 
     # loops
     def _child_key(self, site: LoopSite) -> tuple:

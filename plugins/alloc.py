@@ -112,19 +112,27 @@ def _place(items, capacity: int, bank: int | None):
         taken = sorted((addr, addr + sz) for _, addr, sz in active)
         addr = 0
         for lo, hi in taken:
-            if bank is not None and addr % bank + size > bank:
-                addr = (addr // bank + 1) * bank
+            addr = _bank_fit(addr, size, bank)
             if addr + size <= lo:
                 break
             addr = max(addr, _align(hi))
-        if bank is not None and addr % bank + size > bank:
-            addr = (addr // bank + 1) * bank
+        addr = _bank_fit(addr, size, bank)
         if addr + size > capacity:
             return addresses, name, peak
         addresses[name] = addr
         active.append((end, addr, size))
         peak = max(peak, addr + size)
     return addresses, None, peak
+
+
+def _bank_fit(addr: int, size: int, bank: int | None) -> int:
+    """The first address from `addr` where a PSUM tile does not straddle a bank;
+    a tile of several banks (NeuronCore-v4 matmuls) starts on a bank."""
+    if bank is None:
+        return addr
+    if (size > bank and addr % bank) or (size <= bank and addr % bank + size > bank):
+        return (addr // bank + 1) * bank
+    return addr
 
 
 def _align(n: int) -> int:
@@ -168,6 +176,18 @@ def _ops_with_chain(block: Block, chain):
             yield from _ops_with_chain(s.body, chain + (s,))
 
 
+def _map_stmts(block: Block, fn) -> Block:
+    """`block` with each statement other than a loop replaced by the list
+    fn(statement) gives, in program order; loops are entered, kept."""
+    out = []
+    for s in block.stmts:
+        if isinstance(s, Loop):
+            out.append(dataclasses.replace(s, body=_map_stmts(s.body, fn)))
+        else:
+            out.extend(fn(s))
+    return Block(tuple(out))
+
+
 def _sbuf_spill(kernel, name: str):
     """Give SBUF tensor `name` an HBM home; compute instructions use a small
     SBUF tile loaded before and stored after them."""
@@ -177,24 +197,16 @@ def _sbuf_spill(kernel, name: str):
     temps: list[TensorDecl] = []
     counter = itertools.count()
 
-    def rewrite(block: Block) -> Block:
-        out = []
-        for s in block.stmts:
-            if isinstance(s, Loop):
-                out.append(dataclasses.replace(s, body=rewrite(s.body)))
-            elif isinstance(s, Alloc):
-                out.append(s)  # the HBM home is (re)allocated where the tensor was
-            elif name not in tensors_touched(s):
-                out.append(s)
-            elif s.opcode == "dma_copy":
-                out.append(s)  # DMA reaches the HBM home directly
-            elif s.opcode == "memset" and s.outs[0].tensor == name:
-                out.extend(_memset_home(s, home, temps, counter))
-            else:
-                out.extend(_around(s, name, old.dtype, temps, counter))
-        return Block(tuple(out))
+    def rewrite(s) -> list:
+        if isinstance(s, Alloc) or name not in tensors_touched(s):
+            return [s]  # an Alloc: the HBM home is (re)allocated where the tensor was
+        if s.opcode == "dma_copy":
+            return [s]  # DMA reaches the HBM home directly
+        if s.opcode == "memset" and s.outs[0].tensor == name:
+            return _memset_home(s, home, temps, counter)
+        return _around(s, name, old.dtype, temps, counter)
 
-    body = rewrite(kernel.body)
+    body = _map_stmts(kernel.body, rewrite)
     tensors = tuple(home if t.name == name else t for t in kernel.tensors) + tuple(temps)
     return dataclasses.replace(kernel, body=body, tensors=tensors)
 
@@ -233,26 +245,19 @@ def _reload(kernel, name: str):
     temps: list[TensorDecl] = []
     counter = itertools.count()
 
-    def rewrite(block: Block) -> Block:
-        out = []
-        for s in block.stmts:
-            if isinstance(s, Loop):
-                out.append(dataclasses.replace(s, body=rewrite(s.body)))
-            elif s is fill or (isinstance(s, Alloc) and s.tensor == name):
-                continue
-            elif isinstance(s, Op) and name in tensors_touched(s):
-                t = TensorDecl(f"{name}.reload{next(counter)}", decl.shape, decl.dtype, "sbuf", "spill-temp",
-                               decl.loc)
-                temps.append(t)
-                tile = Access(t.name, Affine(), whole)
-                out += [Alloc(t.name), Op("dma_copy", (tile,), (src,), (), s.loc)]
-                out.append(Op(s.opcode, s.outs, tuple(tile if isinstance(a, Access) and a.tensor == name else a
-                                                      for a in s.ins), s.attrs, s.loc))
-            else:
-                out.append(s)
-        return Block(tuple(out))
+    def rewrite(s) -> list:
+        if s is fill or (isinstance(s, Alloc) and s.tensor == name):
+            return []
+        if not (isinstance(s, Op) and name in tensors_touched(s)):
+            return [s]
+        t = TensorDecl(f"{name}.reload{next(counter)}", decl.shape, decl.dtype, "sbuf", "spill-temp", decl.loc)
+        temps.append(t)
+        tile = Access(t.name, Affine(), whole)
+        return [Alloc(t.name), Op("dma_copy", (tile,), (src,), (), s.loc),
+                Op(s.opcode, s.outs, tuple(tile if isinstance(a, Access) and a.tensor == name else a
+                                          for a in s.ins), s.attrs, s.loc)]
 
-    body = rewrite(kernel.body)
+    body = _map_stmts(kernel.body, rewrite)
     tensors = tuple(t for t in kernel.tensors if t.name != name) + tuple(temps)
     return dataclasses.replace(kernel, body=body, tensors=tensors)
 
@@ -321,33 +326,24 @@ def _psum_spill(kernel, name: str):
     counter = itertools.count()
     seen_write = [False]
 
-    def rewrite(block: Block) -> Block:
-        out = []
-        for s in block.stmts:
-            if isinstance(s, Loop):
-                out.append(dataclasses.replace(s, body=rewrite(s.body)))
-            elif isinstance(s, Op) and s.opcode in ("nc_matmul", "nc_matmul_mx") and s.outs[0].tensor == name:
-                acc = s.attr("accumulate")
-                if acc is None:
-                    if not seen_write[0]:
-                        raise _CannotSpill()  # first-write-overwrites cannot be decided statically here
-                    acc = True
-                decl, full = _temp(name, s.outs[0], "float32", "psum", temps, counter)
-                attrs = tuple((k, v) for k, v in s.attrs if k != "accumulate") + (("accumulate", False),)
-                out.append(Alloc(decl.name))
-                out.append(Op(s.opcode, (full,), s.ins, attrs, s.loc))
-                if acc:
-                    out.append(Op("tensor_tensor", (s.outs[0],), (s.outs[0], full), (("op", "add"),), s.loc))
-                else:
-                    out.append(Op("tensor_copy", (s.outs[0],), (full,), (), s.loc))
-            else:
-                if isinstance(s, Op) and any(a.tensor == name for a in s.outs):
-                    full_cover = s.outs[0].count == decls[name].size and s.outs[0].dtype is None
-                    seen_write[0] = seen_write[0] or full_cover
-                out.append(s)
-        return Block(tuple(out))
+    def rewrite(s) -> list:
+        if not (isinstance(s, Op) and s.opcode in ("nc_matmul", "nc_matmul_mx") and s.outs[0].tensor == name):
+            if isinstance(s, Op) and any(a.tensor == name for a in s.outs):
+                full_cover = s.outs[0].count == decls[name].size and s.outs[0].dtype is None
+                seen_write[0] = seen_write[0] or full_cover
+            return [s]
+        acc = s.attr("accumulate")
+        if acc is None:
+            if not seen_write[0]:
+                raise _CannotSpill()  # first-write-overwrites cannot be decided statically here
+            acc = True
+        decl, full = _temp(name, s.outs[0], "float32", "psum", temps, counter)
+        attrs = tuple((k, v) for k, v in s.attrs if k != "accumulate") + (("accumulate", False),)
+        fold = (Op("tensor_tensor", (s.outs[0],), (s.outs[0], full), (("op", "add"),), s.loc) if acc
+                else Op("tensor_copy", (s.outs[0],), (full,), (), s.loc))
+        return [Alloc(decl.name), Op(s.opcode, (full,), s.ins, attrs, s.loc), fold]
 
-    body = rewrite(kernel.body)
+    body = _map_stmts(kernel.body, rewrite)
     tensors = tuple(home if t.name == name else t for t in kernel.tensors) + tuple(temps)
     return dataclasses.replace(kernel, body=body, tensors=tensors)
 

@@ -13,6 +13,8 @@ bandwidth: separate transfers run on separate DMA queues at once, a merged one
 on one queue. So a merge that would move more than MAX_MERGED_BYTES is left
 as it is.
 """
+import dataclasses
+
 from nkicc.ir import Access, Affine, Block, Loop, Op
 from nkicc.ir.analysis import injective
 from nkicc.ir.dtypes import itemsize
@@ -34,7 +36,7 @@ def _insert_at(src: Access, dst: Access, decls) -> int | None:
 
 def _with_pair(a: Access, at: int, step: int, count: int, offset: Affine) -> Access:
     pattern = a.pattern[:at] + ((step, count),) + a.pattern[at:]
-    return Access(a.tensor, offset, pattern, a.scalar, a.scalar_scale, a.dtype, a.vector)
+    return dataclasses.replace(a, offset=offset, pattern=pattern)
 
 
 def _mergeable(op: Op) -> bool:

@@ -80,7 +80,7 @@ def _copy(block: Block, var: str, repl: Affine, tensors: dict[str, str], suffix:
             return a
         offset = a.offset.substitute(var, repl).rename(inner)
         return Access(tensors.get(a.tensor, a.tensor), offset, a.pattern, a.scalar, a.scalar_scale, a.dtype,
-                      access(a.vector) if a.vector is not None else None)
+                      access(a.vector) if a.vector is not None else None, a.vector_group)
 
     def walk(b: Block) -> Block:
         out = []

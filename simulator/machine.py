@@ -104,7 +104,8 @@ class _Acc:
         self.scale = access.scalar_scale
         self.vector: _Acc | None = None  # the index tile of a gather / scatter (its rows replace pair 0's steps)
         pattern = access.pattern
-        stepped = pattern[1:] if access.vector is not None else pattern
+        # a gather's index tile replaces the stepping of pair 0 (rows), an indirect view's pair 1 (columns)
+        stepped = pattern if access.vector is None else pattern[:1] if access.vector_group else pattern[1:]
         self.lo_span = sum(s * (n - 1) for s, n in stepped if s < 0)
         self.hi_span = sum(s * (n - 1) for s, n in stepped if s > 0)
         self.shape = tuple(n for _, n in pattern)
@@ -548,6 +549,11 @@ class MachineSimulator:
     def _gather_index(self, acc: _Acc, op: Op):
         return gather_index(acc.access, acc.cur, self._read_view(acc.vector), acc.t.size, op, acc.t.decl)
 
+    @staticmethod
+    def _at(t: "_Tensor", flat: np.ndarray) -> np.ndarray:
+        """Elements of a tensor at flat element indices (on chip: partition-major rows)."""
+        return t.footprint[flat // t.F, flat % t.F] if t.onchip else t.footprint[flat]
+
     def _read_view(self, acc: _Acc) -> np.ndarray:
         v = acc.vcache.get(acc.cur) or self._views(acc, acc.cur)
         if v is not None:
@@ -555,7 +561,7 @@ class MachineSimulator:
         if acc.vector is not None:  # a gather from HBM: rows at the index tile's offsets
             idx, inside = self._gather_index(acc, self._cur_op)
             out = np.full(idx.shape, acc.t.fill, dtype=acc.t.dtype)
-            out[inside] = acc.t.footprint[idx[inside]]
+            out[inside] = self._at(acc.t, idx[inside])
             if not inside.all():
                 self._rows = inside  # the op writes only the rows it read (oob_mode.skip)
             return out
@@ -574,7 +580,11 @@ class MachineSimulator:
             idx, inside = self._gather_index(acc, self._cur_op)
             tmp = np.empty(idx.shape, dtype=t.dtype)
             self._store(tmp, np.broadcast_to(values, idx.shape) if np.ndim(values) == 0 else values)
-            t.footprint[idx[inside]] = tmp[inside]
+            at = idx[inside]
+            if t.onchip:
+                t.footprint[at // t.F, at % t.F] = tmp[inside]
+            else:
+                t.footprint[at] = tmp[inside]
             return
         if self._rows is not None:  # a gather skipped rows out of range: those stay as they were
             old = np.array(self._read_view(acc))

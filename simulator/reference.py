@@ -54,10 +54,9 @@ def gather_index(a: Access, start: int, indices, size: int, op: Op, decl: Tensor
     of a vector_offset access whose offset is `start` now, given its index
     tile's values; a row out of range is E170 unless the op skips it
     (oob_mode.skip). Both simulators use it."""
-    rows = np.asarray(indices).reshape(-1)
-    if rows.dtype.kind not in "iu":
-        rows = np.nan_to_num(rows.astype(np.float64), nan=-1)
-    rows = rows.astype(np.int64)
+    if a.vector_group:
+        return _indirect_index(a, start, indices, size, op, decl)
+    rows = _index_values(np.asarray(indices).reshape(-1))
     idx = (start + rows * a.scalar_scale).reshape((-1,) + (1,) * (len(a.pattern) - 1))
     for axis, (s, n) in enumerate(a.pattern[1:], 1):
         shape = [1] * len(a.pattern)
@@ -70,6 +69,36 @@ def gather_index(a: Access, start: int, indices, size: int, op: Op, decl: Tensor
                                  f"{int(rows[bad])}) falls outside it", op.loc,
                          "keep the indices in range, or pass oob_mode=nisa.oob_mode.skip")
     return idx, inside
+
+
+def _index_values(values: np.ndarray) -> np.ndarray:
+    if values.dtype.kind not in "iu":
+        values = np.nan_to_num(values.astype(np.float64), nan=-1)
+    return values.astype(np.int64)
+
+
+def _indirect_index(a: Access, start: int, indices, size: int, op: Op, decl: TensorDecl
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """The flat element indices of a tensor-indirection view ([P, n]): column i
+    at index[i % G, i // G] steps of the free dimension, G = a.vector_group."""
+    g = a.vector_group
+    (pstep, parts), (_, n) = a.pattern
+    table = np.asarray(indices)
+    table = table.reshape(table.shape[0], -1)
+    if table.shape[0] < g or n > g * table.shape[1]:
+        raise NkiccError("E130", f"{op.opcode}: the indirect view of {decl.described()} takes {n} offsets in groups "
+                                 f"of {g} partitions; its index tile is {list(table.shape)}", op.loc,
+                         f"give the index at least {g} partitions and ceil({n}/{g}) columns")
+    cols = _index_values(table[:g].T.reshape(-1)[:n])
+    idx = start + np.arange(parts, dtype=np.int64)[:, None] * pstep + cols[None, :] * a.scalar_scale
+    row = size // decl.shape[0]  # elements per partition: an offset may not run into the next one
+    free_at = start % row + cols * a.scalar_scale
+    inside = (idx >= 0) & (idx < size) & ((free_at >= 0) & (free_at < row))[None, :]
+    if not inside.all():
+        bad = int(np.flatnonzero(~inside.all(axis=0))[0])
+        raise NkiccError("E170", f"{op.opcode}: offset {int(cols[bad])} (number {bad}) of the indirect view of "
+                                 f"{decl.described()} falls outside it", op.loc, "keep the offsets in range")
+    return idx, np.ones(parts, dtype=bool)
 
 
 class ReferenceMachine:

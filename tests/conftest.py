@@ -48,6 +48,12 @@ def pytest_unconfigure(config):
 
 
 @pytest.fixture
+def trn3(monkeypatch):
+    """Compile for NeuronCore-v4 (trn3): for what the reference documents as v4 and newer."""
+    monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", "trn3")
+
+
+@pytest.fixture
 def rng():
     return np.random.default_rng(int(os.environ.get("NKICC_TEST_SEED", "1234")))
 

@@ -17,7 +17,7 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 # counts nkicc has reached (of 284 names and members): raise, never lower
 PRESENT_FLOOR = 284
 SIGNATURE_FLOOR = 284
-TESTED_FLOOR = 236
+TESTED_FLOOR = 247
 
 
 def _load():

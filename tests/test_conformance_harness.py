@@ -60,7 +60,7 @@ def test_variants_follow_their_kernel(tmp_path):
     assert [f.name for f in found] == ["mx_mm", "mx_mm[x2]"]   # a variant of a kernel not found is dropped
 
 
-def test_typed_mx_inputs_run_against_numpy(tmp_path, monkeypatch):
+def test_typed_mx_inputs_run_against_numpy(trn3, tmp_path, monkeypatch):
     conf = _load("conformance")
     refs = _load("conformance_refs")
     monkeypatch.setattr(sys, "path", list(sys.path))  # the child puts the library's folder on the path

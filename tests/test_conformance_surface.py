@@ -106,6 +106,7 @@ class Plain(nl.NKIObject):
     pass
 
 
+@pytest.mark.api("nl.NKIObject")
 def test_nkiobject_dataclass_is_a_compile_time_constant(rng):
     @nkicc.jit
     def k(a, cfg: ScaleConfig):

@@ -90,6 +90,69 @@ def test_depends_on_inside_a_rolled_loop(rng):
     np.testing.assert_array_equal(r2, u2)
 
 
+def _spans(events, opcode):
+    return [(e["ts"], e["ts"] + e["dur"]) for e in events
+            if e["ph"] == "X" and e.get("cat") != "loop" and opcode in e["name"]]
+
+
+@api("nisa.NkiInstruction.depends_on")
+@pytest.mark.parametrize("where", ["producer in an ended loop", "consumer in an ended loop"])
+def test_depends_on_across_static_loops(rng, tmp_path, where):
+    """Static loops do not count (the vendor unrolls them): an edge may leave or
+    enter one; every iteration of a rolled end takes part in it."""
+    a = rng.standard_normal((128, 2048)).astype(np.float32)
+    b = rng.standard_normal((128, 512)).astype(np.float32)
+
+    def make(edge):
+        @nkicc.jit
+        def k(x, y):
+            o1 = nl.ndarray(x.shape, nl.float32, buffer=nl.shared_hbm)
+            o2 = nl.ndarray((128, 2048), nl.float32, buffer=nl.shared_hbm)
+            xs, ys = nl.load(x), nl.load(y)
+            t1 = nl.ndarray(x.shape, nl.float32, buffer=nl.sbuf)
+            t2 = nl.ndarray((128, 2048), nl.float32, buffer=nl.sbuf)
+            if where == "producer in an ended loop":
+                for i in nl.affine_range(4):
+                    p = nisa.activation(t1[:, i * 512:(i + 1) * 512], nl.exp, xs[:, i * 512:(i + 1) * 512])
+                c = nisa.tensor_scalar(t2[:, 0:512], ys, nl.multiply, 3.0)
+                if edge:
+                    c.depends_on(p)
+                for i in nl.affine_range(3):
+                    nisa.tensor_scalar(t2[:, (i + 1) * 512:(i + 2) * 512], ys, nl.add, float(i))
+            else:
+                p = nisa.activation(t1, nl.exp, xs)
+                for i in nl.affine_range(4):
+                    c = nisa.tensor_scalar(t2[:, i * 512:(i + 1) * 512], ys, nl.add, float(i))
+                if edge:
+                    c.depends_on(p)
+            nl.store(o1, t1)
+            nl.store(o2, t2)
+            return o1, o2
+        return k
+
+    last_consumer_start = {}
+    for edge in (False, True):
+        r1, r2 = run_both_simulators(make(edge), a, b)
+        np.testing.assert_allclose(r1, np.exp(a), rtol=2e-5, atol=1e-6)
+        if where == "producer in an ended loop":
+            want2 = np.concatenate([b * np.float32(3)] + [b + np.float32(i) for i in range(3)], axis=1)
+        else:
+            want2 = np.concatenate([b + np.float32(i) for i in range(4)], axis=1)
+        np.testing.assert_array_equal(r2, want2)
+        ck = nkicc.compile(make(edge), a, b)
+        path = tmp_path / f"t{edge}.json"
+        ck.simulate(dict(zip(ck.ir.args, (a, b))), trace=str(path))
+        events = json.loads(path.read_text())["traceEvents"]
+        producer_end = max(end for _, end in _spans(events, "activation"))
+        # the edge's consumer: the first tensor_scalar after the producer loop, or the consumer loop's last
+        consumer = (min if where == "producer in an ended loop" else max)(s for s, _ in _spans(events, "tensor_scalar"))
+        last_consumer_start[edge] = consumer, producer_end
+    start, end = last_consumer_start[False]
+    assert start < end  # free to overlap without the edge
+    start, end = last_consumer_start[True]
+    assert start >= end - 1e-6  # with it, the consumer starts after the producer's last iteration ends
+
+
 @api("nisa.NkiInstruction.depends_on")
 def test_depends_on_errors():
     def make(case):
@@ -104,15 +167,15 @@ def test_depends_on_errors():
             if case == "backwards":
                 later = nisa.tensor_scalar(t, t, nl.add, 1.0)
                 first.depends_on(later)  # EDGE_B
-            if case == "out of a loop":
-                for i in nl.affine_range(2):
+            if case == "out of a runtime loop":
+                for i in nl.dynamic_range(2):
                     inner = nisa.tensor_scalar(t, t, nl.add, 1.0)
                 nisa.tensor_scalar(t, t, nl.add, 1.0).depends_on(inner)  # EDGE_C
             nl.store(out, t)
             return out
         return k
     a = np.ones((8, 8), np.float32)
-    for case, marker in (("not an instruction", "A"), ("backwards", "B"), ("out of a loop", "C")):
+    for case, marker in (("not an instruction", "A"), ("backwards", "B"), ("out of a runtime loop", "C")):
         marker = "# EDGE_" + marker
         with pytest.raises(nkicc.NkiccError) as e:
             make(case)(a)
@@ -187,7 +250,7 @@ def test_frozen_register_cannot_change():
 @api("nl.prelu", "nisa.activate2")
 @pytest.mark.parametrize("shape,dtype", [((128, 256), np.float32), ((1, 1), np.float32), ((16, 3, 5), bf16)])
 @pytest.mark.parametrize("tile_slope", [False, True])
-def test_prelu_slope_from_relu_param(rng, shape, dtype, tile_slope):
+def test_prelu_slope_from_relu_param(trn3, rng, shape, dtype, tile_slope):
     x = rng.uniform(-3, 3, shape).astype(dtype)
     slope = rng.uniform(0.01, 0.5, (shape[0], 1)).astype(np.float32)
     scalar_slope = float(rng.uniform(0.01, 0.5))
@@ -208,7 +271,7 @@ def test_prelu_slope_from_relu_param(rng, shape, dtype, tile_slope):
 
 
 @api("nl.prelu")
-def test_prelu_in_activation_has_slope_zero_and_other_ops_take_no_slope(rng):
+def test_prelu_in_activation_has_slope_zero_and_other_ops_take_no_slope(trn3, rng):
     x = rng.standard_normal((32, 64)).astype(np.float32)
 
     @nkicc.jit
@@ -366,7 +429,12 @@ def test_nc_matmul_positional_accumulate_is_seventh(rng):
 
 # --- nki.collectives all_gather_v / all_to_all_v ----------------------------------------
 
-def gather_v_kernel(ranks, slot, rdispls=False, known=False, sbuf_meta=False):
+def devices(ranks):
+    """Rank-lists of whole devices: 4 ranks each (LNC=2), as all_gather_v runs."""
+    return [list(range(d, d + 4)) for d in range(0, ranks, 4)]
+
+
+def gather_v_kernel(groups, known=False, sbuf_meta=False, rdispls=False):
     @nkicc.jit
     def k(x, meta, init):
         out = nl.ndarray(init.shape, dtype=nl.float32, buffer=nl.shared_hbm)
@@ -377,7 +445,7 @@ def gather_v_kernel(ranks, slot, rdispls=False, known=False, sbuf_meta=False):
         if sbuf_meta:
             md = nl.ndarray((1,) + tuple(meta.shape), dtype=nl.uint32, buffer=nl.sbuf)
             nisa.dma_copy(md[0], meta)
-        cc.all_gather_v([x], [out], cc.ReplicaGroup([list(range(ranks))]), md, recv_counts_known=known,
+        cc.all_gather_v([x], [out], cc.ReplicaGroup(groups), md, recv_counts_known=known,  # AGV_CALL
                         has_rdispls=rdispls)
         if sbuf_meta:
             nisa.dma_copy(m, md[0])
@@ -386,62 +454,65 @@ def gather_v_kernel(ranks, slot, rdispls=False, known=False, sbuf_meta=False):
 
 
 @api("nki.collectives.all_gather_v")
-@pytest.mark.parametrize("ranks", [2, 4, 8])
+@pytest.mark.parametrize("ranks", [4, 8])
 @pytest.mark.parametrize("simulator", ["machine", "reference"])
 def test_all_gather_v(rng, ranks, simulator):
-    slot = 12
+    slot, g = 12, 4
     xs = [rng.standard_normal((30,)).astype(np.float32) for _ in range(ranks)]
     counts = rng.integers(0, slot + 1, ranks)
     displs = [int(rng.integers(0, 30 - c + 1)) for c in counts]
-    metas = [np.array([[counts[r]] * ranks, [displs[r]] * ranks, [0] * ranks], np.uint32) for r in range(ranks)]
-    init = [rng.standard_normal((ranks * slot,)).astype(np.float32) for _ in range(ranks)]
-    got = nkicc.run_ranks(gather_v_kernel(ranks, slot), ranks, xs, metas, init, simulator=simulator)
+    metas = [np.array([[counts[r]] * g, [displs[r]] * g, [0] * g], np.uint32) for r in range(ranks)]
+    init = [rng.standard_normal((g * slot,)).astype(np.float32) for _ in range(ranks)]
+    got = nkicc.run_ranks(gather_v_kernel(devices(ranks)), ranks, xs, metas, init, simulator=simulator)
     for r in range(ranks):
+        group = devices(ranks)[r // g]
         want = init[r].copy()
-        for s in range(ranks):
-            want[s * slot:s * slot + counts[s]] = xs[s][displs[s]:displs[s] + counts[s]]
+        for i, s in enumerate(group):
+            want[i * slot:i * slot + counts[s]] = xs[s][displs[s]:displs[s] + counts[s]]
         np.testing.assert_array_equal(got[r][0], want)
-        np.testing.assert_array_equal(got[r][1][2], counts)  # row 2: the counts received
+        np.testing.assert_array_equal(got[r][1][2], counts[group])  # row 2: the counts received
 
 
 @api("nki.collectives.all_gather_v")
-def test_all_gather_v_rdispls_known_counts_and_sbuf_metadata(rng):
-    ranks, size = 4, 40
+def test_all_gather_v_known_counts_and_sbuf_metadata(rng):
+    ranks, slot = 4, 10
     xs = [rng.standard_normal((16,)).astype(np.float32) for _ in range(ranks)]
     counts = rng.integers(1, 9, ranks)
-    rdispls = np.array([0, 9, 18, 30])
-    metas = [np.array([[counts[r]] * ranks, [0] * ranks, [77] * ranks, rdispls], np.uint32) for r in range(ranks)]
-    init = [np.zeros(size, np.float32) for _ in range(ranks)]
-    got = nkicc.run_ranks(gather_v_kernel(ranks, 0, rdispls=True, known=True, sbuf_meta=True), ranks, xs, metas,
-                          init)
+    metas = [np.array([[counts[r]] * ranks, [0] * ranks, [77] * ranks], np.uint32) for r in range(ranks)]
+    init = [np.zeros(ranks * slot, np.float32) for _ in range(ranks)]
+    got = nkicc.run_ranks(gather_v_kernel(devices(ranks), known=True, sbuf_meta=True), ranks, xs, metas, init)
     for r in range(ranks):
-        want = np.zeros(size, np.float32)
+        want = np.zeros(ranks * slot, np.float32)
         for s in range(ranks):
-            want[rdispls[s]:rdispls[s] + counts[s]] = xs[s][:counts[s]]
+            want[s * slot:s * slot + counts[s]] = xs[s][:counts[s]]
         np.testing.assert_array_equal(got[r][0], want)
         assert list(got[r][1][2]) == [77] * ranks  # recv_counts_known: row 2 untouched
 
 
-@api("nki.collectives.all_to_all_v")
-@pytest.mark.parametrize("ranks", [2, 4, 8])
-@pytest.mark.parametrize("simulator", ["machine", "reference"])
-def test_all_to_all_v(rng, ranks, simulator):
-    slot, n = 6, 50
-    xs = [rng.standard_normal((n,)).astype(np.float32) for _ in range(ranks)]
-    sc = rng.integers(0, slot + 1, (ranks, ranks))      # sc[s, k]: elements s sends to k
-    sd = rng.integers(0, n - slot, (ranks, ranks))      # where in s's src they start
-    metas = [np.array([sc[s], sd[s], np.zeros(ranks)], np.uint32) for s in range(ranks)]
-    init = [rng.standard_normal((ranks * slot,)).astype(np.float32) for _ in range(ranks)]
-
+def to_all_v_kernel(groups, rdispls=False):
     @nkicc.jit
     def k(x, meta, start):
         out = nl.ndarray(start.shape, dtype=nl.float32, buffer=nl.shared_hbm)
         m = nl.ndarray(meta.shape, dtype=nl.uint32, buffer=nl.shared_hbm)
         nisa.dma_copy(out, start)
         nisa.dma_copy(m, meta)
-        cc.all_to_all_v([x], [out], cc.ReplicaGroup([list(range(ranks))]), m)
+        cc.all_to_all_v([x], [out], cc.ReplicaGroup(groups), m, has_rdispls=rdispls)  # A2AV_CALL
         return out, m
-    got = nkicc.run_ranks(k, ranks, xs, metas, init, simulator=simulator)
+    return k
+
+
+@api("nki.collectives.all_to_all_v")
+@pytest.mark.parametrize("ranks", [8, 12])
+@pytest.mark.parametrize("simulator", ["machine", "reference"])
+def test_all_to_all_v(rng, trn3, ranks, simulator):
+    """On trn3 (NeuronSwitch) a rank-list is sequential whole devices, more than one."""
+    slot, n = 6, 50
+    xs = [rng.standard_normal((n,)).astype(np.float32) for _ in range(ranks)]
+    sc = rng.integers(0, slot + 1, (ranks, ranks))      # sc[s, k]: elements s sends to k
+    sd = rng.integers(0, n - slot, (ranks, ranks))      # where in s's src they start
+    metas = [np.array([sc[s], sd[s], np.zeros(ranks)], np.uint32) for s in range(ranks)]
+    init = [rng.standard_normal((ranks * slot,)).astype(np.float32) for _ in range(ranks)]
+    got = nkicc.run_ranks(to_all_v_kernel([list(range(ranks))]), ranks, xs, metas, init, simulator=simulator)
     for r in range(ranks):
         want = init[r].copy()
         for s in range(ranks):
@@ -450,35 +521,74 @@ def test_all_to_all_v(rng, ranks, simulator):
         np.testing.assert_array_equal(got[r][1][2], sc[:, r])
 
 
+@api("nki.collectives.all_to_all_v")
+def test_all_to_all_v_receive_displacements(rng, trn3):
+    ranks, n, size = 8, 16, 80
+    xs = [rng.standard_normal((n,)).astype(np.float32) for _ in range(ranks)]
+    sc = rng.integers(1, 9, (ranks, ranks))
+    rd = np.arange(ranks) * 10  # where the chunk from each sender lands
+    metas = [np.array([sc[s], np.zeros(ranks), np.zeros(ranks), rd], np.uint32) for s in range(ranks)]
+    init = [np.zeros(size, np.float32) for _ in range(ranks)]
+    got = nkicc.run_ranks(to_all_v_kernel([list(range(ranks))], rdispls=True), ranks, xs, metas, init)
+    for r in range(ranks):
+        want = np.zeros(size, np.float32)
+        for s in range(ranks):
+            want[rd[s]:rd[s] + sc[s, r]] = xs[s][:sc[s, r]]
+        np.testing.assert_array_equal(got[r][0], want)
+
+
+@api("nki.collectives.all_gather_v", "nki.collectives.all_to_all_v")
+def test_variable_collective_platform_limits(monkeypatch):
+    """The reference's current limitations, each a one-line error at the call."""
+    GATHER_V, TO_ALL_V = "# " + "AGV_CALL", "# " + "A2AV_CALL"  # the markers of the calls above
+    x, m3, m4 = [np.zeros((8,), np.float32)] * 8, [np.zeros((3, 4), np.uint32)] * 8, [np.zeros((4, 8), np.uint32)] * 8
+    init = [np.zeros((16,), np.float32)] * 8
+    cases = [
+        (gather_v_kernel([[0, 1, 2, 3, 4, 5, 6, 7]]), 8, m3, "E130", GATHER_V),      # 8 ranks in a list
+        (gather_v_kernel([[1, 2, 3, 4]]), 8, m3, "E130", GATHER_V),                  # across two devices
+        (gather_v_kernel(devices(4), rdispls=True), 4, m4, "E160", GATHER_V),       # no recv_displs
+        (to_all_v_kernel([list(range(8))]), 8, m3, "E130", TO_ALL_V),                # intra-node on trn2
+        (to_all_v_kernel([list(range(8))], rdispls=True), 8, m4, "E135", TO_ALL_V),  # NeuronSwitch only
+    ]
+    for kernel, ranks, meta, code, marker in cases:
+        with pytest.raises(nkicc.NkiccError) as e:
+            nkicc.run_ranks(kernel, ranks, x[:ranks], meta[:ranks], init[:ranks])
+        check_error(e, code, marker, "test_nki06_names.py")
+    monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", "trn3")
+    with pytest.raises(nkicc.NkiccError) as e:  # one device is not enough for all_to_all_v
+        nkicc.run_ranks(to_all_v_kernel([[0, 1, 2, 3]]), 4, x[:4], m3[:4], init[:4])
+    check_error(e, "E130", TO_ALL_V, "test_nki06_names.py")
+
+
 @api("nki.collectives.all_gather_v", "nki.collectives.all_to_all_v")
 def test_variable_collective_errors(rng):
-    def make(meta_dtype=nl.uint32, rows=3, cols=2, hbm_out=True, fn=cc.all_gather_v):
+    def make(meta_dtype=nl.uint32, rows=3, cols=4, hbm_out=True, fn=cc.all_gather_v):
         @nkicc.jit
         def k(x, meta):
             out = nl.ndarray((8,), dtype=nl.float32, buffer=nl.shared_hbm if hbm_out else nl.sbuf)
             m = nl.ndarray((rows, cols), dtype=meta_dtype, buffer=nl.shared_hbm)
-            fn([x], [out], cc.ReplicaGroup([[0, 1]]), m)  # VARIABLE
+            fn([x], [out], cc.ReplicaGroup([[0, 1, 2, 3]]), m)  # VARIABLE
             return x
         return k
-    x = [np.zeros((8,), np.float32)] * 2
-    meta = [np.zeros((3, 2), np.uint32)] * 2
+    x = [np.zeros((8,), np.float32)] * 4
+    meta = [np.zeros((3, 4), np.uint32)] * 4
     for kwargs, code in ((dict(meta_dtype=nl.int32), "E132"), (dict(rows=4), "E140"), (dict(cols=3), "E140"),
-                         (dict(fn=cc.all_to_all_v, rows=2), "E140")):
+                         (dict(fn=cc.all_to_all_v, rows=2), "E140"), (dict(hbm_out=False), "E120")):
         with pytest.raises(nkicc.NkiccError) as e:
-            nkicc.run_ranks(make(**kwargs), 2, x, meta)
+            nkicc.run_ranks(make(**kwargs), 4, x, meta)
         check_error(e, code, "# VARIABLE", "test_nki06_names.py")
     # a chunk larger than its slot is found at run time, at the call
-    big = [np.array([[5, 5], [0, 0], [0, 0]], np.uint32)] * 2
+    big = [np.array([[5] * 4, [0] * 4, [0] * 4], np.uint32)] * 4
 
     @nkicc.jit
     def k(x, meta):
-        out = nl.ndarray((8,), dtype=nl.float32, buffer=nl.shared_hbm)
+        out = nl.ndarray((16,), dtype=nl.float32, buffer=nl.shared_hbm)
         m = nl.ndarray(meta.shape, dtype=nl.uint32, buffer=nl.shared_hbm)
         nisa.dma_copy(m, meta)
-        cc.all_gather_v([x], [out], cc.ReplicaGroup([[0, 1]]), m)  # OVERFLOW
+        cc.all_gather_v([x], [out], cc.ReplicaGroup([[0, 1, 2, 3]]), m)  # OVERFLOW
         return out
     with pytest.raises(nkicc.NkiccError) as e:
-        nkicc.run_ranks(k, 2, x, big)
+        nkicc.run_ranks(k, 4, x, big)
     check_error(e, "E170", "# OVERFLOW", "test_nki06_names.py")
 
 

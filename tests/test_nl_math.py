@@ -137,7 +137,7 @@ def _operands(rng, op, shape):
 @api("nl.abs_max", "nl.abs_min", "nl.fmod", "nl.mod")
 @pytest.mark.parametrize("shape", [(128, 37), (1, 1)], ids=["128x37", "1x1"])
 @pytest.mark.parametrize("op", list(BINARY))
-def test_binary_math_tile_tile(rng, op, shape):
+def test_binary_math_tile_tile(trn3, rng, op, shape):
     a, b = _operands(rng, op, shape)
     close(binary_kernel(getattr(nl, op))(a, b), BINARY[op](a.astype(np.float64), b.astype(np.float64)),
           np.float32, rtol=1e-5, atol=1e-5)
@@ -145,7 +145,7 @@ def test_binary_math_tile_tile(rng, op, shape):
 
 @api("nl.abs_max", "nl.abs_min", "nl.fmod", "nl.mod")
 @pytest.mark.parametrize("op", list(BINARY))
-def test_binary_math_column_and_scalars(rng, op):
+def test_binary_math_column_and_scalars(trn3, rng, op):
     a, b = _operands(rng, op, (64, 21))
     col = b[:, :1].copy()
     close(binary_kernel(getattr(nl, op))(a, col), BINARY[op](a.astype(np.float64), col.astype(np.float64)),

@@ -203,6 +203,7 @@ def test_issue_values_and_named_rules():
 FP4_VALUES = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]  # e2m1 codes 0..7 (the format's definition)
 
 
+@pytest.mark.api("nl.float8_e5m2_x4", "nl.float8_e4m3fn_x4", "nl.float4_e2m1fn_x4")
 @pytest.mark.parametrize("name", PACKED_NAMES)
 def test_pack_unpack(rng, name):
     d = DTYPES[name]
@@ -254,6 +255,7 @@ def test_fp32_to_int32_rounds_to_nearest_even_and_saturates(rng, simulator):
     np.testing.assert_array_equal(got, round_to_int(a.astype(np.float64), "int32"))
 
 
+@pytest.mark.api("nl.float8_e4m3fn", "nl.float8_e8m0fnu")
 @pytest.mark.parametrize("simulator", SIMULATORS)
 @pytest.mark.parametrize("dst", [n for n in SCALAR_NAMES if n not in ("float32", "tfloat32")])
 def test_tensor_copy_converts_as_the_oracle(rng, simulator, dst):

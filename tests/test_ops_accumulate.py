@@ -68,7 +68,8 @@ def test_activation_reduce_res_aliasing_dst_keeps_the_reduction(rng):
     close(k(a), want, rtol=1e-5, atol=1e-5)
 
 
-def test_activation_reduce_and_activate2(rng):
+@pytest.mark.api("nl.bypass")
+def test_activation_reduce_and_activate2(trn3, rng):
     a, bias = rand(rng, (96, 40)), rand(rng, (96, 1))
 
     @nkicc.jit
@@ -179,7 +180,7 @@ def test_tensor_scalar_cumulative_continues_across_tiles_in_a_loop(rng):
     close(run_rolled_and_unrolled(k, a), np.cumsum(a, axis=1), rtol=1e-5, atol=1e-4)
 
 
-def test_exponential_with_running_sum(rng):
+def test_exponential_with_running_sum(trn3, rng):
     a, m = rand(rng, (128, 30)), rand(rng, (128, 1))
 
     @nkicc.jit
@@ -299,7 +300,7 @@ def test_tensor_partition_reduce(rng, op, ref):
     close(k(a), ref(a, axis=0, keepdims=True), rtol=1e-5, atol=1e-4)
 
 
-def test_err_accumulator_rules(rng):
+def test_err_accumulator_rules(trn3, rng):
     a = rand(rng, (8, 4))
 
     @nkicc.jit

@@ -185,7 +185,7 @@ def test_rng_errors():
 @api("nisa.rand2")
 @pytest.mark.parametrize("shape,dtype", [((128, 512), np.float32), ((1, 1), np.float32), ((5, 3, 7), np.float16),
                                          ((64, 100), "bfloat16"), ((32, 40), np.int32)])
-def test_rand2_scalar_range(rng, shape, dtype):
+def test_rand2_scalar_range(trn3, rng, shape, dtype):
     lo, hi = float(rng.uniform(-5, 0)), float(rng.uniform(1, 50))
     nl_dtype = nl.bfloat16 if dtype == "bfloat16" else dtype
 
@@ -211,7 +211,7 @@ def test_rand2_scalar_range(rng, shape, dtype):
 
 
 @api("nisa.rand2")
-def test_rand2_per_partition_range(rng):
+def test_rand2_per_partition_range(trn3, rng):
     lo = rng.uniform(-3, 0, (128, 1)).astype(np.float32)
     hi = lo + rng.uniform(0.5, 4, (128, 1)).astype(np.float32)
 
@@ -229,7 +229,7 @@ def test_rand2_per_partition_range(rng):
 
 
 @api("nisa.rand2")
-def test_rand2_needs_min_below_max():
+def test_rand2_needs_min_below_max(trn3):
     @nkicc.jit
     def k(x):
         out = nl.ndarray((8, 8), dtype=nl.float32, buffer=nl.shared_hbm)
@@ -314,7 +314,7 @@ def test_dropout_errors():
 
 @api("nisa.rand_get_state", "nisa.rand_set_state")
 @pytest.mark.parametrize("engine", ["vector", "gpsimd"])
-def test_state_round_trip_repeats_the_stream(rng, engine):
+def test_state_round_trip_repeats_the_stream(rng, trn3, engine):
     words = WORDS[engine]
     eng = getattr(nisa.engine, engine)
     seeds = rng.integers(0, 2 ** 32, (32, words), dtype=np.uint64).astype(np.uint32)
@@ -343,7 +343,7 @@ def test_state_round_trip_repeats_the_stream(rng, engine):
 
 
 @api("nisa.rand_get_state")
-def test_get_state_after_draws_holds_the_counter():
+def test_get_state_after_draws_holds_the_counter(trn3):
     @nkicc.jit
     def k(x):
         out = nl.ndarray((4, 24), dtype=nl.uint32, buffer=nl.shared_hbm)
@@ -362,7 +362,7 @@ def test_get_state_after_draws_holds_the_counter():
 
 
 @api("nisa.rand_set_state", "nisa.rand_get_state")
-def test_state_errors():
+def test_state_errors(trn3):
     def make(words, dtype=nl.uint32, engine=nisa.engine.gpsimd, buffer=nl.sbuf, get=False):
         @nkicc.jit
         def k(x):
@@ -401,7 +401,7 @@ def test_set_rng_seed_takes_one_32_bit_value():
 # --- nl.rand, nl.random_seed, nl.dropout -----------------------------------------------
 
 @api("nl.rand", "nl.random_seed")
-def test_nl_rand_is_rand2_on_zero_one_and_seeded():
+def test_nl_rand_is_rand2_on_zero_one_and_seeded(trn3):
     @nkicc.jit
     def k(x):
         out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)

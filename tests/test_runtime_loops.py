@@ -14,7 +14,9 @@ pytestmark = pytest.mark.api(
     "nisa.register_alloc",
     "nisa.register_move",
     "nisa.register_load",
-    "nisa.register_store")
+    "nisa.register_store",
+    "nl.fori_loop",
+    "nl.while_loop")
 
 
 @nkicc.jit

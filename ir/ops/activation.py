@@ -8,7 +8,7 @@ from ..errors import NkiccError
 from ..nodes import Op
 from . import accumulator, alu
 from .checks import on_chip_tensors, per_partition, same_layout
-from .core import ACT_REGS, Emit, TensorOperand, by_partition, instruction
+from .core import ACT_REGS, Emit, TensorOperand, by_partition, instruction, require_generation
 from .enums import reduce_cmd
 from .values import operand, tile
 
@@ -41,6 +41,12 @@ def _activation(op: Op, read):
 def _trace(name, dst, op, data, ins_after_data, attrs, reduce_op, reduce_res, cmd):
     dst, data = on_chip_tensors({"dst": dst, "data": data}, name)
     same_layout(dst, data, name)
+    bias = dict(ins_after_data).get("bias")
+    if bias is not None and not isinstance(bias, TensorOperand):
+        require_generation(dst.generation, 3, f"nisa.{name} with a scalar bias (NeuronCore-v2 takes a [P, 1] tile)")
+    if name == "activation_reduce" and dst.generation < 3 and reduce_op is not None \
+            and alu.op_name(reduce_op, alu.REDUCE, f"{name} reduce_op") != "add":
+        require_generation(dst.generation, 3, f"nisa.{name} with a reduce_op other than nl.add")
     ins = [data] + [per_partition(v, dst, what) for what, v in ins_after_data]
     outs = [dst]
     attrs = {"op": alu.op_name(op, alu.UNARY, name), **attrs}
@@ -78,7 +84,7 @@ _ACTIVATE2_STAGES = {("multiply", "add"), ("multiply", "subtract"), ("multiply",
                      ("subtract", "bypass"), ("bypass", "bypass")}
 
 
-@instruction(family="activation", compute=_activation, engine="act", batched=by_partition(_activation))
+@instruction(family="activation", compute=_activation, engine="act", since=4, batched=by_partition(_activation))
 def activate2(dst, op, data, imm0, imm1, op0, op1, relu_param=0.0, reverse0=False, reverse1=False, reduce_op=None,
               reduce_res=None, reduce_cmd=reduce_cmd.idle, name=None, **_hw_hints):
     """dst = op((data op0 imm0) op1 imm1) on the Scalar Engine (NeuronCore-v4),

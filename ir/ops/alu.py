@@ -96,6 +96,9 @@ BINARY = {
     "abs": lambda a, b: np.abs(a), "square": lambda a, b: np.square(a),  # the stage does nothing (activate2's op1, tensor_scalar)
 }
 
+# operators the reference documents as NeuronCore-v4 (trn3) and newer; the rest are everywhere
+SINCE = {"abs_max": 4, "abs_min": 4}
+
 UNARY = {
     "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "rsqrt": lambda x: 1.0 / np.sqrt(x), "tanh": np.tanh,
     "sigmoid": _sigmoid, "relu": lambda x: np.maximum(x, 0), "gelu": _gelu, "gelu_apprx_tanh": _gelu_tanh,

@@ -15,7 +15,8 @@ from ..errors import NkiccError
 from ..nodes import Access, Op
 from . import alu, enums
 from .checks import free, tensor
-from .core import CostContext, Emit, instruction
+from .core import CostContext, Emit, instruction, require_generation
+from .dma import queue_options
 
 _REDUCE = ("add", "minimum", "maximum")
 
@@ -114,6 +115,11 @@ def _all_reduce(op: Op, inputs, me: int, group) -> list:
     return [(i, _combine(op.attr("op"), [inputs[r][i] for r in group])) for i in range(len(op.outs))]
 
 
+def _priority(dsts, priority, what: str) -> None:
+    """A collective's DMA priority, as a DMA's (NeuronCore-v4 and newer)."""
+    queue_options(dsts[0].generation, priority, enums.dge_mode.unknown, f"nki.collectives.{what}")
+
+
 def _check_pairs(srcs, dsts, what: str, shapes=True) -> None:
     if len(srcs) != len(dsts):
         raise NkiccError("E140", f"{what}: {len(srcs)} sources for {len(dsts)} destinations")
@@ -127,6 +133,7 @@ def _check_pairs(srcs, dsts, what: str, shapes=True) -> None:
 def all_reduce(srcs, dsts, replica_group, op, priority=None, name=None):
     """dsts[i] = op over the group's ranks of srcs[i] (nl.add, nl.minimum, nl.maximum), on every rank."""
     srcs, dsts = _tensors(srcs, "all_reduce srcs"), _tensors(dsts, "all_reduce dsts")
+    _priority(dsts, priority, "all_reduce")
     _same_space(srcs + dsts, "all_reduce")
     _check_pairs(srcs, dsts, "all_reduce")
     return Emit(dsts, srcs, {"op": alu.op_name(op, _REDUCE, "all_reduce"), "groups": groups_attr(replica_group)})
@@ -155,6 +162,7 @@ def _dim(collective_dim, ts, what: str) -> int:
 def all_gather(srcs, dsts, replica_group, collective_dim, priority=None, name=None):
     """dsts[i] = the group's srcs[i] concatenated along collective_dim, in rank order."""
     srcs, dsts = _tensors(srcs, "all_gather srcs"), _tensors(dsts, "all_gather dsts")
+    _priority(dsts, priority, "all_gather")
     _same_space(srcs + dsts, "all_gather")
     _check_pairs(srcs, dsts, "all_gather", shapes=False)
     groups = groups_attr(replica_group)
@@ -181,6 +189,7 @@ def reduce_scatter(srcs, dsts, replica_group, collective_dim, op, priority=None,
     """dsts[i] on the k-th rank of a group = the k-th of G equal pieces (along
     collective_dim) of op over the group's srcs[i]."""
     srcs, dsts = _tensors(srcs, "reduce_scatter srcs"), _tensors(dsts, "reduce_scatter dsts")
+    _priority(dsts, priority, "reduce_scatter")
     _same_space(srcs + dsts, "reduce_scatter")
     _check_pairs(srcs, dsts, "reduce_scatter", shapes=False)
     return Emit(dsts, srcs, {"op": alu.op_name(op, _REDUCE, "reduce_scatter"),
@@ -200,6 +209,7 @@ def all_to_all(srcs, dsts, replica_group, collective_dim, priority=None, name=No
     """Each rank splits srcs[i] into G pieces along collective_dim and sends
     the k-th to the group's k-th rank, which concatenates what it receives."""
     srcs, dsts = _tensors(srcs, "all_to_all srcs"), _tensors(dsts, "all_to_all dsts")
+    _priority(dsts, priority, "all_to_all")
     if any(t.decl.on_chip for t in srcs + dsts):
         raise NkiccError("E120", "all_to_all tensors must be on HBM")
     _check_pairs(srcs, dsts, "all_to_all")
@@ -240,6 +250,8 @@ def _chunk(op: Op, src: np.ndarray, displ: int, count: int, sender: int) -> np.n
 def _exchange_v(op: Op, inputs, me: int, group, pick) -> list:
     """dst on rank `me`, the chunks of every sender placed; `pick(meta, i)` is
     the (count, displ) column the group's rank i's metadata gives for `me`."""
+    if op.attr("groups") is None:  # all ranks: known only now
+        _v_groups(op.opcode, group, op.attr("generation"), op.loc)
     mine = _metadata(inputs[me][1], op, group)
     dst = np.array(inputs[me][2], dtype=np.float32).reshape(-1)
     slot = None if op.attr("rdispls") else dst.size // len(group)
@@ -266,8 +278,44 @@ def _all_to_all_v(op: Op, inputs, me: int, group) -> list:
     return _exchange_v(op, inputs, me, group, lambda m, k: (int(m[0, k]), int(m[1, k])))
 
 
-def _trace_v(what: str, srcs, dsts, replica_group, metadata_tensor, recv_counts_known, has_rdispls) -> Emit:
+# Where the variable-length collectives run today (the reference's "current limitations"): on
+# NeuronCore-v3 and newer with two physical cores per logical one (LNC=2), a device holding
+# DEVICE_RANKS ranks. all_gather_v: each rank-list is exactly the 4 ranks of one device, no
+# recv_displs. all_to_all_v on a NeuronSwitch fabric (trn3): each rank-list is sequential whole
+# devices, more than one of them; recv_displs allowed. all_to_all_v elsewhere (trn2): inter-node
+# only, each rank-list holds the same-indexed rank of different nodes of NODE_RANKS ranks.
+DEVICE_RANKS = 4
+NODE_RANKS = 64  # trn2.48xlarge: 16 devices of 4 logical cores
+
+
+def _v_groups(what: str, group, generation: int, loc=None) -> None:
+    """E130 unless one rank-list of a variable-length collective is one the hardware runs."""
+    g = list(group)
+    if what == "all_gather_v":
+        ok = len(g) == DEVICE_RANKS and g == list(range(g[0], g[0] + DEVICE_RANKS)) and g[0] % DEVICE_RANKS == 0
+        need = f"exactly the {DEVICE_RANKS} ranks of one device (4k .. 4k+3)"
+    elif generation >= 4:
+        ok = len(g) > DEVICE_RANKS and len(g) % DEVICE_RANKS == 0 and g == list(range(g[0], g[0] + len(g))) \
+            and g[0] % DEVICE_RANKS == 0
+        need = f"whole devices of {DEVICE_RANKS} sequential ranks, more than one device"
+    else:
+        ok = len(g) > 1 and len({r % NODE_RANKS for r in g}) == 1 and len({r // NODE_RANKS for r in g}) == len(g)
+        need = f"the same-indexed rank of different nodes ({NODE_RANKS} ranks per node; intra-node groups need trn3)"
+    if not ok:
+        raise NkiccError("E130", f"nki.collectives.{what} runs over rank-lists of {need}; got {g}", loc,
+                         "to leave a rank out, keep it in the group and give it a send count of 0")
+
+
+def _trace_v(what: str, srcs, dsts, replica_group, metadata_tensor, recv_counts_known, has_rdispls,
+             priority) -> Emit:
     srcs, dsts = _tensors(srcs, f"{what} srcs"), _tensors(dsts, f"{what} dsts")
+    _priority(dsts, priority, what)
+    generation = dsts[0].generation if dsts else 3
+    if has_rdispls and what == "all_gather_v":
+        raise NkiccError("E160", "all_gather_v with has_rdispls=True is not supported (the chunk of the group's "
+                                 "i-th rank lands at i * dst.size / G)", None, "pass has_rdispls=False")
+    if has_rdispls:
+        require_generation(generation, 4, f"nki.collectives.{what} with has_rdispls=True (NeuronSwitch)")
     if len(srcs) != 1 or len(dsts) != 1:
         raise NkiccError("E160", f"{what} takes exactly one tensor in srcs and in dsts")
     if any(t.decl.on_chip for t in srcs + dsts):
@@ -286,32 +334,37 @@ def _trace_v(what: str, srcs, dsts, replica_group, metadata_tensor, recv_counts_
         raise NkiccError("E140", f"{what} metadata_tensor is {shape}; with has_rdispls={bool(has_rdispls)} it is "
                                  f"{want} (G ranks in the group)")
     groups = groups_attr(replica_group)
+    for g in groups or ():
+        _v_groups(what, g, generation)
     if groups is not None and any(len(g) != shape[-1] for g in groups):
         raise NkiccError("E140", f"{what} metadata_tensor has {shape[-1]} columns; the replica group "
                                  f"{[list(g) for g in groups]} needs one per rank of a group")
     outs = dsts + ([] if recv_counts_known else [meta])  # row 2 is written unless recv_counts_known
     # dst is read too: elements no chunk covers keep their values
     return Emit(outs, [srcs[0], meta, dsts[0]], {"rows": rows, "rdispls": bool(has_rdispls),
-                                                 "write_counts": not recv_counts_known, "groups": groups})
+                                                 "write_counts": not recv_counts_known, "groups": groups,
+                                                 "generation": generation})
 
 
 @instruction(family="collectives", compute=None, engine="dma", collective=_all_gather_v, module="collectives",
-             cost=_ring_ns(lambda g: (g - 1) / g), traffic=_bytes, free_limited=False)
+             cost=_ring_ns(lambda g: (g - 1) / g), traffic=_bytes, free_limited=False, since=3)
 def all_gather_v(srcs, dsts, replica_group, metadata_tensor, recv_counts_known=False, has_rdispls=False,
                  priority=None, name=None):
     """Variable-length all-gather over flat element buffers (HBM, one tensor
     each): every rank sends the chunk src[send_displ : send_displ + send_count]
     (metadata rows 0 and 1, first column) to every rank of its group; the
-    chunk of the group's i-th rank lands at dst[i * dst.size / G ...], or at
-    recv_displs[i] (row 3) with has_rdispls. Row 2 receives the counts unless
-    recv_counts_known. metadata_tensor: uint32 [rows, G] in HBM or [1, rows, G]
-    in SBUF, rows 3 (4 with has_rdispls). Elements no chunk covers keep their
-    values; a chunk that does not fit is E170 at run time."""
-    return _trace_v("all_gather_v", srcs, dsts, replica_group, metadata_tensor, recv_counts_known, has_rdispls)
+    chunk of the group's i-th rank lands at dst[i * dst.size / G ...]. Row 2
+    receives the counts unless recv_counts_known. metadata_tensor: uint32
+    [3, G] in HBM or [1, 3, G] in SBUF. Elements no chunk covers keep their
+    values; a chunk that does not fit is E170 at run time. Each rank-list is
+    the 4 ranks of one device (LNC=2); has_rdispls=True is refused, as on the
+    hardware."""
+    return _trace_v("all_gather_v", srcs, dsts, replica_group, metadata_tensor, recv_counts_known, has_rdispls,
+                    priority)
 
 
 @instruction(family="collectives", compute=None, engine="dma", collective=_all_to_all_v, module="collectives",
-             cost=_ring_ns(lambda g: (g - 1) / g), traffic=_bytes, free_limited=False)
+             cost=_ring_ns(lambda g: (g - 1) / g), traffic=_bytes, free_limited=False, since=3)
 def all_to_all_v(srcs, dsts, replica_group, metadata_tensor, recv_counts_known=False, has_rdispls=False,
                  priority=None, name=None):
     """Variable-length all-to-all over flat element buffers (HBM, one tensor
@@ -320,7 +373,8 @@ def all_to_all_v(srcs, dsts, replica_group, metadata_tensor, recv_counts_known=F
     chunk from the group's i-th rank lands at dst[i * dst.size / G ...], or at
     recv_displs[i] (row 3) with has_rdispls. Row 2 receives the counts unless
     recv_counts_known; metadata_tensor as in all_gather_v."""
-    return _trace_v("all_to_all_v", srcs, dsts, replica_group, metadata_tensor, recv_counts_known, has_rdispls)
+    return _trace_v("all_to_all_v", srcs, dsts, replica_group, metadata_tensor, recv_counts_known, has_rdispls,
+                    priority)
 
 
 def _permute(op: Op, inputs, me: int, group) -> list:
@@ -336,6 +390,7 @@ def collective_permute(srcs, dsts, source_target_pairs, priority=None, name=None
     """For each (source, target) pair, target's dsts[0] = source's srcs[0];
     a rank that is no pair's target keeps its dst."""
     srcs, dsts = _tensors(srcs, "collective_permute srcs"), _tensors(dsts, "collective_permute dsts")
+    _priority(dsts, priority, "collective_permute")
     if len(srcs) != 1 or len(dsts) != 1:
         raise NkiccError("E160", "collective_permute takes one tensor in each list (no coalescing yet)")
     if any(t.decl.on_chip for t in srcs + dsts):
@@ -364,7 +419,7 @@ def _sendrecv_ns(op: Op, ctx: CostContext) -> float:
 
 
 @instruction(family="collectives", compute=None, engine="dma", collective=_sendrecv, cost=_sendrecv_ns,
-             traffic=_bytes, free_limited=False)
+             traffic=_bytes, free_limited=False, since=3)
 def sendrecv(src, dst, send_to_rank, recv_from_rank, pipe_id, dma_engine=enums.dma_engine.dma, name=None):
     """Send src to send_to_rank's dst while receiving recv_from_rank's src into
     this core's dst (the two cores of a logical NeuronCore; SBUF tiles of one
@@ -391,7 +446,8 @@ def _barrier_ns(op: Op, ctx: CostContext) -> float:
     return ctx.table.dma_fixed_ns  # a semaphore round trip (estimate)
 
 
-@instruction(family="collectives", compute=None, engine="pool", collective=_barrier, cost=_barrier_ns)
+@instruction(family="collectives", compute=None, engine="pool", collective=_barrier, cost=_barrier_ns,
+             since=3)
 def core_barrier(data, cores, engine=enums.engine.gpsimd, name=None):
     """Every core of `cores` (only (0, 1)) waits here until all have arrived:
     their writes to the shared HBM tensor `data` are then visible to all."""
@@ -449,6 +505,7 @@ def collective_permute_implicit(srcs_by_channel, dsts_by_channel, replica_group,
     to its successor and receives its predecessor's into dsts_by_channel[c]."""
     srcs = _channels(srcs_by_channel, "collective_permute_implicit srcs_by_channel")
     dsts = _channels(dsts_by_channel, "collective_permute_implicit dsts_by_channel")
+    _priority(dsts, priority, "collective_permute_implicit")
     _check_pairs(srcs, dsts, "collective_permute_implicit")
     return Emit(dsts, srcs, {"op": None, "groups": groups_attr(replica_group)})
 
@@ -462,6 +519,7 @@ def collective_permute_implicit_reduce(srcs0_by_channel, srcs1_by_channel, dsts_
     s0 = _channels(srcs0_by_channel, "collective_permute_implicit_reduce srcs0_by_channel")
     s1 = _channels(srcs1_by_channel, "collective_permute_implicit_reduce srcs1_by_channel")
     dsts = _channels(dsts_by_channel, "collective_permute_implicit_reduce dsts_by_channel")
+    _priority(dsts, priority, "collective_permute_implicit_reduce")
     _check_pairs(s0, dsts, "collective_permute_implicit_reduce")
     _check_pairs(s1, dsts, "collective_permute_implicit_reduce")
     return Emit(dsts, s0 + s1, {"op": alu.op_name(op, _REDUCE, "collective_permute_implicit_reduce"),

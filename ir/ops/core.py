@@ -41,6 +41,8 @@ class TensorOperand(abc.ABC):
     shape: tuple[int, ...]
     decl: TensorDecl
     access: Access
+    # the NeuronCore generation of the target the kernel is traced for
+    generation: int
 
     @property
     def buffer(self) -> str:
@@ -170,6 +172,9 @@ class OpDef:
     # start_exempt(op, access): this operand has a partition-start rule of its own (checked by the
     # trace rule), not the compute engines' 0/32/64/96 one (MX scales: rows 0/4/8/12 of a quadrant)
     start_exempt: Callable[[Op, Access], bool] | None = None
+    # the first NeuronCore generation that has it (the reference's "available only on
+    # NeuronCore-vN and newer"); the tracer refuses it for older targets (E135)
+    since: int = 2
     # how the machine simulator runs many iterations of the op at once (simulator/batched.py);
     # None: only one at a time
     batched: "Batched | None" = None
@@ -187,12 +192,12 @@ def instruction(*, family: str, compute: Callable, engine="dve", cost: Callable 
                 traffic: Callable | None = None, free_limited: bool = True,
                 public: bool = True, control: bool = False, collective: Callable | None = None,
                 module: str = "isa", start_exempt: Callable | None = None,
-                batched: "Batched | None" = None) -> Callable[[Callable], OpDef]:
+                since: int = 2, batched: "Batched | None" = None) -> Callable[[Callable], OpDef]:
     """Decorator: the decorated function is the trace rule, its name the opcode."""
     def make(trace: Callable) -> OpDef:
         return OpDef(trace.__name__, family, trace, compute, engine, cost or _elementwise_cost,
                      accumulates or _never, verify, traffic, free_limited, public, control, collective, module,
-                     start_exempt, batched)
+                     start_exempt, since, batched)
     return make
 
 
@@ -228,6 +233,21 @@ def by_partition(compute: Callable) -> Batched:
         assert not reduce
         return compute(op, lambda a: _fold(read(a), nlead))
     return Batched(run)
+
+
+# --- NeuronCore generations --------------------------------------------------------------
+
+TARGET_OF_GENERATION = {2: "trn1", 3: "trn2", 4: "trn3"}
+
+
+def require_generation(have: int, need: int, what: str) -> None:
+    """E135 unless the kernel's target (NeuronCore generation `have`) has `what`,
+    which the reference documents as NeuronCore-v`need` and newer."""
+    if have < need:
+        raise NkiccError("E135", f"{what} needs NeuronCore-v{need} ({TARGET_OF_GENERATION[need]}) or newer; this "
+                                 f"kernel is compiled for NeuronCore-v{have} ({TARGET_OF_GENERATION[have]})", None,
+                         f"compile for --target {TARGET_OF_GENERATION[need]}, or branch on "
+                         f"`nisa.get_nc_version() >= nisa.nc_version.gen{need}`")
 
 
 # --- the table -----------------------------------------------------------------

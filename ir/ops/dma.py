@@ -8,7 +8,7 @@ from ..errors import NkiccError
 from ..nodes import Access, Op
 from .checks import tensor
 from . import alu, enums
-from .core import CostContext, Emit, by_partition, instruction, partitions
+from .core import CostContext, Emit, by_partition, instruction, partitions, require_generation
 
 
 def _copy(op: Op, read):
@@ -96,6 +96,19 @@ def _check_copy(opcode: str, dst, src) -> None:
                          f"make the shapes match: dst {list(dst.shape)}, src {list(src.shape)}")
 
 
+def queue_options(generation: int, priority, dge_mode, what: str) -> str:
+    """Check a DMA's quality-of-service priority (0-3, NeuronCore-v4 and newer)
+    and descriptor mode (hardware DGE: v3 and newer); the mode's name."""
+    if priority is not None:
+        if isinstance(priority, bool) or not isinstance(priority, int) or not 0 <= priority <= 3:
+            raise NkiccError("E103", f"{what} priority must be an int 0-3 (lower is served first), got {priority!r}")
+        require_generation(generation, 4, f"{what} priority")
+    mode = enums.member_name(dge_mode, enums.dge_mode, "dge_mode")
+    if mode == "hwdge":
+        require_generation(generation, 3, f"{what} with dge_mode=hwdge (hardware descriptor generation)")
+    return mode
+
+
 @instruction(family="dma", compute=_copy, engine="dma", cost=_transfer_ns, traffic=_bytes, verify=_no_psum,
              free_limited=False, batched=by_partition(_copy))
 def dma_copy(dst, src, priority=None, oob_mode=enums.oob_mode.error, dge_mode=enums.dge_mode.unknown,
@@ -106,7 +119,7 @@ def dma_copy(dst, src, priority=None, oob_mode=enums.oob_mode.error, dge_mode=en
     _unsupported_hints("dma_copy", _hw_hints)
     _check_copy("dma_copy", dst, src)
     oob = enums.member_name(oob_mode, enums.oob_mode, "oob_mode")
-    enums.member_name(dge_mode, enums.dge_mode, "dge_mode")
+    queue_options(dst.generation, priority, dge_mode, "nisa.dma_copy")
     # a DMA between different dtypes converts through fp32
     attrs = {"cast": "float32"} if dst.decl.dtype != src.decl.dtype else {}
     if oob == "skip" and (dst.access.vector is not None or src.access.vector is not None):
@@ -131,7 +144,7 @@ def _transpose_ns(op: Op, ctx: CostContext) -> float:
 
 
 @instruction(family="dma", compute=_transpose, engine="dma", cost=_transpose_ns, traffic=_bytes, verify=_no_psum,
-             free_limited=False)
+             free_limited=False, since=3)
 def dma_transpose(dst, src, axes=None, priority=None, dge_mode=enums.dge_mode.unknown,
                   oob_mode=enums.oob_mode.error, name=None, **_hw_hints):
     """dst = src transposed by the DMA engine: 2-d [1, 0], 3-d [2, 1, 0], 4-d
@@ -158,7 +171,7 @@ def dma_transpose(dst, src, axes=None, priority=None, dge_mode=enums.dge_mode.un
                          "transpose bfloat16/float16 data (or view 4-byte data as pairs)")
     if src.shape[-1] > 128:
         raise NkiccError("E130", f"dma_transpose src.shape[-1] is {src.shape[-1]}; at most 128")
-    if enums.member_name(dge_mode, enums.dge_mode, "dge_mode") == "hwdge":
+    if queue_options(dst.generation, priority, dge_mode, "nisa.dma_transpose") == "hwdge":
         ok = src.shape[0] == 16 if nd == 2 else (src.shape[0] in (1, 2, 4, 8, 16)
                                                   and src.shape[0] * src.shape[-2] % 16 == 0)
         if not ok:

@@ -7,7 +7,7 @@ from ..errors import NkiccError
 from ..nodes import Access, Const, Op
 from . import accumulator, alu, enums
 from .checks import affine_pattern, free, not_both_psum, on_chip, on_chip_tensors, per_partition, same_layout, scalar, tensor
-from .core import DVE_ACC, Batched, CostContext, Emit, TensorOperand, by_partition, free_size, instruction
+from .core import DVE_ACC, Batched, CostContext, Emit, TensorOperand, by_partition, free_size, instruction, require_generation
 from .values import F32, affine_values, f32, operand, tile
 
 
@@ -20,6 +20,9 @@ def tensor_copy(dst, src, engine=enums.engine.unknown, name=None, dtype=None, **
     """dst = src on chip (SBUF/PSUM), converted to dst's dtype."""
     dst, src = on_chip_tensors({"dst": dst, "src": src}, "tensor_copy")
     same_layout(dst, src, "tensor_copy")
+    if engine in (enums.engine.scalar, "act", "scalar"):
+        require_generation(dst.generation, 3, "nisa.tensor_copy on the Scalar Engine (on NeuronCore-v2: "
+                                              "nisa.activation with op=nl.copy)")
     return Emit([dst], [src])
 
 
@@ -251,7 +254,7 @@ def _exponential(op: Op, read):
     return [(0, y)] + accumulator.finish(op, acc, partial, p)
 
 
-@instruction(family="elementwise", compute=_exponential)
+@instruction(family="elementwise", compute=_exponential, since=4)
 def exponential(dst, src, max_value=0.0, reduce_res=None, reduce_cmd=enums.reduce_cmd.idle, reduce_init=0.0,
                 name=None, **_hw_hints):
     """dst = exp(src - max_value) (Vector Engine, NeuronCore-v4); max_value a

@@ -7,12 +7,15 @@ from ..errors import NkiccError
 from ..nodes import Access, Op
 from . import enums
 from .checks import free, on_chip, tensor
-from .core import Batched, CostContext, Emit, free_size, instruction, partitions
+from .core import Batched, CostContext, Emit, free_size, instruction, partitions, require_generation
 from .enums import matmul_perf_mode
 from .values import as_tiles, f32
 
 _FP32 = ("float32", "tfloat32")
-_DTYPES = ("float8_e4m3", "float8_e5m2", "bfloat16", "float16", "tfloat32", "float32")
+_FP8 = ("float8_e4m3", "float8_e5m2")
+_DTYPES = _FP8 + ("bfloat16", "float16", "tfloat32", "float32")
+# NeuronCore-v4 adds OCP fp8 (e4m3fn) operands and a bfloat16 PSUM result
+_V4_DTYPES = _DTYPES + ("float8_e4m3fn",)
 
 
 def _matmul(op: Op, read):
@@ -20,6 +23,8 @@ def _matmul(op: Op, read):
     # operands' strides and alignment, which differ between simulators' layouts
     st = np.ascontiguousarray(as_tiles(f32(read(op.ins[0]))))
     mv = np.ascontiguousarray(as_tiles(f32(read(op.ins[1]))))
+    if op.attr("double_row"):  # [K, 2, X] operands contract over (partition, first free index)
+        st, mv = st.reshape(st.shape[0] * 2, -1), mv.reshape(mv.shape[0] * 2, -1)
     return [(0, st.T @ mv)]
 
 
@@ -84,10 +89,13 @@ def _matmul_stacked(st, mv, nlead: int, reduce: tuple) -> list:
 
 
 def _matmul_cost(op: Op, ctx: CostContext) -> float:
-    """max(min(64, M), N) cycles for 2-byte and fp8 inputs; x4 for fp32."""
+    """max(min(64, M), N) cycles for 2-byte and fp8 inputs; x4 for fp32. FP8
+    double-row mode multiplies two rows per cycle: a [K, 2, N] moving tile
+    streams in N cycles, twice the rate (ARCH2, Tensor Engine performance modes)."""
     t = ctx.table
     st, mv = op.ins[0], op.ins[1]
-    cycles = max(min(t.matmul_min_rows, free_size(st)), free_size(mv))
+    rows = 2 if op.attr("double_row") else 1
+    cycles = max(min(t.matmul_min_rows, free_size(st) // rows), free_size(mv) // rows)
     if any((a.dtype or ctx.decls[a.tensor].dtype) == "float32" for a in (st, mv)):
         cycles *= t.matmul_fp32_factor
     return ctx.ns(ctx.fixed_cycles(op) + cycles)
@@ -99,15 +107,19 @@ def _sbuf_to_psum(op: Op, decls) -> None:
         raise NkiccError("E131", "nc_matmul reads SBUF and writes PSUM", op.loc, "move the operands")
 
 
+# free_limited=False: nc_matmul's own tile limits (N <= 512, 4096 or 8192) are the tighter ones
 @instruction(family="matmul", compute=_matmul, engine="pe", cost=_matmul_cost, verify=_sbuf_to_psum,
-             accumulates=lambda op: op.attr("accumulate") is not False,
+             accumulates=lambda op: op.attr("accumulate") is not False, free_limited=False,
              batched=Batched(_matmul_batched, lambda op: op.attr("accumulate") is not False, sums=True))
 def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_onezero=False, is_transpose=False,
               accumulate=None, tile_position=(), tile_size=(), perf_mode=matmul_perf_mode.none, name=None,
               **_hw_hints):
     """dst[M, N] (+)= stationary[K, M].T @ moving[K, N] on the Tensor Engine.
     accumulate=False overwrites, True adds, None: the first write to a PSUM
-    location overwrites and later writes add."""
+    location overwrites and later writes add. perf_mode=double_row (fp8,
+    NeuronCore-v3 and newer) contracts [K, 2, M] with [K, 2, N] over the
+    partitions and the first free dimension at twice the rate. dst is float32
+    PSUM (or bfloat16 on NeuronCore-v4)."""
     dst = tensor(dst, "nc_matmul dst")
     st = tensor(stationary, "nc_matmul stationary")
     mv = tensor(moving, "nc_matmul moving")
@@ -118,26 +130,56 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
     if dst.buffer != "psum":
         raise NkiccError("E131", f"nc_matmul dst must be in PSUM, {dst.shown} is in {dst.buffer}", None,
                          "allocate the result with buffer=nl.psum")
-    k, m, k2, n = st.shape[0], free(st), mv.shape[0], free(mv)
+    generation = dst.generation
+    double = enums.member_name(perf_mode, matmul_perf_mode, "perf_mode") == "double_row"
+    rows = 1
+    if double:
+        require_generation(generation, 3, "nc_matmul perf_mode=double_row (FP8 double-row mode)")
+        if len(tile_size or ()) == 2 and tile_size[1] < 128:
+            raise NkiccError("E103", "nc_matmul perf_mode=double_row cannot be combined with column tiling "
+                                     f"(tile_size={tuple(tile_size)})", None, "drop tile_size or the perf_mode")
+        if any(len(t.shape) < 3 or t.shape[1] != 2 for t in (st, mv)):
+            raise NkiccError("E130", f"nc_matmul perf_mode=double_row takes [K, 2, M] and [K, 2, N] operands, got "
+                                     f"{list(st.shape)} and {list(mv.shape)}", None,
+                             "split the contraction over the partitions and a first free dimension of 2")
+        rows = 2
+    k, m, k2, n = st.shape[0], free(st) // rows, mv.shape[0], free(mv) // rows
     if k != k2:
         raise NkiccError("E130", f"nc_matmul contraction mismatch: stationary has {k} partitions, moving {k2}",
                          None, "both operands carry the contraction (K) dimension on partitions")
-    if k > 128 or m > 128 or n > 512:
-        raise NkiccError("E130", f"nc_matmul tile too large: K={k} (<=128), M={m} (<=128), N={n} (<=512)", None,
-                         "tile the matmul: K and M by 128, N by 512")
+    # the moving tile's free size fills one PSUM bank; on NeuronCore-v4 up to all 8 of them
+    n_max = 512 if generation < 4 else (8192 if dst.decl.dtype == "bfloat16" else 4096)
+    if k > 128 or m > 128 or n > n_max:
+        raise NkiccError("E130", f"nc_matmul tile too large: K={k} (<=128), M={m} (<=128), N={n} (<={n_max})", None,
+                         f"tile the matmul: K and M by 128, N by {n_max}")
     if dst.shape[0] != m or free(dst) != n:
         raise NkiccError("E130", f"nc_matmul dst has shape {list(dst.shape)}, expected [{m}, {n}]", None,
                          "dst is [M, N] for stationary [K, M] and moving [K, N]")
+    dtypes_here = _V4_DTYPES if generation >= 4 else _DTYPES
     for t, what in ((st, "stationary"), (mv, "moving")):
-        if t.decl.dtype not in _DTYPES:
+        if t.decl.dtype == "float8_e4m3fn" and generation < 4:
+            require_generation(generation, 4, f"nc_matmul with a float8_e4m3fn {what}")
+        if t.decl.dtype not in dtypes_here:
             raise NkiccError("E132", f"nc_matmul {what} is {t.decl.dtype}; the Tensor Engine multiplies "
-                                     f"{', '.join(_DTYPES)}", None, "cast it with nisa.tensor_copy first")
+                                     f"{', '.join(dtypes_here)}", None, "cast it with nisa.tensor_copy first")
+        if double and t.decl.dtype not in _FP8 + ("float8_e4m3fn",):
+            raise NkiccError("E132", f"nc_matmul perf_mode=double_row multiplies fp8 operands; {what} is "
+                                     f"{t.decl.dtype}", None, "cast both operands to float8_e4m3 or float8_e5m2")
     if (st.decl.dtype in _FP32) != (mv.decl.dtype in _FP32):
         raise NkiccError("E132", f"nc_matmul mixes {st.decl.dtype} and {mv.decl.dtype}", None,
                          "an fp32/tfloat32 operand needs an fp32/tfloat32 partner")
+    if {st.decl.dtype, mv.decl.dtype} == {"float8_e4m3", "float8_e4m3fn"}:
+        raise NkiccError("E132", "nc_matmul mixes the legacy float8_e4m3 and the OCP float8_e4m3fn", None,
+                         "use one of the two for both operands")
+    if dst.decl.dtype == "bfloat16":
+        require_generation(generation, 4, "nc_matmul into a bfloat16 PSUM tile")
+    elif dst.decl.dtype != "float32":
+        raise NkiccError("E132", f"nc_matmul dst is {dst.decl.dtype}; the Tensor Engine accumulates into float32 "
+                                 "PSUM (bfloat16 too on NeuronCore-v4)", None, "declare the PSUM tile nl.float32")
     if accumulate not in (None, True, False):
         raise NkiccError("E103", "nc_matmul accumulate must be None, True or False")
-    return Emit([dst], [st, mv], {"accumulate": accumulate})
+    attrs = {"accumulate": accumulate, **({"double_row": True} if double else {})}
+    return Emit([dst], [st, mv], attrs)
 
 
 def _transpose(op: Op, read):

@@ -211,7 +211,7 @@ def _quantize_verify(op: Op, decls) -> None:
 
 
 @instruction(family="mx", compute=_quantize_mx, engine="dve", cost=_quantize_mx_cost, verify=_quantize_verify,
-             start_exempt=_scale_operand)
+             start_exempt=_scale_operand, since=4)
 def quantize_mx(dst, src, dst_scale, name=None):
     """Quantize a bf16/fp16 SBUF tile to MXFP8 on the Vector Engine (NeuronCore-v4).
 
@@ -272,7 +272,7 @@ def _tiling(tile_position, tile_size, k: int) -> None:
 
 
 @instruction(family="mx", compute=_matmul_mx, engine="pe", cost=_matmul_mx_cost, verify=_matmul_verify,
-             accumulates=lambda op: op.attr("accumulate") is not False, start_exempt=_scale_operand)
+             accumulates=lambda op: op.attr("accumulate") is not False, start_exempt=_scale_operand, since=4)
 def nc_matmul_mx(dst, stationary, moving, stationary_scale, moving_scale, tile_position=None, tile_size=None,
                  accumulate=None, name=None):
     """dst[M, N] (+)= dequant(stationary)[K, M].T @ dequant(moving)[K, N] on the

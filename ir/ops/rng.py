@@ -28,7 +28,7 @@ from ..errors import NkiccError
 from ..nodes import Const, Op
 from . import enums
 from .checks import free, on_chip_tensors, per_partition
-from .core import CostContext, Emit, EngineState, free_size, instruction
+from .core import CostContext, Emit, EngineState, free_size, instruction, require_generation
 from .tile_rules import dtype_in, sbuf_only
 from .values import F32, operand
 
@@ -139,6 +139,8 @@ def rng(dst, engine=enums.engine.vector, name=None):
     (dst,) = on_chip_tensors({"dst": dst}, "rng")
     dtype_in(dst, INT_DTYPES, "rng dst")
     eng = _engine(engine, ("dve", "pool"), "rng")
+    if eng == "pool":
+        require_generation(dst.generation, 3, "nisa.rng on the GpSimd engine")
     _gpsimd_sbuf(dst, eng, "rng dst")
     return Emit([dst, _state_operand(eng, dst.shape[0])], [_state_operand(eng, dst.shape[0])],
                 {"engine": eng, "dtype": dst.decl.dtype})
@@ -153,7 +155,7 @@ def _rand2(op: Op, read):
     return [(0, lo + (hi - lo) * unit(bits)), (1, after)]
 
 
-@instruction(family="rng", compute=_rand2, engine="dve")
+@instruction(family="rng", compute=_rand2, engine="dve", since=4)
 def rand2(dst, min, max, name=None):
     """Fill dst with uniform pseudo-random values in [min, max) on the Vector
     Engine: u = (32 random bits >> 8) / 2**24, dst = min + (max - min) * u,
@@ -244,7 +246,7 @@ def _set_state(op: Op, read):
     return [(0, np.asarray(read(op.ins[0]), dtype=_U32).reshape(op.outs[0].pattern[0][1], -1))]
 
 
-@instruction(family="rng", compute=_set_state, engine=_op_engine, cost=_state_cost)
+@instruction(family="rng", compute=_set_state, engine=_op_engine, cost=_state_cost, since=3)
 def rand_set_state(src_seeds, engine=enums.engine.gpsimd, name=None):
     """Set the generator state of the first P lanes of the engine from
     src_seeds, a [P, W] uint32 SBUF tile: W = 6 words per lane on the GpSimd
@@ -252,6 +254,8 @@ def rand_set_state(src_seeds, engine=enums.engine.gpsimd, name=None):
     rand_get_state and set again repeats the numbers drawn after the save."""
     (src,) = on_chip_tensors({"src_seeds": src_seeds}, "rand_set_state")
     eng = _engine(engine, ("pool", "dve"), "rand_set_state")
+    if eng == "dve":
+        require_generation(src.generation, 4, "nisa.rand_set_state on the Vector engine")
     sbuf_only(src, "rand_set_state src_seeds")
     _state_tile(src, eng, "rand_set_state src_seeds")
     return Emit([_state_operand(eng, src.shape[0])], [src], {"engine": eng})
@@ -261,13 +265,15 @@ def _get_state(op: Op, read):
     return [(0, np.asarray(read(op.ins[0]), dtype=_U32))]
 
 
-@instruction(family="rng", compute=_get_state, engine=_op_engine, cost=_state_cost)
+@instruction(family="rng", compute=_get_state, engine=_op_engine, cost=_state_cost, since=3)
 def rand_get_state(dst, engine=enums.engine.gpsimd, name=None):
     """dst = the generator state of the first P lanes of the engine: a [P, W]
     uint32 tile, W = 6 on the GpSimd engine (default, dst in SBUF), 24 on the
     Vector engine (SBUF or PSUM)."""
     (dst,) = on_chip_tensors({"dst": dst}, "rand_get_state")
     eng = _engine(engine, ("pool", "dve"), "rand_get_state")
+    if eng == "dve":
+        require_generation(dst.generation, 4, "nisa.rand_get_state on the Vector engine")
     _gpsimd_sbuf(dst, eng, "rand_get_state dst")
     _state_tile(dst, eng, "rand_get_state dst")
     return Emit([dst], [_state_operand(eng, dst.shape[0])], {"engine": eng})

@@ -117,7 +117,7 @@ def _range_select(op: Op, read):
 _FP32_MIN = float(np.finfo(np.float32).min)
 
 
-@instruction(family="select", compute=_range_select)
+@instruction(family="select", compute=_range_select, since=3)
 def range_select(dst, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_cmd=enums.reduce_cmd.reset_reduce,
                  reduce_res=None, reduce_op=alu.Named("maximum"), range_start=0, on_false_value=_FP32_MIN,
                  name=None, **_hw_hints):

@@ -215,7 +215,7 @@ def _nonzero_with_count(op: Op, read):
 
 
 @instruction(family="sort", compute=_nonzero_with_count, engine="pool",
-             verify=gpsimd_sbuf_operands, cost=input_streaming_cost)
+             verify=gpsimd_sbuf_operands, cost=input_streaming_cost, since=3)
 def nonzero_with_count(dst, src, index_offset=0, padding_val=-1, name=None):
     """For partitions 0, 16, ..., 112 only (the first of each GpSimd core's
     16; the others of dst are left as they are): dst[p, :N] = the positions of

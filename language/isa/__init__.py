@@ -8,10 +8,13 @@ engine free-size limits).
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 
 from ..ir import Access, Affine, NkiccError, ops
+from ..ir.nodes import UNRESOLVED_GROUP
+from ..ir.ops import alu
 from ..ir.ops.checks import FREE_MAX, free
 from ..ir.ops.enums import dge_mode, dma_engine, engine, matmul_perf_mode, nc_version, oob_mode, reduce_cmd
 from ..language.tensor import Tensor, require_builder, unsupported_name
@@ -43,19 +46,30 @@ def _emit(d: ops.OpDef, emit: ops.Emit, loc) -> NkiInstruction:
     if d.free_limited:
         _free_limits(d.name, tensors_out + tensors_in, loc)
     for o in tensors_out:
+        if o.access.vector_group and o.buffer == "psum":
+            raise NkiccError("E160", f"{d.name}: writing an indirect view of a PSUM tile is not supported", loc,
+                             "scatter into an SBUF tile, then copy it to PSUM")
         if o.overflow:
             raise NkiccError("E101", f"{d.name} writes past the end of a tile: {o.overflow}", loc,
                              "check the slice bounds and the loop trip counts")
     for i in tensors_in:
         if i.overflow:
             b.warn("W101", f"{d.name} reads past the end of a tile, values there are undefined: {i.overflow}", loc)
-    op = b.emit(d.name, [_access(b, o) for o in emit.outs], [_access(b, i) for i in emit.ins], dict(emit.attrs), loc)
+    op = b.emit(d.name, [_access(b, o, d, loc) for o in emit.outs], [_access(b, i, d, loc) for i in emit.ins],
+                dict(emit.attrs), loc)
     return handle_of(b, op)
 
 
-def _access(b, x):
+def _access(b, x, d: ops.OpDef, loc):
     if isinstance(x, Tensor):
-        return x.access
+        a = x.access
+        if a.vector_group == UNRESOLVED_GROUP:
+            # tensor indirection: the index groups follow the engine that reads the view
+            if d.engine == "dma" or d.collective is not None:
+                raise NkiccError("E160", f"{d.name} cannot take an indirect view (NkiTensor.indirect); compute "
+                                         "instructions do", loc, "gather HBM rows with .vector_select")
+            return dataclasses.replace(a, vector_group=32 if d.engine == "pe" else 16)
+        return a
     if isinstance(x, ops.StateRef):
         s = x.state
         decl = b.state_tensor(s.name, (s.partitions, s.width), s.dtype)
@@ -68,7 +82,9 @@ def _function(d: ops.OpDef):
     def instruction(*args, **kwargs):
         loc = user_loc(2)
         try:
+            ops.require_generation(int(get_nc_version()), d.since, f"{_module_of(d)}.{d.name}")
             emit = d.trace(*args, **kwargs)
+            _alu_generation(emit)
         except NkiValidationError as e:
             e.loc = e.loc or loc
             raise
@@ -82,7 +98,22 @@ def _function(d: ops.OpDef):
         return _emit(d, emit, loc)
     instruction.__module__ = __name__
     instruction.__qualname__ = d.name
+    if d.since > 2:
+        instruction.__doc__ = f"NeuronCore-v{d.since} ({ops.TARGET_OF_GENERATION[d.since]}) and newer. {d.doc}"
     return instruction
+
+
+def _module_of(d: ops.OpDef) -> str:
+    return "nki.collectives" if d.module == "collectives" else "nisa"
+
+
+def _alu_generation(emit: ops.Emit) -> None:
+    """An arithmetic operator some generations lack (nl.abs_max), named in any attribute."""
+    have = int(get_nc_version())
+    for value in emit.attrs.values():
+        for name in value if isinstance(value, (tuple, list)) else (value,):
+            if isinstance(name, str) and alu.SINCE.get(name, 2) > have:
+                ops.require_generation(have, alu.SINCE[name], f"nl.{name}")
 
 
 def _emit_internal(opcode: str, *args, loc=None) -> None:
@@ -101,6 +132,7 @@ __all__ = sorted(d.name for d in ops.table().values() if d.public and d.module =
                                  "unknown_engine", "dge_mode", "dma_engine", "engine", "matmul_perf_mode",
                                  "nc_version", "oob_mode", "reduce_cmd"]
 from .enums import *  # noqa: E402,F401,F403  get_nc_version, get_nc_sub_version, nisa.constants
+from .enums import get_nc_version  # noqa: E402
 __all__ += enums.__all__  # noqa: F405
 
 

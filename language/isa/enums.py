@@ -12,19 +12,16 @@ import sys
 from ..ir.ops.enums import (  # noqa: F401 - re-exported: nisa.constants.<enum>
     dge_mode, dma_engine, engine, matmul_perf_mode, nc_version, oob_mode, reduce_cmd,
 )
-from ..language.tracing import current_builder
+from ..language.tracing import DEFAULT_GENERATION, current_builder
 
 __all__ = ["get_nc_version", "get_nc_sub_version", "constants"]
-
-# the generation of the default target (trn2) when no kernel is being traced
-_DEFAULT_VERSION = nc_version.gen3
 
 
 def get_nc_version() -> nc_version:
     """The NeuronCore generation of the target the kernel is traced for
     (trn1: gen2, trn2: gen3, trn3: gen4)."""
     builder = current_builder()
-    return nc_version(getattr(builder, "nc_version", None) or _DEFAULT_VERSION)
+    return nc_version(builder.nc_version if builder is not None else DEFAULT_GENERATION)
 
 
 def get_nc_sub_version() -> int:

@@ -28,14 +28,25 @@ class _Handle:
     builder: object
     block: list       # the block the op was emitted into (a list while it is traced)
     index: int        # the op's position in it
-    stack: tuple      # ids of the blocks open when it was emitted, outermost first
+    frames: tuple     # the loop frames open when it was emitted, the kernel's first
+    seq: int          # emission order within the trace
+
+    @property
+    def closed(self) -> bool:
+        """Its loop has ended: the op already sits in a finished Loop node."""
+        return self.frames[-1].ended
 
     @property
     def op(self) -> Op:
-        return self.block[self.index]
+        op = self.block[self.index]
+        return self.builder.late_edits.get(id(op), (op, op))[1]
 
     def set(self, op: Op) -> None:
-        self.block[self.index] = op
+        if self.closed:  # the finished tree is rebuilt once, when the trace ends (Builder.finish)
+            orig = self.block[self.index]
+            self.builder.late_edits[id(orig)] = (orig, op)
+        else:
+            self.block[self.index] = op
 
 
 class NkiInstruction(NKIObject):
@@ -49,13 +60,13 @@ class NkiInstruction(NKIObject):
         return f"NkiInstruction({self._handle.op.opcode})"
 
     def depends_on(self, *producers) -> "NkiInstruction":
+        """An edge may cross static loops (each end stands for every iteration
+        of its rolled loops, which waits at least as long as the unrolled edge);
+        not a runtime loop, whose semaphore could fire a different number of
+        times than its partner waits."""
         loc = user_loc(2)
         me = self._handle
         b = me.builder
-        open_blocks = [id(x) for x in b._blocks]
-        if id(me.block) not in open_blocks:
-            raise NkiccError("E103", f"{me.op.opcode}.depends_on: this instruction's loop has ended", loc,
-                             "add dependencies right after the instruction, inside its loop")
         for p in producers:
             if not isinstance(p, NkiInstruction):
                 raise NkiccError("E103", f"depends_on takes instructions (what nisa calls return), got "
@@ -63,13 +74,16 @@ class NkiInstruction(NKIObject):
             src = p._handle
             if src.builder is not b:
                 raise NkiccError("E103", "depends_on names an instruction of another kernel", loc)
-            if id(src.block) not in open_blocks or id(src.block) not in me.stack:
-                raise NkiccError("E103", f"{me.op.opcode}.depends_on({src.op.opcode}): the producer is inside a "
-                                         "loop the consumer is not in", loc,
-                                 "both must sit in the same loop, or the producer in an enclosing one")
-            if src is me or (src.block is me.block and src.index >= me.index):
+            if src.seq >= me.seq:
                 raise NkiccError("E103", f"{me.op.opcode}.depends_on: a producer must come before its consumer",
                                  loc, "call depends_on on the later instruction")
+            common = 0
+            while common < min(len(me.frames), len(src.frames)) and me.frames[common] is src.frames[common]:
+                common += 1
+            if any(f.kind == "dynamic" for f in me.frames[common:] + src.frames[common:]):
+                raise NkiccError("E103", f"{me.op.opcode}.depends_on({src.op.opcode}): the edge crosses a runtime "
+                                         "loop (fori_loop, while_loop, dynamic_range)", loc,
+                                 "both must sit in the same runtime loop, or the producer in an enclosing scope")
             token = next(iter(src.op.attr("dep_writes", ()) or ()), None)
             if token is None:
                 token = b.state_tensor(f"dep.{sum(1 for n in b.decls if n.startswith('dep.'))}", (1, 1),
@@ -94,4 +108,4 @@ def _with(op: Op, key: str, value) -> Op:
 def handle_of(builder, op: Op) -> NkiInstruction:
     """The handle of `op`, just emitted into the builder's current block."""
     block = builder._blocks[-1]
-    return NkiInstruction(_Handle(builder, block, len(block) - 1, tuple(id(x) for x in builder._blocks)))
+    return NkiInstruction(_Handle(builder, block, len(block) - 1, tuple(builder._frames), next(builder.emitted)))
