@@ -275,7 +275,10 @@ def update_section(path: str, section: str) -> None:
     '## ' heading), or append it; other sections are left alone."""
     old = open(path).read() if os.path.exists(path) else "# Benchmarks\n"
     pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.S | re.M)
-    if pattern.search(old):
+    found = pattern.search(old)
+    if found:  # hand-written <!-- keep --> blocks of the old section stay, after the new text
+        keep = re.findall(r"^<!-- keep -->\n.*?^<!-- /keep -->\n?", found.group(0), re.S | re.M)
+        section = "\n\n".join([section.rstrip("\n")] + [k.rstrip("\n") for k in keep]) + "\n"
         new = pattern.sub(lambda _: section + "\n", old, count=1)
     else:
         new = old.rstrip("\n") + "\n\n" + section
