@@ -215,12 +215,13 @@ def test_rows_rewritten_by_the_next_iteration_keep_the_last_value(rng):
 
 
 @nkicc.jit
-def spilled_sum(a):
+def spilled_sum(a, ZERO=True):
     """acc (HBM) += row block k through SBUF: load, add, store back, as alloc spills an accumulator."""
     F = a.shape[1]
     out = nl.ndarray((128, F), dtype=nl.float32, buffer=nl.shared_hbm)
     acc = nl.ndarray((128, F), dtype=nl.float32, buffer=nl.hbm)
-    nl.store(acc, nl.zeros((128, F), dtype=nl.float32, buffer=nl.sbuf))
+    if ZERO:
+        nl.store(acc, nl.zeros((128, F), dtype=nl.float32, buffer=nl.sbuf))
     for k in nl.static_range(a.shape[0] // 128):
         x = nl.load(a[k * 128:(k + 1) * 128, :])
         t = nl.load(acc)
@@ -243,6 +244,13 @@ def test_an_accumulator_spilled_to_hbm_is_summed_batched(rng):
     np.testing.assert_allclose(slow[name], a.reshape(9, 128, 80).sum(axis=0), rtol=1e-5, atol=1e-5)
     assert frep.batched_loops and not frep.unbatched_loops
     assert frep.total_ns == srep.total_ns and frep.executed == srep.executed
+    # never zeroed: NaN poison through the batched sum too, E173 from the driver
+    c = nkicc.compile(spilled_sum, a, ZERO=False)
+    (fast, frep), (slow, _) = both(c.ir, {c.ir.args[0]: a})
+    assert frep.batched_loops and np.isnan(fast[name]).all() and np.isnan(slow[name]).all()
+    with pytest.raises(NkiccError) as ei:
+        c.run(a)
+    assert ei.value.code == "E173"
 
 
 @settings(max_examples=40, deadline=None, derandomize=True, database=None)
