@@ -660,7 +660,8 @@ class MachineSimulator:
                                         self.tracer.max_events, self.decls)
         with single_threaded_blas(), np.errstate(all="ignore"):  # semantics.compute's contract
             self._block(self._program)
-        names = self.kernel.outputs + written_args(self.kernel)  # and the inputs the kernel updated
+        # and the inputs the kernel updated (once: a kernel may return an argument it wrote)
+        names = list(dict.fromkeys(self.kernel.outputs + written_args(self.kernel)))
         # handed over, not copied: the next run() starts from new arrays (peak memory: one copy of E)
         outputs = {name: (self.hbm[name].copy() if name in self._shared else self.hbm.pop(name))
                    .reshape(self.decls[name].shape) for name in names}
