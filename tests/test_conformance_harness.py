@@ -81,8 +81,8 @@ def test_typed_mx_inputs_run_against_numpy(trn3, tmp_path, monkeypatch):
                                tol=(1e-6, 1e-6), dtypes={"st": "float8_e5m2_x4", "mv": "float8_e5m2_x4"})
         return case
 
-    monkeypatch.setitem(refs.CASES, "mx_mm", refs.Case("core/mxk.py", "mx_mm", make(1.0)))
-    monkeypatch.setitem(refs.CASES, "mx_mm[x2]", refs.Case("core/mxk.py", "mx_mm", make(2.0)))
+    monkeypatch.setitem(refs.CASES, "mx_mm", refs.Case("core/mxk.py", "mx_mm", make(1.0), target="trn3"))
+    monkeypatch.setitem(refs.CASES, "mx_mm[x2]", refs.Case("core/mxk.py", "mx_mm", make(2.0), target="trn3"))
     lib = _library(tmp_path)
     for name in ("mx_mm", "mx_mm[x2]"):
         res = conf.child(lib, "core/mxk.py", "mx_mm", name)
