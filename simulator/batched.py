@@ -16,7 +16,14 @@ iterations in an order the batched execution would swap:
   two different iterations of such a loop forbids batching, except for an
   accumulation (a PSUM matmul with accumulate, or dst = dst + x) along loops
   its destination does not move with: those are summed over the loop axes
-  (floating-point sums in another order; float32 destinations only);
+  (floating-point sums in another order; float32 destinations only), and
+  except for a tensor the nest only overwrites (a ragged block's last rows
+  that the next block rewrites): its stores run last, in program order
+  along the loops that rewrite elements;
+- a load / add / store through a private tile (how alloc spills an
+  accumulator to HBM) is one accumulation into the HBM tensor (_rmw); a tile
+  that one load fills whole from HBM the nest does not write is read at its
+  source, never copied (_forwards);
 - tiles that share bytes must both be private and live in disjoint stretches
   of the body (the allocator reuses addresses only so); everything else
   falls back to per-iteration execution, which also reports out-of-bounds
