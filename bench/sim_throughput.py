@@ -163,8 +163,8 @@ def analysis(data: dict) -> str:
             f"rows a later iteration rewrites are stored in program order. With timing on, the data moves "
             f"batched and the cost model and hazard checks still run per instruction (event level, "
             f"without data): that walk is most of that row's time. GEMMs of 1 GFLOP or more use BLAS's "
-            f"threads, from 32 MFLOP two Python threads with one BLAS thread each, below one thread "
-            f"(spinning BLAS threads lost 2-10x at these sizes on the shared 2-vCPU machine); numpy uses "
+            f"threads, smaller ones one thread (spinning BLAS threads lost 2-10x at these sizes on the "
+            f"shared 2-vCPU machine); numpy uses "
             f"its default threads. Single timings vary by tens of percent with the load of other jobs on "
             f"the machine (CPU s against wall s shows how much of a CPU the process got).")
 

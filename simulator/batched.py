@@ -36,7 +36,6 @@ and hazard checks (E171) then run per iteration without moving data
 """
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -52,11 +51,11 @@ _accumulate = ReferenceMachine._accumulate
 CHECK_BUDGET = 200_000_000      # run-start comparisons per legality check (seconds at most, once per loop)
 MAX_PRIVATE_BYTES = 512 << 20     # private tile copies of one nest
 MAX_VALUES_BYTES = 256 << 20      # one op's batched results
-# BLAS threads for a matmul of at least this many flops per GEMM: below it a multi-threaded OpenBLAS
-# lost 10x on this shared 2-vCPU machine (stacked 30 MFLOP GEMMs of mm2 --scale 8: 62 s against 3.9 s)
+# BLAS threads for a GEMM of at least this many flops: below it a multi-threaded OpenBLAS lost 2-10x
+# on this shared 2-vCPU machine (mm2 --scale 8: 30 MFLOP stacked GEMMs 62 s against 3.9 s; its
+# 0.1-0.5 GFLOP whole-loop GEMMs 0.67 s against 0.32 s at load 4). Row bands on two Python threads
+# with one BLAS thread each were no faster at load 1-4 (0.34 s against 0.33 s) and were dropped.
 THREADED_GEMM_FLOP = 1 << 30
-SPLIT_GEMM_FLOP = 1 << 25     # 34 MFLOP: below it a thread hand-off costs more than it saves
-GEMM_THREADS = 2
 
 
 @dataclass
@@ -577,11 +576,6 @@ def _gather(nest: Nest, views: _Views):
 
 
 def _execute(sim, nest: Nest, plan_: list, ordered: dict) -> None:
-    with ThreadPoolExecutor(GEMM_THREADS) as pool:
-        _execute_in(sim, nest, plan_, ordered, lambda a, b: _gemm(pool, a, b))
-
-
-def _execute_in(sim, nest: Nest, plan_: list, ordered: dict, gemm) -> None:
     done, pending = {}, {}
     for it, got, outs in plan_:
         p = it.plan
@@ -640,25 +634,14 @@ def _execute_in(sim, nest: Nest, plan_: list, ordered: dict, gemm) -> None:
                 semantics.store(dst[tuple(sel)], values[tuple(sel)])
 
 
-def _gemm(pool, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """a @ b for the batched path. BLAS's own threads for a GEMM of THREADED_GEMM_FLOP or more (a
-    whole loop nest's product); from SPLIT_GEMM_FLOP, the rows in GEMM_THREADS bands computed on
-    that many Python threads with one BLAS thread each (numpy releases the GIL): no spinning BLAS
-    threads, which lose 2-10x on a busy 2-vCPU machine at these sizes; below, one thread."""
-    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
-    flop = 2 * m * k * n * int(np.prod(a.shape[:-2], dtype=np.int64))
+def gemm(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a @ b for the batched path: BLAS's own threads for a GEMM of THREADED_GEMM_FLOP or more (a
+    whole loop nest's product), one thread below (the simulator runs under one BLAS thread)."""
+    flop = 2 * a.shape[-2] * a.shape[-1] * b.shape[-1] * int(np.prod(a.shape[:-2], dtype=np.int64))
     if flop >= THREADED_GEMM_FLOP:
         with default_blas():
             return np.matmul(a, b)
-    if flop < SPLIT_GEMM_FLOP or m < 2 * GEMM_THREADS:
-        return np.matmul(a, b)
-    out = np.empty(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (m, n), dtype=np.result_type(a, b))
-    bands = np.linspace(0, m, GEMM_THREADS + 1).astype(int)
-    jobs = [pool.submit(np.matmul, a[..., lo:hi, :], b, out=out[..., lo:hi, :])
-            for lo, hi in zip(bands[:-1], bands[1:])]
-    for j in jobs:
-        j.result()
-    return out
+    return np.matmul(a, b)
 
 
 def _write_back(sim, nest: Nest, views: _Views) -> None:

@@ -287,16 +287,14 @@ def test_matmuls_of_whole_loops_equal_one_matmul_per_iteration(data):
     assert np.all(np.abs(got - want) <= 1e-6 * mag + 1e-30)
 
 
-def test_gemms_split_over_threads_equal_numpy(rng):
-    """The batched path's GEMM (simulator/batched.py::_gemm): row bands on threads, stacked or not,
-    below and above the split size, equal numpy's matmul up to the order of the K sums."""
-    from concurrent.futures import ThreadPoolExecutor
+def test_whole_loop_gemms_equal_numpy(rng):
+    """The batched path's GEMM (simulator/batched.py::gemm), stacked or not, below and above the
+    size that gets BLAS threads, equals numpy's matmul up to the order of the K sums."""
     from nkicc.simulator import batched
-    for stack, m, k, n in [((), 300, 256, 1024), ((3,), 130, 128, 700), ((), 5, 7, 3), ((2,), 64, 64, 64)]:
+    for stack, m, k, n in [((), 300, 256, 1024), ((3,), 130, 128, 700), ((), 5, 7, 3), ((), 1024, 1024, 520)]:
         a = rng.standard_normal(stack + (m, k)).astype(np.float32)
         b = rng.standard_normal(stack + (k, n)).astype(np.float32)
-        with ThreadPoolExecutor(batched.GEMM_THREADS) as pool:
-            got = batched._gemm(pool, a, b)
+        got = batched.gemm(a, b)
         want = np.matmul(a.astype(np.float64), b)
         mag = np.matmul(np.abs(a).astype(np.float64), np.abs(b))
         assert got.shape == want.shape and got.dtype == np.float32
