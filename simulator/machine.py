@@ -36,8 +36,11 @@ from . import batched, numerics, semantics
 from ._blas import single_threaded_blas
 from .reference import ReferenceMachine, gather_index
 from .activity import DmaActivity, percent
+from .fabric import Fabric
+from .pending import RegionFinishes
 from .report import DMA_DIRECTIONS, EngineStats, SimReport
 from ..ir.ops.collectives import group_of, payload as collective_payload
+from ..ir.ops.dma import engine_share
 from .comm import RankComm, single
 from .timing import COMPUTE_ENGINES, CostTable, cost_ns, cost_table, traffic_bytes
 from .trace import DEFAULT_MAX_EVENTS, TraceRecorder, loop_label
@@ -156,7 +159,7 @@ class _Plan:
     """One op, compiled."""
     __slots__ = ("op", "id", "opcode", "engine", "queue", "ekey", "tid", "waits", "cost", "accs", "by_id",
                  "outs", "scalars", "hz_reads", "hz_writes", "count", "loc_str", "loop_vars", "dma_dir",
-                 "dma_bytes", "hbm_bytes", "spill", "mode", "dyn_accs", "is_matmul", "rotate", "collective", "is_print")
+                 "dma_bytes", "fabric_ns", "spill", "mode", "dyn_accs", "is_matmul", "rotate", "collective", "is_print")
 
     def __init__(self, op: Op) -> None:
         self.op = op
@@ -402,7 +405,7 @@ class MachineSimulator:
         p.hz_writes = [get(a) for a in writes(op)]  # outputs, and dependency tokens
         p.cost = cost_ns(op, p.engine, self.decls, self.target, self.costs, self.comm.size) if self.timing else 0.0
         p.collective = ops.of(op).collective
-        p.dma_dir, p.dma_bytes, p.spill, p.hbm_bytes = None, 0, False, 0
+        p.dma_dir, p.dma_bytes, p.spill, p.fabric_ns = None, 0, False, 0.0
         if p.engine == "dma":
             src, dst = self.decls[op.ins[0].tensor], self.decls[op.outs[0].tensor]
             cat = {"hbm": "hbm", "shared_hbm": "hbm"}
@@ -410,8 +413,10 @@ class MachineSimulator:
             p.dma_dir = direction if direction in DMA_DIRECTIONS else "other"
             p.dma_bytes = traffic_bytes(op, self.decls)
             p.spill = "spill" in (src.role, dst.role)
-            if p.collective is None and "hbm" in direction:
-                p.hbm_bytes = p.dma_bytes
+            if p.collective is None and self.timing:
+                # while its bytes move (after the fixed latency) it holds its share of the core's DMA
+                # engines, which every queue shares (fabric.py)
+                p.fabric_ns = max(0.0, p.cost - self.costs.dma_fixed_ns) * engine_share(op, self.decls, self.costs)
         return p
 
     def _hz_acc(self, p: _Plan, a: Access) -> _Acc:
@@ -638,8 +643,9 @@ class MachineSimulator:
         self.ebusy = [0.0] * nengines
         self.ecount = [0] * nengines
         self._rot_next = 0
-        self.fabric_free = 0.0  # when the core's HBM bandwidth is next free (the DMA fabric)
+        self.fabric = Fabric()  # the core's HBM bandwidth, shared by the DMA queues (fabric.py)
         self.finish_of: dict[int, float] = {}
+        self._rot_fin: dict[int, RegionFinishes] = {}  # rotating DMA id -> its executions' finishes by memory
         self.end_ns = 0.0
         self.dma_activity = DmaActivity()  # the union of the DMA queues' busy time (activity.py)
         self._dma_keys = [k for k, name in enumerate(self.engines) if name.startswith("dma.q")]
@@ -816,26 +822,34 @@ class MachineSimulator:
             p.tid = self._tid(self.engines[k])
         else:
             k = p.ekey
-        self.ebusy[k] += p.cost
         self.ecount[k] += 1
         start = self.efree[k]
         fin = self.finish_of
+        boxes = None
         for w in p.waits:
             f = fin.get(w)
             if f is not None and f > start:
+                rot = self._rot_fin.get(w)
+                if rot is not None:  # a rotating DMA: only its executions that touched this op's memory
+                    if boxes is None:
+                        boxes = self._boxes(p)
+                    f = rot.latest(boxes, start)
                 start = f
         if meet is not None:  # a collective: it starts when the last rank of its group is ready
             start = meet(start)
         finish = start + p.cost
-        if p.hbm_bytes:  # the DMA engines share the core's HBM bandwidth: overlapping transfers queue for it
-            f = max(self.fabric_free, start) + p.hbm_bytes / self.costs.hbm_bytes_per_ns
-            self.fabric_free = f
+        if p.fabric_ns:  # the queues share the core's DMA engines: overlapping transfers queue for them
+            f = self.fabric.reserve(start + self.costs.dma_fixed_ns, p.fabric_ns, self._dma_floor)
             if f > finish:
                 finish = f
         self.efree[k] = finish
-        if p.rotate:  # executions on different queues can finish out of order: a wait covers all so far
-            if fin.get(p.id, 0.0) < finish:
-                fin[p.id] = finish
+        self.ebusy[k] += finish - start  # a DMA is in flight while it waits for the shared engines too
+        if p.rotate:  # executions on different queues finish out of order: kept per memory box (pending.py)
+            rot = self._rot_fin.get(p.id)
+            if rot is None:
+                rot = self._rot_fin[p.id] = RegionFinishes()
+            rot.record(self._boxes(p), finish, self._horizon)
+            fin[p.id] = rot.latest_ns
         else:
             fin[p.id] = finish
         if finish > self.end_ns:
@@ -854,6 +868,19 @@ class MachineSimulator:
                     sp[0] = start
                 if finish > sp[1]:
                     sp[1] = finish
+
+    def _boxes(self, p: _Plan) -> list[tuple]:
+        """(memory group, p_lo, p_hi, b_lo, b_hi) of every access of the op now."""
+        out = []
+        for acc in p.accs:
+            r = self._region(acc)
+            out.append((self.neighbours[r[0]], r[1], r[2], r[3], r[4]))
+        return out
+
+    def _horizon(self) -> float:
+        """No instruction not yet timed, on an engine or queue that has run
+        one, can start before this: the earliest such an engine frees."""
+        return min((f for f, n in zip(self.efree, self.ecount) if n), default=0.0)
 
     def _region(self, acc: _Acc):
         """(tensor, p_lo, p_hi, b_lo, b_hi (exclusive), dense, e, fast) of an access now."""

@@ -108,7 +108,8 @@ def test_depends_on_across_static_loops(rng, tmp_path, where):
         def k(x, y):
             o1 = nl.ndarray(x.shape, nl.float32, buffer=nl.shared_hbm)
             o2 = nl.ndarray((128, 2048), nl.float32, buffer=nl.shared_hbm)
-            xs, ys = nl.load(x), nl.load(y)
+            ys = nl.load(y)  # the consumers' small input first: they could start long before the producer ends
+            xs = nl.load(x)
             t1 = nl.ndarray(x.shape, nl.float32, buffer=nl.sbuf)
             t2 = nl.ndarray((128, 2048), nl.float32, buffer=nl.sbuf)
             if where == "producer in an ended loop":

@@ -77,6 +77,22 @@ def _transfer_ns(op: Op, ctx: CostContext) -> float:
     return t.dma_fixed_ns + _bytes(op, decls) / bw
 
 
+def engine_share(op: Op, decls, table) -> float:
+    """The share of the core's DMA engines a transfer keeps busy while it
+    moves its bytes: a copy spreads over one engine per DMA buffer (at most
+    all of them); a transpose or a DMA computation uses all of them. The
+    machine simulator's DMA fabric (simulator/fabric.py) charges overlapping
+    transfers for these engines, so a transfer of short rows, slow on its own
+    queue because of the per-buffer overhead, is as slow for the others."""
+    if op.opcode != "dma_copy":
+        return 1.0
+    dst, src = op.outs[0], op.ins[0]
+    ddecl, sdecl = decls[dst.tensor], decls[src.tensor]
+    nd, _ = _buffers(dst, ddecl, dtypes.itemsize(dst.dtype or ddecl.dtype))
+    ns_, _ = _buffers(src, sdecl, dtypes.itemsize(src.dtype or sdecl.dtype))
+    return table.dma_peak_bytes_per_ns(max(nd, ns_)) / table.dma_peak_bytes_per_ns()
+
+
 def _no_psum(op: Op, decls) -> None:
     if any(decls[a.tensor].buffer == "psum" for a in op.outs + op.ins if isinstance(a, Access)):
         raise NkiccError("E120", "DMA cannot access PSUM", op.loc, "copy through SBUF with tensor_copy")
