@@ -32,7 +32,7 @@ from ..ir import dtypes
 from ..ir import ops
 from ..ir.ops import debug
 from ..ir.analysis import engine_of, injective, reads, runtime_guard, tensors_touched, writes, written_args
-from . import numerics, semantics
+from . import batched, numerics, semantics
 from ._blas import single_threaded_blas
 from .reference import ReferenceMachine, gather_index
 from .activity import DmaActivity, percent
@@ -186,7 +186,7 @@ class MachineSimulator:
 
     def __init__(self, kernel: Kernel, target, timing: bool = True, trace=False, hazards: str = "all",
                  costs: CostTable | None = None, max_trace_events: int = DEFAULT_MAX_EVENTS,
-                 comm: RankComm | None = None, precise: bool | None = None) -> None:
+                 comm: RankComm | None = None, precise: bool | None = None, batch: bool = True) -> None:
         if isinstance(target, str):
             raise TypeError("MachineSimulator needs a Target object (nkicc.plugins.targets.TRN2, or the "
                             "driver's resolve_target(name)), not a name")
@@ -216,6 +216,11 @@ class MachineSimulator:
         self._rot_keys: list[int] = []
         self.scheduled = False
         self._all_accs: list[_Acc] = []
+        # loop nests run as whole-array operations where the IR allows (batched.py); one rank only
+        self.batch = bool(batch) and self.comm.size == 1
+        self._plan_of: dict[int, _Plan] = {}
+        self.nests: list[batched.Nest] = []
+        self.unbatched: dict[str, str] = {}  # loop label -> why it can never run batched
         self._check_layout()
         self.neighbours = self._neighbours()
         self._program = self._compile_block(kernel.body.stmts, ())
@@ -288,7 +293,13 @@ class MachineSimulator:
                 if guard is not None:
                     items.append((3, (s.var, self._compile_op(guard, loop_vars + (s.var,)), body, len(loop_vars))))
                 else:
-                    items.append((2, (s.var, s.trip, body, len(loop_vars), loop_label(s), s.start, s.step)))
+                    spec = (s.var, s.trip, body, len(loop_vars), loop_label(s), s.start, s.step)
+                    nest = batched.plan(self, s, loop_vars, f"{spec[4][1]} {spec[4][0]} ({s.var})") if self.batch else None
+                    if nest is not None:
+                        self.nests.append(nest)
+                        items.append((4, (spec, nest)))
+                    else:
+                        items.append((2, spec))
         return items
 
     @staticmethod
@@ -354,6 +365,7 @@ class MachineSimulator:
     def _compile_op(self, op: Op, loop_vars) -> _Plan:
         p = _Plan(op)
         self.plans.append(p)
+        self._plan_of[id(op)] = p
         oid = op.attr("id")
         if oid is not None:
             self.scheduled = True
@@ -433,6 +445,7 @@ class MachineSimulator:
         self._mv = {"sbuf": memoryview(self.sbuf), "psum": memoryview(self.psum)}
         self._mask_mv = memoryview(self.psum_mask)
         self.hbm: dict[str, np.ndarray] = {}
+        written = set(written_args(self.kernel))
         for t in self.tensors.values():
             if t.onchip:
                 PB = self._pb(t)
@@ -445,7 +458,13 @@ class MachineSimulator:
             elif t.name in self.kernel.args:
                 if t.name not in inputs:
                     raise NkiccError("E002", f"kernel {self.kernel.name} needs an array for {t.name}", None)
-                arr = np.array(inputs[t.name], dtype=t.dtype, copy=True).reshape(-1)
+                arr = np.asarray(inputs[t.name])
+                if t.name in written or arr.dtype != t.dtype or not arr.flags.c_contiguous:
+                    arr = np.array(arr, dtype=t.dtype, copy=True)  # the kernel writes it: the caller's stays
+                else:  # read in place, so memory holds one copy of the inputs; read-only: a write would raise
+                    arr = arr.view()
+                    arr.flags.writeable = False
+                arr = arr.reshape(-1)
                 if arr.size != t.size:
                     raise NkiccError("E002", f"argument {t.name} has {arr.size} elements, the kernel was "
                                              f"compiled for shape {list(t.decl.shape)}", None)
@@ -619,6 +638,9 @@ class MachineSimulator:
         self.prints: list[str] = []
         for p in self.plans:
             p.count = 0
+        self.reordered = 0
+        for nest in self.nests:
+            nest.batched = nest.fallbacks = 0
         nengines = len(self.engines)
         self.efree = [0.0] * nengines
         self.ebusy = [0.0] * nengines
@@ -647,8 +669,11 @@ class MachineSimulator:
                                         self.tracer.max_events, self.decls)
         with single_threaded_blas(), np.errstate(all="ignore"):  # semantics.compute's contract
             self._block(self._program)
-        names = self.kernel.outputs + written_args(self.kernel)  # and the inputs the kernel updated
-        outputs = {name: self.hbm[name].reshape(self.decls[name].shape).copy() for name in names}
+        # and the inputs the kernel updated (once: a kernel may return an argument it wrote)
+        names = list(dict.fromkeys(self.kernel.outputs + written_args(self.kernel)))
+        # handed over, not copied: the next run() starts from new arrays (peak memory: one copy of E)
+        outputs = {name: (self.hbm[name].copy() if name in self._shared else self.hbm.pop(name))
+                   .reshape(self.decls[name].shape) for name in names}
         report = self._report(time.perf_counter() - t0)
         if self.tracing and self.trace_path:
             self.write_trace(self.trace_path)
@@ -663,8 +688,24 @@ class MachineSimulator:
                 self._alloc(x)
             elif kind == 2:
                 self._loop(x)
+            elif kind == 4:
+                if self._shared or not batched.run(self, x[1]):
+                    self._loop(x[0])
+                elif self.timing:  # times and hazards per iteration, without the data
+                    self._loop(x[0], self._walk_timing)
             else:
                 self._runtime_loop(x)
+
+    def _walk_timing(self, items) -> None:
+        for kind, x in items:
+            if kind == 0:
+                for acc in x.dyn_accs:
+                    acc.cur = self._start(acc, x.op, False)
+                self._time(x)
+            elif kind == 2:
+                self._loop(x, self._walk_timing)
+            elif kind == 4:
+                self._loop(x[0], self._walk_timing)
 
     def _guard_input(self, p: _Plan, i: int) -> int:
         x = p.op.ins[i]
@@ -707,15 +748,16 @@ class MachineSimulator:
             t += 1
         env.pop(var, None)
 
-    def _loop(self, spec) -> None:
+    def _loop(self, spec, block=None) -> None:
         var, trip, body, depth, label, start, step = spec
         env = self.env
+        block = block or self._block
         if self.tracing:
             spans, tracer = self._spans, self.tracer
             for t in range(trip):
                 env[var] = t
                 spans.append([_INF, -_INF])
-                self._block(body)
+                block(body)
                 lo, hi = spans.pop()
                 if lo <= hi:
                     tracer.loop(label, t, lo, hi, depth, start, step)
@@ -728,7 +770,7 @@ class MachineSimulator:
         else:
             for t in range(trip):
                 env[var] = t
-                self._block(body)
+                block(body)
         env.pop(var, None)
 
     def _op(self, p: _Plan) -> None:
@@ -1024,6 +1066,9 @@ class MachineSimulator:
             r.trace_events = self.tracer.count
             r.trace_capped = self.tracer.capped
             r.timeline = self.tracer.timeline(self.track_names())
+        r.batched_loops = {n.label: n.batched for n in self.nests if n.batched}
+        r.reordered_sums = self.reordered
+        r.unbatched_loops = {**self.unbatched, **{n.label: n.why for n in self.nests if n.fallbacks}}
         if self.forgotten:
             r.note += f"; hazard tracking forgot {self.forgotten} old records (very long-lived regions)"
         return r
