@@ -41,15 +41,16 @@ def _matmul_batched(op: Op, read, nlead: int, reduce: tuple, gemm=np.matmul) -> 
     `gemm(a, b)`: how the simulator multiplies ([stack,] M, K) by ([stack,] K, N)."""
     st, mv = read(op.ins[0]), read(op.ins[1])
     sizes = st.shape[:nlead]
+    rows = 2 if op.attr("double_row") else 1  # double-row: the pair of rows joins the contraction
     ms, mm = moving_axes(st, nlead), moving_axes(mv, nlead)
     if any((i in ms) != (i in mm) for i in reduce):  # a sum along which one operand is constant: rare
-        return _matmul_stacked(st, mv, nlead, reduce)
+        return _matmul_stacked(st, mv, nlead, reduce, rows)
     # the broadcast axes dropped before any copy, each tile as (K, free)
     st = f32(st[tuple(slice(None) if i in ms else 0 for i in range(nlead))])
     mv = f32(mv[tuple(slice(None) if i in mm else 0 for i in range(nlead))])
     ns, nm = len(ms), len(mm)
-    st = st.reshape(st.shape[:ns] + (st.shape[ns], -1))
-    mv = mv.reshape(mv.shape[:nm] + (mv.shape[nm], -1))
+    st = st.reshape(st.shape[:ns] + (st.shape[ns] * rows, -1))
+    mv = mv.reshape(mv.shape[:nm] + (mv.shape[nm] * rows, -1))
     K, M, N = st.shape[-2], st.shape[-1], mv.shape[-1]
     both = [i for i in ms if i in mm and i not in reduce]
     only_st = [i for i in ms if i not in mm]
@@ -73,11 +74,11 @@ def _matmul_batched(op: Op, read, nlead: int, reduce: tuple, gemm=np.matmul) -> 
     return [(0, out)]
 
 
-def _matmul_stacked(st, mv, nlead: int, reduce: tuple) -> list:
+def _matmul_stacked(st, mv, nlead: int, reduce: tuple, rows: int = 1) -> list:
     """One GEMM per iteration left after the sum; the axes in `reduce` join the contraction."""
     st, mv = f32(st), f32(mv)
-    st = st.reshape(st.shape[:nlead + 1] + (-1,))
-    mv = mv.reshape(mv.shape[:nlead + 1] + (-1,))
+    st = st.reshape(st.shape[:nlead] + (st.shape[nlead] * rows, -1))
+    mv = mv.reshape(mv.shape[:nlead] + (mv.shape[nlead] * rows, -1))
     if reduce:  # the reduced loop axes next to the partition (K) axis, then merged into it
         keep = [i for i in range(nlead) if i not in reduce]
         order = keep + list(reduce) + [nlead, nlead + 1]
