@@ -155,12 +155,20 @@ class _Acc:
         return self.part_rel, self.free_rel
 
 
+def _static_overhead_ns(op: Op, engine: str, m) -> float:
+    """The fixed per-instruction cycles a compute instruction's cost includes (CostContext.fixed_cycles)."""
+    if engine not in COMPUTE_ENGINES:
+        return 0.0
+    ctx = ops.CostContext(m.decls, m.target, m.costs, engine, m.comm.size)
+    return ctx.ns(ctx.fixed_cycles(op))
+
+
 class _Plan:
     """One op, compiled."""
     __slots__ = ("op", "id", "opcode", "engine", "queue", "ekey", "tid", "waits", "cost", "accs", "by_id",
                  "outs", "scalars", "hz_reads", "hz_writes", "count", "loc_str", "loop_vars", "dma_dir",
                  "dma_bytes", "fabric_ns", "spill", "mode", "dyn_accs", "is_matmul", "rotate", "collective", "is_print",
-                 "tokens")
+                 "tokens", "hidden")
 
     def __init__(self, op: Op) -> None:
         self.op = op
@@ -407,6 +415,7 @@ class MachineSimulator:
         p.hz_reads = [self._hz_acc(p, a) for a in reads(op)]
         p.hz_writes = [get(a) for a in writes(op)]  # outputs, and dependency tokens
         p.cost = cost_ns(op, p.engine, self.decls, self.target, self.costs, self.comm.size) if self.timing else 0.0
+        p.hidden = min(p.cost, _static_overhead_ns(op, p.engine, self)) if self.timing else 0.0
         p.collective = ops.of(op).collective
         p.dma_dir, p.dma_bytes, p.spill, p.fabric_ns = None, 0, False, 0.0
         if p.engine == "dma":
@@ -643,6 +652,7 @@ class MachineSimulator:
             nest.batched = nest.fallbacks = 0
         nengines = len(self.engines)
         self.efree = [0.0] * nengines
+        self.eexec = [0.0] * nengines  # when the engine's last instruction began executing (past its overhead)
         self.ebusy = [0.0] * nengines
         self.ecount = [0] * nengines
         self._rot_next = 0
@@ -826,7 +836,12 @@ class MachineSimulator:
         else:
             k = p.ekey
         self.ecount[k] += 1
-        start = self.efree[k]
+        free = self.efree[k]
+        # A compute engine decodes an instruction's static overhead while the one before it
+        # executes (ARCH1 "Cost Model": back-to-back instructions pay only their execution); it
+        # is exposed when the instruction waits for its inputs or its predecessor is short.
+        hidden = p.hidden
+        start = free - hidden
         fin = self.finish_of
         boxes = None
         for w in p.waits:
@@ -840,7 +855,13 @@ class MachineSimulator:
                 start = f
         if meet is not None:  # a collective: it starts when the last rank of its group is ready
             start = meet(start)
+        if hidden:
+            if start < self.eexec[k]:  # one instruction in decode while the one before it executes
+                start = self.eexec[k]
+            self.eexec[k] = start + hidden
         finish = start + p.cost
+        if start < free:
+            start = free  # the engine's span begins when it is free: the overhead ran before that
         if p.fabric_ns:  # the queues share the core's DMA engines: overlapping transfers queue for them
             f = self.fabric.reserve(start + self.costs.dma_fixed_ns, p.fabric_ns, self._dma_floor)
             if f > finish:
@@ -1052,6 +1073,10 @@ class MachineSimulator:
                     q = queues.setdefault(f"q{name[5:]}", EngineStats())
                     q.instructions += self.ecount[k]
                     q.busy_ns += self.ebusy[k]
+        if self.timing:  # a compute engine is busy for its instructions' spans: overheads it hid are not counted
+            for name, k in self._ekeys.items():
+                if name in COMPUTE_ENGINES and name in engines:
+                    engines[name].busy_ns = self.ebusy[k]
         if self.timing and total:  # active time as neuron-profile counts it (activity.py)
             for name, s in engines.items():
                 s.active_pct = percent(self.dma_activity.active_ns() if name == "dma" else s.busy_ns, total)
