@@ -52,6 +52,16 @@ def best(fn, repeat: int) -> tuple[float, float, object]:
     return best_wall, best_cpu, out
 
 
+def _scaled_inputs(scale: int):
+    """(M, K, N, L) of the seed divided by `scale`, and random At, B, D of those shapes."""
+    d = {k: v // scale for k, v in SEED.items()}
+    M, K, N, L = d["M"], d["K"], d["N"], d["L"]
+    rng = np.random.default_rng(0)
+    return (M, K, N, L), (rng.standard_normal((K, M)).astype(np.float32),
+                          rng.standard_normal((K, N)).astype(np.float32),
+                          rng.standard_normal((N, L)).astype(np.float32))
+
+
 def measure(scale: int = 8, repeat: int = 3, target_name: str = "trn2") -> dict:
     """Compile and run the scaled kernel; return the numbers (JSON-ready)."""
     import nkicc
@@ -62,12 +72,7 @@ def measure(scale: int = 8, repeat: int = 3, target_name: str = "trn2") -> dict:
     from nkicc.simulator.machine import MachineSimulator
     from nkicc.simulator.testing import naive_lower
 
-    d = {k: v // scale for k, v in SEED.items()}
-    M, K, N, L = d["M"], d["K"], d["N"], d["L"]
-    rng = np.random.default_rng(0)
-    At = rng.standard_normal((K, M)).astype(np.float32)
-    B = rng.standard_normal((K, N)).astype(np.float32)
-    D = rng.standard_normal((N, L)).astype(np.float32)
+    (M, K, N, L), (At, B, D) = _scaled_inputs(scale)
 
     t0 = time.perf_counter()
     compiled = nkicc.compile(fm.mm2, f"float32[{K},{M}]", f"float32[{K},{N}]", f"float32[{N},{L}]",
@@ -101,7 +106,7 @@ def measure(scale: int = 8, repeat: int = 3, target_name: str = "trn2") -> dict:
         counts[p.opcode] = counts.get(p.opcode, 0) + p.count
     load = ", load average %.1f at the start" % os.getloadavg()[0] if hasattr(os, "getloadavg") else ""
     return {
-        "scale": scale, "repeat": repeat, "target": target_name, "dims": d, "compile_s": compile_s,
+        "scale": scale, "repeat": repeat, "target": target_name, "dims": {"M": M, "K": K, "N": N, "L": L}, "compile_s": compile_s,
         "lowered_by": lowered_by, "executed": sims[0]["executed"], "opcodes": counts,
         "numpy": {"wall_s": np_wall, "cpu_s": np_cpu}, "numpy_1thread": {"wall_s": np1_wall, "cpu_s": np1_cpu},
         "functional": sims[0], "timing_on": sims[1],
@@ -193,17 +198,12 @@ def measure_paths(scale: int, repeat: int, target_name: str) -> dict:
     from nkicc.passes import registry
     from nkicc.simulator.machine import MachineSimulator
 
-    d = {k: v // scale for k, v in SEED.items()}
-    M, K, N, L = d["M"], d["K"], d["N"], d["L"]
-    rng = np.random.default_rng(0)
-    At = rng.standard_normal((K, M)).astype(np.float32)
-    B = rng.standard_normal((K, N)).astype(np.float32)
-    D = rng.standard_normal((N, L)).astype(np.float32)
+    (M, K, N, L), (At, B, D) = _scaled_inputs(scale)
     kernel = nkicc.compile(fm.mm2, f"float32[{K},{M}]", f"float32[{K},{N}]", f"float32[{N},{L}]",
                            passes={"target": target_name}).ir
     target = resolve_target(target_name, registry())
     inputs = {"At": At, "B": B, "D": D}
-    out = {"scale": scale, "dims": d, "flop": 2 * M * K * N + 2 * M * N * L,
+    out = {"scale": scale, "dims": {"M": M, "K": K, "N": N, "L": L}, "flop": 2 * M * K * N + 2 * M * N * L,
            "numpy_s": best(lambda: (At.T @ B) @ D, max(repeat, 3))[0]}
     for name, batch in (("batched_s", True), ("per_instruction_s", False)):
         sim = MachineSimulator(kernel, target, timing=False, batch=batch)

@@ -468,17 +468,10 @@ class _Views:
         F = t.F
         item = t.dtype.itemsize if priv is not None else t.item  # private copies are dense typed arrays
         pb = F * item if priv is not None else sim._pb(t)
-        strides, plo, phi, flo, fhi = [], 0, 0, 0, 0
-        for s, n in dims:
-            if n > 1 and s and s % F == 0:
-                strides.append((s // F) * pb)
-                plo, phi = plo + min(0, (s // F) * (n - 1)), phi + max(0, (s // F) * (n - 1))
-            else:
-                strides.append(s * item)
-                flo, fhi = flo + min(0, s * (n - 1)), fhi + max(0, s * (n - 1))
-        p0, f0 = divmod(e, F)
-        if p0 + plo < 0 or p0 + phi >= t.P or f0 + flo < 0 or f0 + fhi >= F:
+        strides = _window(dims, e, t.P, F, pb, item)
+        if strides is None:
             return None
+        p0, f0 = divmod(e, F)
         if priv is None:
             off = t.address + p0 * pb + f0 * item
             data = np.ndarray(shape, t.dtype, sim._mv[t.key], off, tuple(strides))
@@ -496,6 +489,24 @@ class _Views:
         return data, np.ndarray(shape, np.bool_, marr, off // item, mstrides)
 
 
+def _window(dims, e: int, P: int, F: int, partition_step: int, free_step: int) -> list | None:
+    """Strides of a [(step, num)] walk over a (P, F) tile from element e, a step that is a
+    multiple of F moving partitions (partition_step each) and any other moving along the row
+    (free_step each); None where the walk leaves the tile."""
+    strides, plo, phi, flo, fhi = [], 0, 0, 0, 0
+    for s, n in dims:
+        if n > 1 and s and s % F == 0:
+            strides.append((s // F) * partition_step)
+            plo, phi = plo + min(0, (s // F) * (n - 1)), phi + max(0, (s // F) * (n - 1))
+        else:
+            strides.append(s * free_step)
+            flo, fhi = flo + min(0, s * (n - 1)), fhi + max(0, s * (n - 1))
+    p0, f0 = divmod(e, F)
+    if p0 + plo < 0 or p0 + phi >= P or f0 + flo < 0 or f0 + fhi >= F:
+        return None
+    return strides
+
+
 def _forwarded_view(self, a: Access, t, lead: tuple, fw):
     """Access a of a forwarded tile as a view of its load's source: element (p, f) of the tile
     is source element base + p * sp + f * sf; loops around the tile move the source as the load
@@ -507,17 +518,10 @@ def _forwarded_view(self, a: Access, t, lead: tuple, fw):
     e = a.offset.const + sum(c * env[v] for v, c in a.offset.terms if v not in trips)
     base = x.offset.const + sum(c * env[v] for v, c in x.offset.terms if v not in trips)
     dims = [(a.offset.coeff(v), trips[v]) for v in lead] + list(a.pattern)
-    strides, plo, phi, flo, fhi = [], 0, 0, 0, 0
-    for s, n in dims:
-        if n > 1 and s and s % F == 0:
-            strides.append((s // F) * sp)
-            plo, phi = plo + min(0, (s // F) * (n - 1)), phi + max(0, (s // F) * (n - 1))
-        else:
-            strides.append(s * sf)
-            flo, fhi = flo + min(0, s * (n - 1)), fhi + max(0, s * (n - 1))
-    p0, f0 = divmod(e, F)
-    if p0 + plo < 0 or p0 + phi >= t.P or f0 + flo < 0 or f0 + fhi >= F:
+    strides = _window(dims, e, t.P, F, sp, sf)
+    if strides is None:
         return None
+    p0, f0 = divmod(e, F)
     for k, v in enumerate(lead):
         if v in mine:  # another copy of the tile: where the load read it
             strides[k] += x.offset.coeff(v)
