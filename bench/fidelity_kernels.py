@@ -13,6 +13,9 @@ and out[t] = sum_s C[s, t] * h[t].
   v3  also tiles seq_len by 512 inside the state loop, the scan state carried
       from tile to tile through `initial` ("Mitigate spilling by tiling
       seq_len").
+
+Kernel optimization (nki/guides/tutorials/kernel-optimization.rst): steps 3
+and 4 of its matmul, `kopt_block_mn` and `kopt_block_mnk` (see below).
 """
 import numpy as np
 import nkicc
@@ -131,3 +134,103 @@ def mamba_reference(delta, u, A, B, C):
             h = d_a[:, :, t] * h + d_bu[:, :, t]
             out[:, :, t] += C[:, s, t][:, None] * h
     return out
+
+
+# --- kernel-optimization tutorial (nki/guides/tutorials/kernel-optimization.rst), steps 3 and 4 ----
+# result[M, N] = lhsT[K, M].T @ rhs[K, N]. Steps 1 and 2 are examples/matmul.py's (the same loop
+# structure); its steps 3 and 4 are written differently (step 3 blocks N only, step 4 keeps one
+# result block per M and N block), so these follow the structure the tutorial profiled.
+TILE_K, TILE_M, TILE_N = 128, 128, 512
+
+
+@nkicc.jit
+def kopt_block_mn(lhsT, rhs, TILES_IN_BLOCK_M=2, TILES_IN_BLOCK_N=2):
+    """Step 3 ('Overlapping data and compute through blocking'): M and N
+    blocked; an M block's lhsT column tiles and an N block's rhs column
+    tiles are loaded once each, one SBUF tile per (block tile, k); K is not
+    blocked (PSUM accumulates over it)."""
+    K, M = lhsT.shape
+    _, N = rhs.shape
+    BM, BN = TILE_M * TILES_IN_BLOCK_M, TILE_N * TILES_IN_BLOCK_N
+    result = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.shared_hbm)
+    for m in nl.affine_range(M // BM):
+        lhs = []
+        for bm in range(TILES_IN_BLOCK_M):
+            row = []
+            for k in range(K // TILE_K):
+                t = nl.ndarray((TILE_K, TILE_M), dtype=lhsT.dtype, buffer=nl.sbuf)
+                nisa.dma_copy(dst=t, src=lhsT[k * TILE_K:(k + 1) * TILE_K,
+                                              m * BM + bm * TILE_M:m * BM + (bm + 1) * TILE_M])
+                row.append(t)
+            lhs.append(row)
+        for n in nl.affine_range(N // BN):
+            rhs_t = []
+            for bn in range(TILES_IN_BLOCK_N):
+                row = []
+                for k in range(K // TILE_K):
+                    t = nl.ndarray((TILE_K, TILE_N), dtype=rhs.dtype, buffer=nl.sbuf)
+                    nisa.dma_copy(dst=t, src=rhs[k * TILE_K:(k + 1) * TILE_K,
+                                                 n * BN + bn * TILE_N:n * BN + (bn + 1) * TILE_N])
+                    row.append(t)
+                rhs_t.append(row)
+            for bm in range(TILES_IN_BLOCK_M):
+                for bn in range(TILES_IN_BLOCK_N):
+                    acc = nl.ndarray((TILE_M, TILE_N), dtype=nl.float32, buffer=nl.psum)
+                    for k in range(K // TILE_K):
+                        nisa.nc_matmul(dst=acc, stationary=lhs[bm][k], moving=rhs_t[bn][k])
+                    out = nl.ndarray((TILE_M, TILE_N), dtype=nl.float32, buffer=nl.sbuf)
+                    nisa.tensor_copy(dst=out, src=acc)
+                    nisa.dma_copy(dst=result[m * BM + bm * TILE_M:m * BM + (bm + 1) * TILE_M,
+                                             n * BN + bn * TILE_N:n * BN + (bn + 1) * TILE_N], src=out)
+    return result
+
+
+@nkicc.jit
+def kopt_block_mnk(lhsT, rhs, TILES_IN_BLOCK_M=16, TILES_IN_BLOCK_N=2, TILES_IN_BLOCK_K=8):
+    """Step 4 ('Optimizing DMA through blocking the contraction dimension'):
+    M, N and K blocked. For an N block the results of every M block
+    accumulate in SBUF over the K blocks; an rhs K block is loaded once per
+    (N block, K block) and reused by every M block."""
+    K, M = lhsT.shape
+    _, N = rhs.shape
+    BM, BN, BK = TILE_M * TILES_IN_BLOCK_M, TILE_N * TILES_IN_BLOCK_N, TILE_K * TILES_IN_BLOCK_K
+    result = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.shared_hbm)
+    for n in nl.affine_range(N // BN):
+        res = []
+        for m in range(M // BM):
+            tiles = []
+            for bm in range(TILES_IN_BLOCK_M):
+                row = []
+                for bn in range(TILES_IN_BLOCK_N):
+                    t = nl.ndarray((TILE_M, TILE_N), dtype=nl.float32, buffer=nl.sbuf)
+                    nisa.memset(dst=t, value=0.0)
+                    row.append(t)
+                tiles.append(row)
+            res.append(tiles)
+        for k in nl.sequential_range(K // BK):
+            rhs_t = []
+            for bk in range(TILES_IN_BLOCK_K):
+                t = nl.ndarray((TILE_K, BN), dtype=rhs.dtype, buffer=nl.sbuf)
+                nisa.dma_copy(dst=t, src=rhs[k * BK + bk * TILE_K:k * BK + (bk + 1) * TILE_K, n * BN:(n + 1) * BN])
+                rhs_t.append(t)
+            for m in range(M // BM):
+                lhs = []
+                for bk in range(TILES_IN_BLOCK_K):
+                    t = nl.ndarray((TILE_K, BM), dtype=lhsT.dtype, buffer=nl.sbuf)
+                    nisa.dma_copy(dst=t, src=lhsT[k * BK + bk * TILE_K:k * BK + (bk + 1) * TILE_K,
+                                                  m * BM:(m + 1) * BM])
+                    lhs.append(t)
+                for bn in range(TILES_IN_BLOCK_N):
+                    for bm in range(TILES_IN_BLOCK_M):
+                        acc = nl.ndarray((TILE_M, TILE_N), dtype=nl.float32, buffer=nl.psum)
+                        for bk in range(TILES_IN_BLOCK_K):
+                            nisa.nc_matmul(dst=acc, stationary=lhs[bk][:, bm * TILE_M:(bm + 1) * TILE_M],
+                                           moving=rhs_t[bk][:, bn * TILE_N:(bn + 1) * TILE_N])
+                        part = res[m][bm][bn]
+                        nisa.tensor_tensor(dst=part, data1=part, data2=acc, op=nl.add)
+        for m in range(M // BM):
+            for bm in range(TILES_IN_BLOCK_M):
+                for bn in range(TILES_IN_BLOCK_N):
+                    nisa.dma_copy(dst=result[m * BM + bm * TILE_M:m * BM + (bm + 1) * TILE_M,
+                                             n * BN + bn * TILE_N:n * BN + (bn + 1) * TILE_N], src=res[m][bm][bn])
+    return result

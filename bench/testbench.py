@@ -28,7 +28,7 @@ import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-WORKLOADS = os.path.join(os.path.dirname(REPO), "shared", "workloads")
+WORKLOADS = os.environ.get("NKICC_WORKLOADS") or os.path.join(os.path.dirname(REPO), "shared", "workloads")
 sys.path.insert(0, os.path.join(REPO, "bench"))
 from benchenv import machine_line  # noqa: E402
 

@@ -37,6 +37,7 @@ ENV: dict[str, tuple[str, str]] = {
     "NKICC_E190_LOG": (NEUTRAL, "debugging: a file that E190 errors are appended to"),
     "NKI_SDK": (NEUTRAL, "bench only: the NKI SDK checkout bench/tutorial_shapes.py reads the tutorial kernels from"),
     "NKICC_FUZZ_EXAMPLES": (NEUTRAL, "tests only: how many random kernels the fuzz test tries"),
+    "NKICC_WORKLOADS": (NEUTRAL, "bench only: where bench/testbench.py finds the user's workloads"),
     "PYTHONPATH": (NEUTRAL, "tests only: where a test's subprocess finds its packages (what they provide is in "
                             "the key through the plugin and instruction-family lists)"),
 }

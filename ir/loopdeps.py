@@ -229,6 +229,36 @@ def _witness(w: Access, x: Access, v: str, trip: int, inner, outer, budget, cach
     return None
 
 
+def carried(w: Access, x: Access, v: str, trip: int, inner: Mapping[str, int], fixed: Mapping[str, int],
+            budget: list, cache: dict | None = None) -> bool:
+    """Whether the write w in one iteration of loop v and the access x in
+    another can touch the same element, the loops in `inner` taking any values
+    and the other indices the values in `fixed`. Conservative, for the machine
+    simulator's batching (simulator/batched.py): True also when the question
+    is too big to answer within the budget (a one-element list, decremented).
+    `cache`: a dict kept across calls with the same `fixed`."""
+    cache = {} if cache is None else cache
+    runs = []
+    for a in (w, x):
+        key = (a, v, tuple(sorted((u, n) for u, n in inner.items() if a.offset.coeff(u))))
+        if key not in cache:
+            cache[key] = _runs(*_free_pairs(a, v, inner, fixed))
+        runs.append(cache[key])
+    wr, xr = runs
+    if wr is None or xr is None:
+        return True
+    cw, cx = w.offset.coeff(v), x.offset.coeff(v)
+    if cw == 0 and cx == 0:  # the same elements in every iteration
+        return trip > 1 and _hits(wr, xr, 0)
+    lo = int(xr.starts[0]) - (int(wr.starts[-1]) + wr.length - 1)
+    hi = int(xr.starts[-1]) + xr.length - 1 - int(wr.starts[0])
+    for _, t in _shifts(cw, cx, trip, lo, hi):
+        budget[0] -= wr.starts.size
+        if budget[0] <= 0 or _hits(wr, xr, t):
+            return True
+    return False
+
+
 def _shifts(cw: int, cx: int, trip: int, lo: int, hi: int):
     """(d, t) with t = cw*v1 - cx*v2 in [lo, hi] for some v1 != v2 in [0, trip),
     d = v1 - v2; nearest iterations first where that is cheap to order."""

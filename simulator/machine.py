@@ -32,12 +32,15 @@ from ..ir import dtypes
 from ..ir import ops
 from ..ir.ops import debug
 from ..ir.analysis import engine_of, injective, reads, runtime_guard, tensors_touched, writes, written_args
-from . import numerics, semantics
+from . import batched, numerics, semantics
 from ._blas import single_threaded_blas
 from .reference import ReferenceMachine, gather_index
 from .activity import DmaActivity, percent
+from .fabric import Fabric
+from .pending import RegionFinishes
 from .report import DMA_DIRECTIONS, EngineStats, SimReport
 from ..ir.ops.collectives import group_of, payload as collective_payload
+from ..ir.ops.dma import engine_share
 from .comm import RankComm, single
 from .timing import COMPUTE_ENGINES, CostTable, cost_ns, cost_table, traffic_bytes
 from .trace import DEFAULT_MAX_EVENTS, TraceRecorder, loop_label
@@ -152,11 +155,20 @@ class _Acc:
         return self.part_rel, self.free_rel
 
 
+def _static_overhead_ns(op: Op, engine: str, m) -> float:
+    """The fixed per-instruction cycles a compute instruction's cost includes (CostContext.fixed_cycles)."""
+    if engine not in COMPUTE_ENGINES:
+        return 0.0
+    ctx = ops.CostContext(m.decls, m.target, m.costs, engine, m.comm.size)
+    return ctx.ns(ctx.fixed_cycles(op))
+
+
 class _Plan:
     """One op, compiled."""
     __slots__ = ("op", "id", "opcode", "engine", "queue", "ekey", "tid", "waits", "cost", "accs", "by_id",
                  "outs", "scalars", "hz_reads", "hz_writes", "count", "loc_str", "loop_vars", "dma_dir",
-                 "dma_bytes", "hbm_bytes", "spill", "mode", "dyn_accs", "is_matmul", "rotate", "collective", "is_print")
+                 "dma_bytes", "fabric_ns", "spill", "mode", "dyn_accs", "is_matmul", "rotate", "collective", "is_print",
+                 "tokens", "hidden")
 
     def __init__(self, op: Op) -> None:
         self.op = op
@@ -182,7 +194,7 @@ class MachineSimulator:
 
     def __init__(self, kernel: Kernel, target, timing: bool = True, trace=False, hazards: str = "all",
                  costs: CostTable | None = None, max_trace_events: int = DEFAULT_MAX_EVENTS,
-                 comm: RankComm | None = None, precise: bool | None = None) -> None:
+                 comm: RankComm | None = None, precise: bool | None = None, batch: bool = True) -> None:
         if isinstance(target, str):
             raise TypeError("MachineSimulator needs a Target object (nkicc.plugins.targets.TRN2, or the "
                             "driver's resolve_target(name)), not a name")
@@ -212,6 +224,11 @@ class MachineSimulator:
         self._rot_keys: list[int] = []
         self.scheduled = False
         self._all_accs: list[_Acc] = []
+        # loop nests run as whole-array operations where the IR allows (batched.py); one rank only
+        self.batch = bool(batch) and self.comm.size == 1
+        self._plan_of: dict[int, _Plan] = {}
+        self.nests: list[batched.Nest] = []
+        self.unbatched: dict[str, str] = {}  # loop label -> why it can never run batched
         self._check_layout()
         self.neighbours = self._neighbours()
         self._program = self._compile_block(kernel.body.stmts, ())
@@ -284,7 +301,13 @@ class MachineSimulator:
                 if guard is not None:
                     items.append((3, (s.var, self._compile_op(guard, loop_vars + (s.var,)), body, len(loop_vars))))
                 else:
-                    items.append((2, (s.var, s.trip, body, len(loop_vars), loop_label(s), s.start, s.step)))
+                    spec = (s.var, s.trip, body, len(loop_vars), loop_label(s), s.start, s.step)
+                    nest = batched.plan(self, s, loop_vars, f"{spec[4][1]} {spec[4][0]} ({s.var})") if self.batch else None
+                    if nest is not None:
+                        self.nests.append(nest)
+                        items.append((4, (spec, nest)))
+                    else:
+                        items.append((2, spec))
         return items
 
     @staticmethod
@@ -350,6 +373,7 @@ class MachineSimulator:
     def _compile_op(self, op: Op, loop_vars) -> _Plan:
         p = _Plan(op)
         self.plans.append(p)
+        self._plan_of[id(op)] = p
         oid = op.attr("id")
         if oid is not None:
             self.scheduled = True
@@ -385,12 +409,15 @@ class MachineSimulator:
         p.is_matmul = ops.of(op).accumulates(op)
         p.is_print = op.opcode == "device_print"
         p.scalars = [acc.scalar for acc in accs if acc.scalar is not None]
+        # depends_on edges order by tokens, not memory: such an op waits for a rotating DMA's latest execution
+        p.tokens = bool(op.attr("dep_reads"))
         # hazard regions: what the op reads (inputs, accumulating dst, scalar offsets) and writes
         p.hz_reads = [self._hz_acc(p, a) for a in reads(op)]
         p.hz_writes = [get(a) for a in writes(op)]  # outputs, and dependency tokens
         p.cost = cost_ns(op, p.engine, self.decls, self.target, self.costs, self.comm.size) if self.timing else 0.0
+        p.hidden = min(p.cost, _static_overhead_ns(op, p.engine, self)) if self.timing else 0.0
         p.collective = ops.of(op).collective
-        p.dma_dir, p.dma_bytes, p.spill, p.hbm_bytes = None, 0, False, 0
+        p.dma_dir, p.dma_bytes, p.spill, p.fabric_ns = None, 0, False, 0.0
         if p.engine == "dma":
             src, dst = self.decls[op.ins[0].tensor], self.decls[op.outs[0].tensor]
             cat = {"hbm": "hbm", "shared_hbm": "hbm"}
@@ -398,8 +425,10 @@ class MachineSimulator:
             p.dma_dir = direction if direction in DMA_DIRECTIONS else "other"
             p.dma_bytes = traffic_bytes(op, self.decls)
             p.spill = "spill" in (src.role, dst.role)
-            if p.collective is None and "hbm" in direction:
-                p.hbm_bytes = p.dma_bytes
+            if p.collective is None and self.timing:
+                # while its bytes move (after the fixed latency) it holds its share of the core's DMA
+                # engines, which every queue shares (fabric.py)
+                p.fabric_ns = max(0.0, p.cost - self.costs.dma_fixed_ns) * engine_share(op, self.decls, self.costs)
         return p
 
     def _hz_acc(self, p: _Plan, a: Access) -> _Acc:
@@ -425,6 +454,7 @@ class MachineSimulator:
         self._mv = {"sbuf": memoryview(self.sbuf), "psum": memoryview(self.psum)}
         self._mask_mv = memoryview(self.psum_mask)
         self.hbm: dict[str, np.ndarray] = {}
+        written = set(written_args(self.kernel))
         for t in self.tensors.values():
             if t.onchip:
                 PB = self._pb(t)
@@ -437,7 +467,13 @@ class MachineSimulator:
             elif t.name in self.kernel.args:
                 if t.name not in inputs:
                     raise NkiccError("E002", f"kernel {self.kernel.name} needs an array for {t.name}", None)
-                arr = np.array(inputs[t.name], dtype=t.dtype, copy=True).reshape(-1)
+                arr = np.asarray(inputs[t.name])
+                if t.name in written or arr.dtype != t.dtype or not arr.flags.c_contiguous:
+                    arr = np.array(arr, dtype=t.dtype, copy=True)  # the kernel writes it: the caller's stays
+                else:  # read in place, so memory holds one copy of the inputs; read-only: a write would raise
+                    arr = arr.view()
+                    arr.flags.writeable = False
+                arr = arr.reshape(-1)
                 if arr.size != t.size:
                     raise NkiccError("E002", f"argument {t.name} has {arr.size} elements, the kernel was "
                                              f"compiled for shape {list(t.decl.shape)}", None)
@@ -611,13 +647,18 @@ class MachineSimulator:
         self.prints: list[str] = []
         for p in self.plans:
             p.count = 0
+        self.reordered = 0
+        for nest in self.nests:
+            nest.batched = nest.fallbacks = 0
         nengines = len(self.engines)
         self.efree = [0.0] * nengines
+        self.eexec = [0.0] * nengines  # when the engine's last instruction began executing (past its overhead)
         self.ebusy = [0.0] * nengines
         self.ecount = [0] * nengines
         self._rot_next = 0
-        self.fabric_free = 0.0  # when the core's HBM bandwidth is next free (the DMA fabric)
+        self.fabric = Fabric()  # the core's HBM bandwidth, shared by the DMA queues (fabric.py)
         self.finish_of: dict[int, float] = {}
+        self._rot_fin: dict[int, RegionFinishes] = {}  # rotating DMA id -> its executions' finishes by memory
         self.end_ns = 0.0
         self.dma_activity = DmaActivity()  # the union of the DMA queues' busy time (activity.py)
         self._dma_keys = [k for k, name in enumerate(self.engines) if name.startswith("dma.q")]
@@ -638,8 +679,11 @@ class MachineSimulator:
                                         self.tracer.max_events, self.decls)
         with single_threaded_blas(), np.errstate(all="ignore"):  # semantics.compute's contract
             self._block(self._program)
-        names = self.kernel.outputs + written_args(self.kernel)  # and the inputs the kernel updated
-        outputs = {name: self.hbm[name].reshape(self.decls[name].shape).copy() for name in names}
+        # and the inputs the kernel updated (once: a kernel may return an argument it wrote)
+        names = list(dict.fromkeys(self.kernel.outputs + written_args(self.kernel)))
+        # handed over, not copied: the next run() starts from new arrays (peak memory: one copy of E)
+        outputs = {name: (self.hbm[name].copy() if name in self._shared else self.hbm.pop(name))
+                   .reshape(self.decls[name].shape) for name in names}
         report = self._report(time.perf_counter() - t0)
         if self.tracing and self.trace_path:
             self.write_trace(self.trace_path)
@@ -654,8 +698,24 @@ class MachineSimulator:
                 self._alloc(x)
             elif kind == 2:
                 self._loop(x)
+            elif kind == 4:
+                if self._shared or not batched.run(self, x[1]):
+                    self._loop(x[0])
+                elif self.timing:  # times and hazards per iteration, without the data
+                    self._loop(x[0], self._walk_timing)
             else:
                 self._runtime_loop(x)
+
+    def _walk_timing(self, items) -> None:
+        for kind, x in items:
+            if kind == 0:
+                for acc in x.dyn_accs:
+                    acc.cur = self._start(acc, x.op, False)
+                self._time(x)
+            elif kind == 2:
+                self._loop(x, self._walk_timing)
+            elif kind == 4:
+                self._loop(x[0], self._walk_timing)
 
     def _guard_input(self, p: _Plan, i: int) -> int:
         x = p.op.ins[i]
@@ -698,15 +758,16 @@ class MachineSimulator:
             t += 1
         env.pop(var, None)
 
-    def _loop(self, spec) -> None:
+    def _loop(self, spec, block=None) -> None:
         var, trip, body, depth, label, start, step = spec
         env = self.env
+        block = block or self._block
         if self.tracing:
             spans, tracer = self._spans, self.tracer
             for t in range(trip):
                 env[var] = t
                 spans.append([_INF, -_INF])
-                self._block(body)
+                block(body)
                 lo, hi = spans.pop()
                 if lo <= hi:
                     tracer.loop(label, t, lo, hi, depth, start, step)
@@ -719,7 +780,7 @@ class MachineSimulator:
         else:
             for t in range(trip):
                 env[var] = t
-                self._block(body)
+                block(body)
         env.pop(var, None)
 
     def _op(self, p: _Plan) -> None:
@@ -774,26 +835,45 @@ class MachineSimulator:
             p.tid = self._tid(self.engines[k])
         else:
             k = p.ekey
-        self.ebusy[k] += p.cost
         self.ecount[k] += 1
-        start = self.efree[k]
+        free = self.efree[k]
+        # A compute engine decodes an instruction's static overhead while the one before it
+        # executes (ARCH1 "Cost Model": back-to-back instructions pay only their execution); it
+        # is exposed when the instruction waits for its inputs or its predecessor is short.
+        hidden = p.hidden
+        start = free - hidden
         fin = self.finish_of
+        boxes = None
         for w in p.waits:
             f = fin.get(w)
             if f is not None and f > start:
+                rot = None if p.tokens else self._rot_fin.get(w)
+                if rot is not None:  # a rotating DMA: only its executions that touched this op's memory
+                    if boxes is None:
+                        boxes = self._boxes(p)
+                    f = rot.latest(boxes, start)
                 start = f
         if meet is not None:  # a collective: it starts when the last rank of its group is ready
             start = meet(start)
+        if hidden:
+            if start < self.eexec[k]:  # one instruction in decode while the one before it executes
+                start = self.eexec[k]
+            self.eexec[k] = start + hidden
         finish = start + p.cost
-        if p.hbm_bytes:  # the DMA engines share the core's HBM bandwidth: overlapping transfers queue for it
-            f = max(self.fabric_free, start) + p.hbm_bytes / self.costs.hbm_bytes_per_ns
-            self.fabric_free = f
+        if start < free:
+            start = free  # the engine's span begins when it is free: the overhead ran before that
+        if p.fabric_ns:  # the queues share the core's DMA engines: overlapping transfers queue for them
+            f = self.fabric.reserve(start + self.costs.dma_fixed_ns, p.fabric_ns, self._dma_floor)
             if f > finish:
                 finish = f
         self.efree[k] = finish
-        if p.rotate:  # executions on different queues can finish out of order: a wait covers all so far
-            if fin.get(p.id, 0.0) < finish:
-                fin[p.id] = finish
+        self.ebusy[k] += finish - start  # a DMA is in flight while it waits for the shared engines too
+        if p.rotate:  # executions on different queues finish out of order: kept per memory box (pending.py)
+            rot = self._rot_fin.get(p.id)
+            if rot is None:
+                rot = self._rot_fin[p.id] = RegionFinishes()
+            rot.record(self._boxes(p), finish, self._horizon)
+            fin[p.id] = rot.latest_ns
         else:
             fin[p.id] = finish
         if finish > self.end_ns:
@@ -812,6 +892,19 @@ class MachineSimulator:
                     sp[0] = start
                 if finish > sp[1]:
                     sp[1] = finish
+
+    def _boxes(self, p: _Plan) -> list[tuple]:
+        """(memory group, p_lo, p_hi, b_lo, b_hi) of every access of the op now."""
+        out = []
+        for acc in p.accs + p.scalars:  # runtime offsets are read too: their loads must be waited for
+            r = self._region(acc)
+            out.append((self.neighbours[r[0]], r[1], r[2], r[3], r[4]))
+        return out
+
+    def _horizon(self) -> float:
+        """No instruction not yet timed, on an engine or queue that has run
+        one, can start before this: the earliest such an engine frees."""
+        return min((f for f, n in zip(self.efree, self.ecount) if n), default=0.0)
 
     def _region(self, acc: _Acc):
         """(tensor, p_lo, p_hi, b_lo, b_hi (exclusive), dense, e, fast) of an access now."""
@@ -980,6 +1073,10 @@ class MachineSimulator:
                     q = queues.setdefault(f"q{name[5:]}", EngineStats())
                     q.instructions += self.ecount[k]
                     q.busy_ns += self.ebusy[k]
+        if self.timing:  # a compute engine is busy for its instructions' spans: overheads it hid are not counted
+            for name, k in self._ekeys.items():
+                if name in COMPUTE_ENGINES and name in engines:
+                    engines[name].busy_ns = self.ebusy[k]
         if self.timing and total:  # active time as neuron-profile counts it (activity.py)
             for name, s in engines.items():
                 s.active_pct = percent(self.dma_activity.active_ns() if name == "dma" else s.busy_ns, total)
@@ -994,6 +1091,9 @@ class MachineSimulator:
             r.trace_events = self.tracer.count
             r.trace_capped = self.tracer.capped
             r.timeline = self.tracer.timeline(self.track_names())
+        r.batched_loops = {n.label: n.batched for n in self.nests if n.batched}
+        r.reordered_sums = self.reordered
+        r.unbatched_loops = {**self.unbatched, **{n.label: n.why for n in self.nests if n.fallbacks}}
         if self.forgotten:
             r.note += f"; hazard tracking forgot {self.forgotten} old records (very long-lived regions)"
         return r

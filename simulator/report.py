@@ -43,6 +43,12 @@ class SimReport:
     trace_events: int = 0
     trace_capped: bool = False
     prints: list = field(default_factory=list)  # nl.device_print output, in execution order
+    batched_loops: dict = field(default_factory=dict)  # loop label -> entries run as whole-array ops
+    unbatched_loops: dict = field(default_factory=dict)  # loop label -> why it ran per iteration
+    # batched instructions whose sums ran in another order than one instruction at a time (a
+    # matmul as a bigger GEMM, an accumulation summed over its loop): results may differ from
+    # the per-instruction path in the last bits there, and only there
+    reordered_sums: int = 0
     note: str = TIMING_NOTE
     # the engines' instructions in time, when the simulation kept a trace (trace=...);
     # not part of the JSON (the Perfetto file is that)

@@ -144,7 +144,7 @@ def test_double_row_is_twice_the_rate_of_two_single_row_matmuls(rng):
 
     (one, t_single), (two, t_double) = pe_ns(single), pe_ns(double_row_kernel())
     np.testing.assert_allclose(one, two, rtol=1e-5, atol=1e-4)
-    assert t_double == pytest.approx(t_single / 2, rel=0.05)
+    assert 0.45 * t_single < t_double < 0.6 * t_single  # half the streaming, plus an exposed overhead
 
 
 def test_matmul_dtypes_by_generation(rng, monkeypatch):
@@ -214,3 +214,33 @@ def test_psum_tile_of_several_banks_is_v4_only(rng, monkeypatch):
     assert e.value.code == "E133"
     monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", "trn3")
     k(np.zeros((4, 4), np.float32))
+
+
+def test_double_row_matmuls_accumulated_over_a_loop(rng):
+    """Accumulating double-row matmuls in a rolled loop (the machine simulator may run the
+    loop as one GEMM): against numpy and the reference simulator."""
+    fp8 = ml_dtypes.float8_e5m2
+    st = rng.standard_normal((4, 128, 2, 32)).astype(fp8)
+    mv = rng.standard_normal((4, 128, 2, 96)).astype(fp8)
+
+    @nkicc.jit
+    def k(s_in, m_in):
+        acc = nl.ndarray((32, 96), dtype=nl.float32, buffer=nl.psum)
+        for i in nl.affine_range(4):
+            s, m = nl.load(s_in[i]), nl.load(m_in[i])
+            nisa.nc_matmul(acc, s, m, perf_mode=nisa.matmul_perf_mode.double_row)
+        res = nl.ndarray(acc.shape, dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=res, src=acc)
+        out = nl.ndarray(acc.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, value=res)
+        return out
+
+    c = nkicc.compile(k, st, mv)
+    got, report = c.simulate({"s_in": st, "m_in": mv})
+    assert report.batched_loops, report.unbatched_loops  # the fast path ran it
+    got = next(iter(got.values()))
+    ref = c.simulate({"s_in": st, "m_in": mv}, simulator="reference")[0]
+    want = sum(st[i].astype(np.float32).reshape(256, 32).T @ mv[i].astype(np.float32).reshape(256, 96)
+               for i in range(4))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-3)
+    np.testing.assert_allclose(next(iter(ref.values())), want, rtol=1e-5, atol=1e-3)

@@ -108,7 +108,8 @@ def test_depends_on_across_static_loops(rng, tmp_path, where):
         def k(x, y):
             o1 = nl.ndarray(x.shape, nl.float32, buffer=nl.shared_hbm)
             o2 = nl.ndarray((128, 2048), nl.float32, buffer=nl.shared_hbm)
-            xs, ys = nl.load(x), nl.load(y)
+            ys = nl.load(y)  # the consumers' small input first: they could start long before the producer ends
+            xs = nl.load(x)
             t1 = nl.ndarray(x.shape, nl.float32, buffer=nl.sbuf)
             t2 = nl.ndarray((128, 2048), nl.float32, buffer=nl.sbuf)
             if where == "producer in an ended loop":
@@ -617,3 +618,37 @@ def test_ring_reduce_and_processing_rank(rng, simulator):
         pred = ring[(ring.index(r) - 1) % ranks]
         np.testing.assert_array_equal(got[r][0], np.maximum(a[pred], b[pred]))
         assert list(got[r][1][0]) == [ring[(ring.index(r) - i) % ranks] for i in range(3)]
+
+
+@api("nisa.NkiInstruction.depends_on")
+def test_depends_on_a_rotating_dma_in_a_rolled_loop(rng, tmp_path):
+    """A rolled loop's DMAs rotate over queues, and a wait on one is narrowed to
+    the executions that touched the waiter's memory; an edge shares no memory, so
+    it must still wait for the DMA itself."""
+    a = rng.standard_normal((4, 128, 2048)).astype(np.float32)
+    b = rng.standard_normal((128, 64)).astype(np.float32)
+
+    @nkicc.jit
+    def k(x, y):
+        ys = nl.load(y)  # small, first: without the edge the consumers could start at once
+        o = nl.ndarray((4, 128, 2048), nl.float32, buffer=nl.shared_hbm)
+        o2 = nl.ndarray((4, 128, 64), nl.float32, buffer=nl.shared_hbm)
+        for i in nl.affine_range(4):
+            t = nl.ndarray((128, 2048), nl.float32, buffer=nl.sbuf)
+            u = nl.ndarray((128, 64), nl.float32, buffer=nl.sbuf)
+            ld = nisa.dma_copy(dst=t, src=x[i])
+            nisa.tensor_scalar(u, ys, nl.multiply, 2.0).depends_on(ld)
+            nl.store(o[i], t)
+            nl.store(o2[i], u)
+        return o, o2
+
+    c = nkicc.compile(k, a, b)
+    path = tmp_path / "t.json"
+    outs, _ = c.simulate(dict(zip(c.ir.args, (a, b))), trace=str(path))
+    np.testing.assert_array_equal(outs[c.ir.outputs[0]], a)
+    np.testing.assert_array_equal(outs[c.ir.outputs[1]], np.broadcast_to(2 * b, (4, 128, 64)))
+    events = json.loads(path.read_text())["traceEvents"]
+    big_loads = [(e["ts"], e["ts"] + e["dur"]) for e in events if e["ph"] == "X" and e.get("cat") != "loop"
+                 and "dma_copy" in e["name"] and e["dur"] > 1.0]
+    first_load_end = min(end for _, end in big_loads)
+    assert min(s for s, _ in _spans(events, "tensor_scalar")) >= first_load_end - 1e-6

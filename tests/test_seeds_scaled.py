@@ -21,7 +21,7 @@ import pytest
 import nkicc
 from nkicc.loader import load_kernel
 
-from conftest import EXAMPLES, REPO
+from conftest import EXAMPLES, REPO, reordered, same_up_to_sums
 
 FUSED = EXAMPLES / "fused_matmul.py"
 COPIES = REPO / "tests" / "seeds_scaled_kernels.py"
@@ -55,12 +55,13 @@ def assert_close(out, ref):
 
 
 def run_both(kernel, arrays, **consts):
-    """Rolled run and unrolled run; they must agree exactly. Returns (rolled output, compiled)."""
+    """Rolled run and unrolled run; they must agree bit for bit, up to the order of fp32 sums
+    where rolled loops ran them batched (simulator/batched.py). Returns (rolled output, compiled)."""
     rolled = nkicc.compile(kernel, *arrays, **consts)
     out = rolled.run(*arrays)
     unrolled = nkicc.compile(kernel, *arrays, unroll=True, **consts)
     out_u = unrolled.run(*arrays)
-    np.testing.assert_array_equal(out, out_u)
+    same_up_to_sums(out, out_u, reordered(rolled))
     assert rolled.report["instructions_executed"] == unrolled.report["instructions_executed"]
     return out, rolled
 

@@ -8,7 +8,7 @@ from ..errors import NkiccError
 from ..nodes import Op
 from . import accumulator, alu
 from .checks import on_chip_tensors, per_partition, same_layout
-from .core import ACT_REGS, Emit, TensorOperand, instruction, require_generation
+from .core import ACT_REGS, Emit, TensorOperand, by_partition, instruction, require_generation
 from .enums import reduce_cmd
 from .values import operand, tile
 
@@ -57,7 +57,7 @@ def _trace(name, dst, op, data, ins_after_data, attrs, reduce_op, reduce_res, cm
     return Emit(outs, ins, attrs)
 
 
-@instruction(family="activation", compute=_activation, engine="act")
+@instruction(family="activation", compute=_activation, engine="act", batched=by_partition(_activation))
 def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=None, reduce_cmd=reduce_cmd.idle,
                name=None, **_hw_hints):
     """dst = op(data * scale + bias) on the Scalar Engine. `scale` and `bias`
@@ -69,7 +69,7 @@ def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=N
     return _trace("activation", dst, op, data, extra, {"bias": bias is not None}, reduce_op, reduce_res, reduce_cmd)
 
 
-@instruction(family="activation", compute=_activation, engine="act")
+@instruction(family="activation", compute=_activation, engine="act", batched=by_partition(_activation))
 def activation_reduce(dst, op, data, reduce_op, reduce_res, bias=None, scale=1.0, name=None, **_hw_hints):
     """activation with reduce_cmd=reset_reduce: reduce_res ([P, 1]) receives
     the free-axis reduction of op(data * scale + bias)."""
@@ -84,7 +84,7 @@ _ACTIVATE2_STAGES = {("multiply", "add"), ("multiply", "subtract"), ("multiply",
                      ("subtract", "bypass"), ("bypass", "bypass")}
 
 
-@instruction(family="activation", compute=_activation, engine="act", since=4)
+@instruction(family="activation", compute=_activation, engine="act", since=4, batched=by_partition(_activation))
 def activate2(dst, op, data, imm0, imm1, op0, op1, relu_param=0.0, reverse0=False, reverse1=False, reduce_op=None,
               reduce_res=None, reduce_cmd=reduce_cmd.idle, name=None, **_hw_hints):
     """dst = op((data op0 imm0) op1 imm1) on the Scalar Engine (NeuronCore-v4),

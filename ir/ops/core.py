@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Callable, Iterable, Mapping
 
+import numpy as np
+
 from ..errors import NkiccError
 from ..nodes import Access, Op, TensorDecl
 
@@ -173,6 +175,9 @@ class OpDef:
     # the first NeuronCore generation that has it (the reference's "available only on
     # NeuronCore-vN and newer"); the tracer refuses it for older targets (E135)
     since: int = 2
+    # how the machine simulator runs many iterations of the op at once (simulator/batched.py);
+    # None: only one at a time
+    batched: "Batched | None" = None
 
     @property
     def doc(self) -> str:
@@ -187,13 +192,47 @@ def instruction(*, family: str, compute: Callable, engine="dve", cost: Callable 
                 traffic: Callable | None = None, free_limited: bool = True,
                 public: bool = True, control: bool = False, collective: Callable | None = None,
                 module: str = "isa", start_exempt: Callable | None = None,
-                since: int = 2) -> Callable[[Callable], OpDef]:
+                since: int = 2, batched: "Batched | None" = None) -> Callable[[Callable], OpDef]:
     """Decorator: the decorated function is the trace rule, its name the opcode."""
     def make(trace: Callable) -> OpDef:
         return OpDef(trace.__name__, family, trace, compute, engine, cost or _elementwise_cost,
                      accumulates or _never, verify, traffic, free_limited, public, control, collective, module,
-                     start_exempt, since)
+                     start_exempt, since, batched)
     return make
+
+
+@dataclass(frozen=True)
+class Batched:
+    """Many iterations of one op at once. `run(op, read, nlead, reduce)`: read(access) gives a view
+    with `nlead` leading loop axes before the access's own shape; returns [(output index, values)]
+    with the leading axes in `reduce` summed away (the destination does not move along them, and
+    `reduces(op)` said the op may fold them). Results equal one `compute` per iteration, except
+    that reduced sums are added in another order."""
+    run: Callable
+    reduces: Callable[[Op], bool] = _never
+    # run can sum its results over loop axes whatever the op's own accumulate mode (a matmul: the
+    # axes join the contraction), so a sum of its results can be computed inside it; such a run
+    # takes gemm= (the simulator's matrix product)
+    sums: bool = False
+    # for an op that `reduces`: add its terms into the float32 destination view in place,
+    # into(op, read, nlead, reduce, dst) (one pass over the destination instead of two)
+    into: Callable | None = None
+
+
+def _fold(x, nlead: int):
+    """Leading loop axes folded into the partition axis (numbers pass through)."""
+    if not isinstance(x, np.ndarray) or x.ndim <= nlead:
+        return x
+    return x.reshape((-1,) + x.shape[nlead + 1:])
+
+
+def by_partition(compute: Callable) -> Batched:
+    """For ops whose partitions are independent (every element-wise op): the
+    iterations stacked along the partition axis are one bigger op."""
+    def run(op: Op, read, nlead: int, reduce: tuple) -> list:
+        assert not reduce
+        return compute(op, lambda a: _fold(read(a), nlead))
+    return Batched(run)
 
 
 # --- NeuronCore generations --------------------------------------------------------------

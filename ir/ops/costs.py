@@ -64,11 +64,10 @@ class CostTable:
     # [doc: ARCH1/2/3 device overview] HBM bandwidth of the device / its NeuronCores (bytes/ns per core):
     # the DMA engines of one core share it
     hbm_bytes_per_ns: float = 3000.0 / 8
-    # [fitted on the kernel-optimization tutorial's table (bench/fidelity.py "kernel-opt"): of the values
-    # tried (300, 700, 1300, 2000 ns at --quick size) the one that keeps all three of its published
-    # rankings; the Mamba tables are held out]
-    # the fixed latency of one DMA instruction (descriptor processing, the first bytes in flight)
-    dma_fixed_ns: float = 2000.0
+    # [doc: nki/deep-dives/nki-dma-bandwidth-guide.rst, "Why Large Contiguous DMA Payloads Are Required"]
+    # about 1300 ns of fixed cost per transfer (setting up its descriptors and semaphores) before its
+    # bytes move: the fixed latency of one DMA instruction
+    dma_fixed_ns: float = 1300.0
     # [doc: ARCH1, "Data movement ..."] a transfer is split into DMA buffers (contiguous chunks); each
     # costs an overhead, amortized by "4KiB or above" per partition. [assumed] the overhead, as bytes of
     # transfer time: 4 KiB rows then move at 4096 / (4096 + 512) = 89% of peak, 512 B rows at 50%

@@ -8,7 +8,7 @@ from ..errors import NkiccError
 from ..nodes import Access, Op
 from .checks import tensor
 from . import alu, enums
-from .core import CostContext, Emit, instruction, partitions, require_generation
+from .core import CostContext, Emit, by_partition, instruction, partitions, require_generation
 
 
 def _copy(op: Op, read):
@@ -77,6 +77,22 @@ def _transfer_ns(op: Op, ctx: CostContext) -> float:
     return t.dma_fixed_ns + _bytes(op, decls) / bw
 
 
+def engine_share(op: Op, decls, table) -> float:
+    """The share of the core's DMA engines a transfer keeps busy while it
+    moves its bytes: a copy spreads over one engine per DMA buffer (at most
+    all of them); a transpose or a DMA computation uses all of them. The
+    machine simulator's DMA fabric (simulator/fabric.py) charges overlapping
+    transfers for these engines, so a transfer of short rows, slow on its own
+    queue because of the per-buffer overhead, is as slow for the others."""
+    if op.opcode != "dma_copy":
+        return 1.0
+    dst, src = op.outs[0], op.ins[0]
+    ddecl, sdecl = decls[dst.tensor], decls[src.tensor]
+    nd, _ = _buffers(dst, ddecl, dtypes.itemsize(dst.dtype or ddecl.dtype))
+    ns_, _ = _buffers(src, sdecl, dtypes.itemsize(src.dtype or sdecl.dtype))
+    return table.dma_peak_bytes_per_ns(max(nd, ns_)) / table.dma_peak_bytes_per_ns()
+
+
 def _no_psum(op: Op, decls) -> None:
     if any(decls[a.tensor].buffer == "psum" for a in op.outs + op.ins if isinstance(a, Access)):
         raise NkiccError("E120", "DMA cannot access PSUM", op.loc, "copy through SBUF with tensor_copy")
@@ -110,7 +126,7 @@ def queue_options(generation: int, priority, dge_mode, what: str) -> str:
 
 
 @instruction(family="dma", compute=_copy, engine="dma", cost=_transfer_ns, traffic=_bytes, verify=_no_psum,
-             free_limited=False)
+             free_limited=False, batched=by_partition(_copy))
 def dma_copy(dst, src, priority=None, oob_mode=enums.oob_mode.error, dge_mode=enums.dge_mode.unknown,
              engine=enums.engine.unknown, name=None, **_hw_hints):
     """dst = src through the DMA queues, between HBM and SBUF (or HBM to HBM);

@@ -7,15 +7,15 @@ from ..errors import NkiccError
 from ..nodes import Access, Const, Op
 from . import accumulator, alu, enums
 from .checks import affine_pattern, free, not_both_psum, on_chip, on_chip_tensors, per_partition, same_layout, scalar, tensor
-from .core import DVE_ACC, CostContext, Emit, TensorOperand, free_size, instruction, require_generation
-from .values import F32, affine_values, operand, tile
+from .core import DVE_ACC, Batched, CostContext, Emit, TensorOperand, by_partition, free_size, instruction, require_generation
+from .values import F32, affine_values, f32, operand, tile
 
 
 def _copy(op: Op, read):
     return [(0, read(op.ins[0]))]
 
 
-@instruction(family="elementwise", compute=_copy)
+@instruction(family="elementwise", compute=_copy, batched=by_partition(_copy))
 def tensor_copy(dst, src, engine=enums.engine.unknown, name=None, dtype=None, **_hw_hints):
     """dst = src on chip (SBUF/PSUM), converted to dst's dtype."""
     dst, src = on_chip_tensors({"dst": dst, "src": src}, "tensor_copy")
@@ -30,7 +30,7 @@ def _memset(op: Op, read):
     return [(0, F32(op.attr("value")))]
 
 
-@instruction(family="elementwise", compute=_memset)
+@instruction(family="elementwise", compute=_memset, batched=by_partition(_memset))
 def memset(dst, value, engine=enums.engine.unknown, name=None, **_hw_hints):
     """Fill dst with one value."""
     (dst,) = on_chip_tensors({"dst": dst}, "memset")
@@ -39,6 +39,41 @@ def memset(dst, value, engine=enums.engine.unknown, name=None, **_hw_hints):
 
 def _tensor_tensor(op: Op, read):
     return [(0, alu.BINARY[op.attr("op")](tile(op.ins[0], read), tile(op.ins[1], read)))]
+
+
+def _accumulator(op: Op) -> int | None:
+    """Which input an add reads at its own destination (dst = dst + other), if either."""
+    if op.attr("op") != "add":
+        return None
+    for k in (0, 1):
+        if op.ins[k] == op.outs[0]:
+            return k
+    return None
+
+
+_tensor_tensor_rows = by_partition(_tensor_tensor)
+
+
+def _tensor_tensor_batched(op: Op, read, nlead: int, reduce: tuple) -> list:
+    """With `reduce`: an accumulation dst += x over those loop axes, as dst + sum(x)."""
+    if not reduce:
+        return _tensor_tensor_rows.run(op, read, nlead, reduce)
+    k = _accumulator(op)
+    acc = f32(read(op.ins[k]))[tuple(0 if i in reduce else slice(None) for i in range(nlead))]
+    return [(0, acc + _summed(f32(read(op.ins[1 - k])), reduce))]
+
+
+def _tensor_tensor_into(op: Op, read, nlead: int, reduce: tuple, dst: np.ndarray) -> None:
+    """dst += x (summed over `reduce`) in place: dst is the float32 view of op's destination over
+    the loops it keeps, the same elements as its accumulator input."""
+    np.add(dst, _summed(f32(read(op.ins[1 - _accumulator(op)])), reduce).reshape(dst.shape), out=dst)
+
+
+def _summed(terms: np.ndarray, reduce: tuple) -> np.ndarray:
+    """terms summed over the loop axes `reduce` (those of length 1 just dropped: no copy)."""
+    if all(terms.shape[i] == 1 for i in reduce):
+        return terms.reshape(tuple(n for i, n in enumerate(terms.shape) if i not in reduce))
+    return terms.sum(axis=reduce, dtype=F32)
 
 
 def _tensor_tensor_cost(op: Op, ctx: CostContext) -> float:
@@ -54,7 +89,9 @@ def _inputs_not_both_psum(op: Op, decls) -> None:
         raise NkiccError("E120", f"{op.opcode} cannot read both inputs from PSUM", op.loc, "copy one to SBUF")
 
 
-@instruction(family="elementwise", compute=_tensor_tensor, cost=_tensor_tensor_cost, verify=_inputs_not_both_psum)
+@instruction(family="elementwise", compute=_tensor_tensor, cost=_tensor_tensor_cost, verify=_inputs_not_both_psum,
+             batched=Batched(_tensor_tensor_batched, lambda op: _accumulator(op) is not None,
+                             into=_tensor_tensor_into))
 def tensor_tensor(dst, data1, data2, op, engine=enums.engine.unknown, name=None, **_hw_hints):
     """dst = data1 op data2, element by element."""
     dst, a, b = on_chip_tensors({"dst": dst, "data1": data1, "data2": data2}, "tensor_tensor")
@@ -71,7 +108,7 @@ def _tensor_scalar(op: Op, read):
     return [(0, x)]
 
 
-@instruction(family="elementwise", compute=_tensor_scalar)
+@instruction(family="elementwise", compute=_tensor_scalar, batched=by_partition(_tensor_scalar))
 def tensor_scalar(dst, data, op0, operand0, reverse0=False, op1=None, operand1=None, reverse1=False,
                   engine=enums.engine.unknown, name=None, dtype=None, **_hw_hints):
     """dst = (data op0 operand0) op1 operand1; operands are numbers or [P, 1]

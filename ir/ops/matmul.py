@@ -7,7 +7,7 @@ from ..errors import NkiccError
 from ..nodes import Access, Op
 from . import enums
 from .checks import free, on_chip, tensor
-from .core import CostContext, Emit, free_size, instruction, partitions, require_generation
+from .core import Batched, CostContext, Emit, free_size, instruction, partitions, require_generation
 from .enums import matmul_perf_mode
 from .values import as_tiles, f32
 
@@ -26,6 +26,67 @@ def _matmul(op: Op, read):
     if op.attr("double_row"):  # [K, 2, X] operands contract over (partition, first free index)
         st, mv = st.reshape(st.shape[0] * 2, -1), mv.reshape(mv.shape[0] * 2, -1)
     return [(0, st.T @ mv)]
+
+
+def moving_axes(x: np.ndarray, nlead: int) -> list:
+    """The leading loop axes of a batched operand view along which it changes (not broadcast)."""
+    return [i for i in range(nlead) if x.shape[i] > 1 and x.strides[i] != 0]
+
+
+def _matmul_batched(op: Op, read, nlead: int, reduce: tuple, gemm=np.matmul) -> list:
+    """Many matmuls as few GEMMs. A loop axis along which only one operand moves joins that
+    operand's free axis (M or N); one along which both move stacks GEMMs, or, in `reduce` (a
+    PSUM accumulation over a loop), joins the contraction (K * trips); one along which neither
+    moves repeats the product. With no axis of the stacking kind, that is a single GEMM.
+    `gemm(a, b)`: how the simulator multiplies ([stack,] M, K) by ([stack,] K, N)."""
+    st, mv = read(op.ins[0]), read(op.ins[1])
+    sizes = st.shape[:nlead]
+    rows = 2 if op.attr("double_row") else 1  # double-row: the pair of rows joins the contraction
+    ms, mm = moving_axes(st, nlead), moving_axes(mv, nlead)
+    if any((i in ms) != (i in mm) for i in reduce):  # a sum along which one operand is constant: rare
+        return _matmul_stacked(st, mv, nlead, reduce, rows)
+    # the broadcast axes dropped before any copy, each tile as (K, free)
+    st = f32(st[tuple(slice(None) if i in ms else 0 for i in range(nlead))])
+    mv = f32(mv[tuple(slice(None) if i in mm else 0 for i in range(nlead))])
+    ns, nm = len(ms), len(mm)
+    st = st.reshape(st.shape[:ns] + (st.shape[ns] * rows, -1))
+    mv = mv.reshape(mv.shape[:nm] + (mv.shape[nm] * rows, -1))
+    K, M, N = st.shape[-2], st.shape[-1], mv.shape[-1]
+    both = [i for i in ms if i in mm and i not in reduce]
+    only_st = [i for i in ms if i not in mm]
+    only_mv = [i for i in mm if i not in ms]
+    red = list(reduce)
+    ps, pm = {a: k for k, a in enumerate(ms)}, {a: k for k, a in enumerate(mm)}
+    stack = [sizes[i] for i in both]
+    rk = int(np.prod([sizes[i] for i in red], dtype=np.int64)) * K
+    st = st.transpose([ps[i] for i in both + only_st] + [ns + 1] + [ps[i] for i in red] + [ns])
+    st = st.reshape(stack + [-1, rk])
+    mv = mv.transpose([pm[i] for i in both + red] + [nm] + [pm[i] for i in only_mv] + [nm + 1])
+    mv = mv.reshape(stack + [rk, -1])
+    out = gemm(st, mv).reshape(stack + [sizes[i] for i in only_st] + [M] + [sizes[i] for i in only_mv] + [N])
+    # to the destination's order: the kept loop axes, then (M, N)
+    cur = both + only_st + ["M"] + only_mv + ["N"]
+    keep = [i for i in range(nlead) if i not in reduce]
+    out = out.transpose([cur.index(i) for i in keep if i in cur] + [cur.index("M"), cur.index("N")])
+    repeat = [k for k, i in enumerate(keep) if i not in cur]
+    if repeat:
+        out = np.broadcast_to(np.expand_dims(out, repeat), tuple(sizes[i] for i in keep) + (M, N))
+    return [(0, out)]
+
+
+def _matmul_stacked(st, mv, nlead: int, reduce: tuple, rows: int = 1) -> list:
+    """One GEMM per iteration left after the sum; the axes in `reduce` join the contraction."""
+    st, mv = f32(st), f32(mv)
+    st = st.reshape(st.shape[:nlead] + (st.shape[nlead] * rows, -1))
+    mv = mv.reshape(mv.shape[:nlead] + (mv.shape[nlead] * rows, -1))
+    if reduce:  # the reduced loop axes next to the partition (K) axis, then merged into it
+        keep = [i for i in range(nlead) if i not in reduce]
+        order = keep + list(reduce) + [nlead, nlead + 1]
+        st, mv = st.transpose(order), mv.transpose(order)
+        lead = tuple(st.shape[i] for i in range(len(keep)))
+        st = st.reshape(lead + (-1, st.shape[-1]))
+        mv = mv.reshape(lead + (-1, mv.shape[-1]))
+    return [(0, np.matmul(st.swapaxes(-1, -2), mv))]
 
 
 def _matmul_cost(op: Op, ctx: CostContext) -> float:
@@ -49,7 +110,8 @@ def _sbuf_to_psum(op: Op, decls) -> None:
 
 # free_limited=False: nc_matmul's own tile limits (N <= 512, 4096 or 8192) are the tighter ones
 @instruction(family="matmul", compute=_matmul, engine="pe", cost=_matmul_cost, verify=_sbuf_to_psum,
-             accumulates=lambda op: op.attr("accumulate") is not False, free_limited=False)
+             accumulates=lambda op: op.attr("accumulate") is not False, free_limited=False,
+             batched=Batched(_matmul_batched, lambda op: op.attr("accumulate") is not False, sums=True))
 def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_onezero=False, is_transpose=False,
               accumulate=None, tile_position=(), tile_size=(), perf_mode=matmul_perf_mode.none, name=None,
               **_hw_hints):

@@ -1,0 +1,663 @@
+"""Loop nests run as whole-array operations in the machine simulator.
+
+A rolled loop nest whose iterations the IR lets run op by op - every op of the
+body for all iterations at once, in program order - is executed that way: one
+strided view per access with a leading axis per loop (a gather), one batched
+call of the op's `batched` rule (ir/ops: the definition of the instruction),
+one store (a scatter). That is legal when no element is touched by two
+iterations in an order the batched execution would swap:
+
+- tiles allocated inside the nest are private to their iteration: each gets a
+  typed array with a leading axis per enclosing loop of the nest, so the reuse
+  of one address by every iteration is no dependence;
+- for every other tensor, every pair of accesses (one a write) in two ops is
+  tested for each loop enclosing both (ir.loopdeps.carried, exact over the
+  concrete offsets, conservative when too big): touching the same element in
+  two different iterations of such a loop forbids batching, except for an
+  accumulation (a PSUM matmul with accumulate, or dst = dst + x) along loops
+  its destination does not move with: those are summed over the loop axes
+  (floating-point sums in another order; float32 destinations only), and
+  except for a tensor the nest only overwrites (a ragged block's last rows
+  that the next block rewrites): its stores run last, in program order
+  along the loops that rewrite elements;
+- a load / add / store through a private tile (how alloc spills an
+  accumulator to HBM) is one accumulation into the HBM tensor (_rmw); a tile
+  that one load fills whole from HBM the nest does not write is read at its
+  source, never copied (_forwards);
+- tiles that share bytes must both be private and live in disjoint stretches
+  of the body (the allocator reuses addresses only so); everything else
+  falls back to per-iteration execution, which also reports out-of-bounds
+  accesses (E170) and reads past a tile (W101 semantics).
+
+The verdict is cached per loop and per value of the outer indices that change
+the relative position of two accesses (usually none: once per loop). Timing
+and hazard checks (E171) then run per iteration without moving data
+(`MachineSimulator._walk_timing`): times do not depend on values.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..ir import Access, Alloc, Loop, Op, ops
+from ..ir.analysis import reads, runtime_guard
+from ..ir.loopdeps import carried
+from . import semantics
+from ._blas import default_blas
+from .reference import ReferenceMachine
+
+_accumulate = ReferenceMachine._accumulate
+CHECK_BUDGET = 200_000_000      # run-start comparisons per legality check (seconds at most, once per loop)
+MAX_PRIVATE_BYTES = 512 << 20     # private tile copies of one nest
+MAX_VALUES_BYTES = 256 << 20      # one op's batched results
+# BLAS threads for a GEMM of at least this many flops: below it a multi-threaded OpenBLAS lost 2-10x
+# on this shared 2-vCPU machine (mm2 --scale 8: 30 MFLOP stacked GEMMs 62 s against 3.9 s; its
+# 0.1-0.5 GFLOP whole-loop GEMMs 0.67 s against 0.32 s at load 4). Row bands on two Python threads
+# with one BLAS thread each were no faster at load 1-4 (0.34 s against 0.33 s) and were dropped.
+THREADED_GEMM_FLOP = 1 << 30
+
+
+@dataclass
+class _OpItem:
+    plan: object                    # machine._Plan
+    vars: tuple                     # loops of the nest around it, outermost first
+    order: int                      # position in the nest's body, depth first
+    reduce: tuple = ()              # loop axes (indices into vars) its destination accumulates over
+    accum: tuple = ()               # its accesses that are a sum's destination (dst += x), if it is one
+    feeds: "_OpItem | None" = None  # a matmul whose only use is this op's sum: computed inside it
+    fused: bool = False             # a matmul computed inside the sum it feeds
+    rule: object = None             # the OpDef's Batched
+    parts: tuple = ()               # the instructions it stands for, when not just plan (_rmw)
+    skip: bool = False              # a load whose tile its readers read at the source (_forwards)
+
+
+@dataclass
+class Nest:
+    """Static facts of one loop nest that may run batched."""
+    label: str
+    trips: dict                     # nest loop var -> trip count
+    items: list                     # _OpItem, depth first
+    private: dict                   # tensor name -> nest loops around its Alloc
+    uses: dict                      # tensor name -> [(item, access, write)]
+    relevant: tuple                 # outer indices the legality depends on
+    verdicts: dict = field(default_factory=dict)
+    fresh: set = field(default_factory=set)  # private tiles that need no poison
+    dead: set = field(default_factory=set)   # private tiles only a fused matmul writes: never materialised
+    forward: dict = field(default_factory=dict)  # tile -> (its load, the source access, its (P, F) steps)
+    batched: int = 0                # entries run batched
+    why: str = ""                   # why an entry last had to run per iteration
+    fallbacks: int = 0              # entries run per iteration
+
+
+def plan(sim, loop: Loop, outer: tuple, label: str) -> Nest | None:
+    """The nest rooted at `loop`, or None when it can never run batched."""
+    plans = sim._plan_of
+    trips: dict = {}
+    items: list = []
+    private: dict = {}
+
+    fresh: set = set()  # private tiles their first op overwrites whole: no poison needed
+
+    def walk(stmts, vars_):
+        for i, s in enumerate(stmts):
+            if isinstance(s, Alloc):
+                if not sim.tensors[s.tensor].onchip:  # re-poisoned per iteration (machine._alloc)
+                    return f"HBM tensor {s.tensor} allocated inside"
+                private[s.tensor] = vars_
+                first = sim._first_use(stmts[i + 1:], s.tensor)
+                if isinstance(first, Op) and sim._overwrites(first, s.tensor):
+                    fresh.add(s.tensor)
+            elif isinstance(s, Loop):
+                if runtime_guard(s) is not None:
+                    return "a loop with a runtime trip count inside"
+                trips[s.var] = s.trip
+                why = walk(s.body.stmts, vars_ + (s.var,))
+                if why:
+                    return why
+            elif isinstance(s, Op):
+                p = plans.get(id(s))
+                rule = ops.of(s).batched
+                if p is None or rule is None or p.collective is not None or p.is_print:
+                    return f"{s.opcode} has no batched rule"
+                if any(isinstance(a, Access) and (a.scalar is not None or a.vector is not None or a.dtype is not None)
+                       for a in s.ins + s.outs):
+                    return f"{s.opcode} with a runtime offset, a gather or reinterpreted bytes"
+                items.append(_OpItem(p, vars_, len(items), rule=rule))
+        return None
+
+    trips[loop.var] = loop.trip
+    why = walk(loop.body.stmts, (loop.var,))
+    if why or not items:
+        return _unbatched(sim, label, why or "no instructions")
+    tensors = sim.tensors
+    items, dead = _rmw(items, private, tensors)
+    uses: dict = {}
+    for it in items:
+        op = it.plan.op
+        dst = op.outs[0]
+        t = tensors[dst.tensor]
+        if it.rule.reduces(op) and t.dtype == np.float32:
+            mine = private.get(dst.tensor, ())
+            it.reduce = tuple(i for i, v in enumerate(it.vars) if v not in mine and dst.offset.coeff(v) == 0)
+            it.accum = (dst,)
+        ins = [a for a in op.ins if isinstance(a, Access)]
+        if len(ins) > 1 and op.opcode != "dma_copy" and op.opcode != "nc_matmul":
+            # stacking iterations along partitions needs operands of one partition count
+            if len({(a.shape[0] if a.shape else 1) for a in ins + list(op.outs)}) > 1:
+                return _unbatched(sim, label, f"{op.opcode} with operands of different partition counts")
+        for a in reads(op):
+            uses.setdefault(a.tensor, []).append((it, a, False))
+        for a in op.outs:
+            uses.setdefault(a.tensor, []).append((it, a, True))
+    dead |= _fuse(items, uses, private, tensors)
+    forward = _forwards(items, uses, private, tensors)
+    # sizes: private copies and per-op results must stay small
+    total = 0
+    for name, vars_ in private.items():
+        if name in dead or name in forward or name not in uses:
+            continue  # never materialised
+        t = tensors[name]
+        total += int(np.prod([trips[v] for v in vars_], dtype=np.int64)) * t.P * t.F * t.dtype.itemsize
+    if total > MAX_PRIVATE_BYTES:
+        return _unbatched(sim, label, f"private tile copies of {total >> 20} MiB")
+    if any(_values_bytes(it, trips, private) > MAX_VALUES_BYTES for it in items):
+        return _unbatched(sim, label, f"results of one instruction over {MAX_VALUES_BYTES >> 20} MiB")
+    # tiles sharing bytes: both private, used in disjoint stretches of the body
+    span = {}
+    for name, us in uses.items():
+        orders = [it.order for it, _, _ in us]
+        span[name] = (min(orders), max(orders))
+    onchip = sorted((tensors[n] for n in uses if tensors[n].onchip), key=lambda t: (t.key, t.address))
+    for i, a in enumerate(onchip):
+        for b in onchip[i + 1:]:
+            if b.key != a.key or b.address >= a.address + a.F * a.item:
+                break
+            sa, sb = span[a.name], span[b.name]
+            if a.name not in private or b.name not in private or not (sa[1] < sb[0] or sb[1] < sa[0]):
+                return _unbatched(sim, label, f"{a.name} and {b.name} share bytes")
+    relevant = set()
+    for name, us in uses.items():
+        for v in outer:
+            if len({a.offset.coeff(v) for _, a, _ in us}) > 1:
+                relevant.add(v)
+    return Nest(label, trips, items, private, uses, tuple(sorted(relevant)), fresh=fresh, dead=dead,
+                forward=forward)
+
+
+def _unbatched(sim, label: str, why: str) -> None:
+    sim.unbatched[label] = why
+    return None
+
+
+def _points(vars_, trips) -> int:
+    return int(np.prod([trips[v] for v in vars_], dtype=np.int64))
+
+
+def _values_bytes(it: _OpItem, trips: dict, private: dict) -> int:
+    """The most bytes one op's batched execution materialises: its results over the loops its
+    destination keeps; a matmul's operands over the loops they move with (a GEMM copies those),
+    an element-wise op's over every iteration (they are stacked along partitions)."""
+    op = it.plan.op
+    out = _points([v for i, v in enumerate(it.vars) if i not in it.reduce], trips) * op.outs[0].count
+    if it.feeds is not None:  # the fused matmul's product arrives summed
+        return 4 * out
+    ins = [a for a in op.ins if isinstance(a, Access)]
+    if it.rule.sums:
+        sizes = [_points([v for v in it.vars if a.offset.coeff(v) or v in private.get(a.tensor, ())], trips)
+                 * a.count for a in ins]
+        return 4 * max(sizes + ([] if it.fused else [out]))
+    return 4 * max([_points(it.vars, trips) * a.count for a in ins] + [out])
+
+
+def _rmw(items: list, private: dict, tensors: dict) -> tuple[list, set]:
+    """load t <- X[a]; t = t + y; X[a] <- t, through a private tile t used nowhere else (how
+    alloc spills an accumulator to HBM, plugins/spill): one item X[a] = X[a] + y, an
+    accumulation along the loops X[a] does not move with like any other. The tile is never
+    written (it is dead after the store). Returns the items and those tiles."""
+    counts: dict = {}
+    for it in items:
+        for a in list(it.plan.op.outs) + list(reads(it.plan.op)):
+            counts[a.tensor] = counts.get(a.tensor, 0) + 1
+    out, dead, i = [], set(), 0
+    while i < len(items):
+        m = _match_rmw(items[i:i + 3], private, tensors)
+        if m is None or counts[m.outs[1].tensor] != 4:
+            out.append(items[i])
+            i += 1
+            continue
+        tri = items[i:i + 3]
+        op = Op("tensor_tensor", (m.outs[0],), m.ins, (("op", "add"),), tri[1].plan.op.loc)
+        out.append(_OpItem(_Merged(op), tri[0].vars, 0, rule=ops.of(op).batched,
+                           parts=tuple(it.plan for it in tri)))
+        dead.add(m.outs[1].tensor)
+        i += 3
+    for k, it in enumerate(out):
+        it.order = k
+    return out, dead
+
+
+_DMA_ATTRS = {"id", "engine", "queue", "rotate", "wait"}
+
+
+def _match_rmw(tri: list, private: dict, tensors: dict):
+    """For a load / add / store triple: an Op-like record with outs (X[a], t) and the add's ins with
+    t replaced by X[a]; else None."""
+    if len(tri) != 3 or not tri[0].vars == tri[1].vars == tri[2].vars:
+        return None
+    lo, ad, so = (it.plan.op for it in tri)
+    if (lo.opcode, ad.opcode, so.opcode) != ("dma_copy", "tensor_tensor", "dma_copy") or ad.attr("op") != "add":
+        return None
+    if any(k not in _DMA_ATTRS for o in (lo, so) for k, _ in o.attrs) or len(lo.ins) != 1 or len(so.ins) != 1:
+        return None
+    t, x = lo.outs[0], lo.ins[0]
+    if not (isinstance(x, Access) and so.outs[0] == x and so.ins[0] == t and ad.outs[0] == t
+            and t.tensor in private and x.tensor != t.tensor):
+        return None
+    k = [i for i, a in enumerate(ad.ins) if a == t]
+    if len(k) != 1 or not isinstance(ad.ins[1 - k[0]], Access) or ad.ins[1 - k[0]].tensor in (t.tensor, x.tensor):
+        return None
+    if tensors[t.tensor].dtype != np.float32 or tensors[x.tensor].dtype != np.float32:
+        return None  # the copies convert nothing; reordered sums only in fp32
+    if x.shape != t.shape:  # the DMA matches element counts only: X[a] walked in the tile's shape
+        if len(t.shape) != 2 or _split(x.pattern, *t.shape) is None:
+            return None
+        x = Access(x.tensor, x.offset, tuple(zip(_split(x.pattern, *t.shape), t.shape)))
+    ins = list(ad.ins)
+    ins[k[0]] = x
+    return Op("tensor_tensor", (x, t), tuple(ins))
+
+
+def _split(pattern, P: int, F: int):
+    """(partition step, free step) of a pattern that walks a (P, F) tile row by row, one step per
+    axis; None for any other walk."""
+    merged: list = []
+    for s, n in pattern:
+        if n == 1:
+            continue
+        if merged and merged[-1][0] == s * n:  # the outer axis continues this one
+            merged[-1] = (s, merged[-1][1] * n)
+        else:
+            merged.append((s, n))
+    if not merged:
+        return (F, 1) if P * F == 1 else None
+    if len(merged) == 1 and merged[0][1] == P * F:
+        return merged[0][0] * F, merged[0][0]
+    if len(merged) == 2 and (merged[0][1], merged[1][1]) == (P, F):
+        return merged[0][0], merged[1][0]
+    return None
+
+
+def _forwards(items, uses, private, tensors) -> dict:
+    """Private tiles one load fills whole, once per tile, from HBM the nest does not write, and
+    nothing else writes: their readers read the source in place. No copy per iteration, and a
+    source the loops do not move along stays one array (a GEMM operand without stacked copies).
+    The load is not executed. Returns tile -> (load item, source access, source (P, F) steps)."""
+    fwd = {}
+    for name, us in uses.items():
+        t = tensors[name]
+        written = [(it, a) for it, a, w in us if w]
+        if name not in private or len(written) != 1:
+            continue
+        it, a = written[0]
+        op = it.plan.op
+        if (op.opcode != "dma_copy" or len(op.ins) != 1 or it.vars != private[name]
+                or any(k not in _DMA_ATTRS for k, _ in op.attrs) or min(u.order for u, _, _ in us) != it.order):
+            continue  # not one plain load per tile, first
+        x = op.ins[0]
+        xt = tensors[x.tensor]
+        if xt.onchip or xt.decl.dtype != t.decl.dtype or xt.dtype != t.dtype:
+            continue
+        if any(w for _, _, w in uses.get(x.tensor, ())):
+            continue  # the source changes inside the nest
+        if a.offset.terms or a.offset.const or _split(a.pattern, t.P, t.F) != (t.F, 1):
+            continue  # not the whole tile, row by row
+        steps = _split(x.pattern, t.P, t.F)
+        if steps is not None:
+            fwd[name] = (it, x, steps)
+            it.skip = True
+    return fwd
+
+
+@dataclass
+class _Merged:
+    """The plan of an item standing for several instructions (_rmw): what batched execution
+    reads of a machine._Plan."""
+    op: Op
+    is_matmul: bool = False
+    mode: object = None
+    collective: object = None
+    is_print: bool = False
+
+
+def _fuse(items, uses, private, tensors) -> set:
+    """matmul into a private PSUM tile, then dst += that tile summed over loops:
+    the sum of the products is one matmul whose contraction runs over those
+    loops too (K * trips), instead of one small matmul per iteration and a sum.
+    Only when the tile has no other use and nothing between the two ops writes
+    the matmul's operands. The tile's bytes are not written (it is dead after
+    the sum: the nest leaves its bytes as they were). Returns those tiles."""
+    dead = set()
+    for add in items:
+        if not add.accum or add.plan.is_matmul:
+            continue
+        op = add.plan.op
+        terms = [a for a in op.ins if isinstance(a, Access) and a != op.outs[0]]
+        if len(terms) != 1 or terms[0].tensor not in private:
+            continue
+        us = uses[terms[0].tensor]
+        mm = us[0][0]
+        if (len(us) != 2 or us[0][1] != terms[0] or not us[0][2] or us[1][0] is not add or not mm.rule.sums
+                or mm.plan.is_matmul or mm.vars != add.vars
+                or tensors[terms[0].tensor].dtype != np.float32):
+            continue
+        read = {a.tensor for a in mm.plan.op.ins if isinstance(a, Access)}
+        if any(it.order > mm.order and it.order < add.order and w and a.tensor in read
+               for name in read for it, a, w in uses.get(name, ())):
+            continue
+        add.feeds, mm.fused = mm, True
+        dead.add(terms[0].tensor)
+    return dead
+
+
+def _exempt(w, x, v) -> bool:
+    """Reordered sums: an accumulation along loop v (the op's destination with
+    itself or with the input it adds to), or two ops that both add into the
+    same elements."""
+    (iw, aw, _), (ix, ax, _) = w, x
+    if iw is ix:
+        return v in [iw.vars[i] for i in iw.reduce] and ax == aw
+    # the same kind of sum: PSUM matmul accumulation (where the first write may overwrite: then
+    # whichever comes first) or an add; mixed, a poisoned first add would be skipped or not
+    return aw in iw.accum and ax in ix.accum and iw.plan.is_matmul == ix.plan.is_matmul
+
+
+def legal(nest: Nest, env: dict):
+    """None when this entry must run per iteration, else the loops each item (by order) stores
+    along in order (_legal)."""
+    key = tuple(env[v] for v in nest.relevant)
+    if key not in nest.verdicts:
+        nest.verdicts[key] = _legal(nest, env)
+    return nest.verdicts[key]
+
+
+def _legal(nest: Nest, env: dict):
+    budget = [CHECK_BUDGET]
+    cache: dict = {}
+    trips = nest.trips
+    ordered: dict = {}  # tensor -> loops whose iterations overwrite each other's elements
+    for name, us in nest.uses.items():
+        mine = nest.private.get(name, ())
+        overwrites = _overwrite_only(us)
+        for i, w in enumerate(us):
+            if not w[2]:
+                continue
+            for j, x in enumerate(us):
+                if x[2] and j < i:
+                    continue  # each pair of writes once
+                (iw, aw, _), (ix, ax, _) = w, x
+                if any(aw.offset.coeff(v) != ax.offset.coeff(v) for v in mine):
+                    nest.why = f"{name} addressed differently by two instructions"
+                    return None  # private copies addressed differently: not worth proving
+                common = [v for v in iw.vars if v in ix.vars and v not in mine]
+                around = {v for v in iw.vars + ix.vars if v not in mine}
+                fixed = {**env, **{v: 0 for v in mine}}
+                for v in common:
+                    if _exempt(w, x, v) or v in ordered.get(name, ()):
+                        continue
+                    inner = {u: trips[u] for u in around if u != v}
+                    if carried(aw, ax, v, trips[v], inner, fixed, budget, cache):
+                        if not overwrites:
+                            nest.why = (f"{name}: two iterations of loop {v} may touch one element"
+                                        + (" (or the check ran out of budget)" if budget[0] <= 0 else ""))
+                            return None
+                        ordered.setdefault(name, set()).add(v)
+    verdict = {}
+    for name, vs in ordered.items():
+        writers = [it for it, _, _ in nest.uses[name]]
+        if not all(v in it.vars for v in vs for it in writers):
+            nest.why = f"{name} is rewritten along loops not around all its writers"
+            return None
+        verdict[name] = tuple(v for v in writers[0].vars if v in vs)
+    return verdict
+
+
+def _overwrite_only(us: list) -> bool:
+    """Whether a tensor is only written in the nest, by ops that overwrite (no PSUM accumulation,
+    no sum): iterations writing one element are then an output dependence alone, and storing
+    the iterations of the loops that carry it in program order leaves the last value, as
+    per-iteration execution does (a ragged block whose last rows the next block rewrites)."""
+    return all(w and not it.plan.is_matmul and not it.reduce and not it.parts for it, _, w in us)
+
+
+class _Views:
+    """Strided views of one entry of a nest: machine memory for shared
+    tensors, private arrays for the nest's own tiles."""
+
+    def __init__(self, sim, nest: Nest, env: dict):
+        self.sim, self.nest, self.env = sim, nest, env
+        self.priv: dict = {}
+        for name, vars_ in nest.private.items():
+            if name in nest.dead or name in nest.forward or name not in nest.uses:
+                continue
+            t = sim.tensors[name]
+            shape = tuple(nest.trips[v] for v in vars_) + (t.P, t.F)
+            data = np.empty(shape, dtype=t.dtype) if name in nest.fresh else np.full(shape, t.fill, dtype=t.dtype)
+            mask = np.zeros(shape, dtype=np.bool_) if t.is_psum else None
+            self.priv[name] = (data, mask, vars_)
+
+    def view(self, item: _OpItem, a: Access, lead: tuple):
+        """(data, PSUM written-mask or None) of access a over the loops `lead`, or None if it
+        wraps rows or leaves its tensor (per-iteration execution handles those)."""
+        sim, trips = self.sim, self.nest.trips
+        t = sim.tensors[a.tensor]
+        e = a.offset.const + sum(c * self.env[v] for v, c in a.offset.terms if v not in trips)
+        dims = [(a.offset.coeff(v), trips[v]) for v in lead] + list(a.pattern)
+        shape = tuple(n for _, n in dims)
+        if not t.onchip:
+            lo = e + sum(s * (n - 1) for s, n in dims if s < 0)
+            hi = e + sum(s * (n - 1) for s, n in dims if s > 0)
+            if lo < 0 or hi >= t.size:
+                return None
+            return np.ndarray(shape, t.dtype, sim._mv[t.key], e * t.item, tuple(s * t.item for s, _ in dims)), None
+        fw = self.nest.forward.get(t.name)
+        if fw is not None:
+            v = _forwarded_view(self, a, t, lead, fw)
+            return None if v is None else (v, None)
+        priv = self.priv.get(t.name)
+        F = t.F
+        item = t.dtype.itemsize if priv is not None else t.item  # private copies are dense typed arrays
+        pb = F * item if priv is not None else sim._pb(t)
+        strides = _window(dims, e, t.P, F, pb, item)
+        if strides is None:
+            return None
+        p0, f0 = divmod(e, F)
+        if priv is None:
+            off = t.address + p0 * pb + f0 * item
+            data = np.ndarray(shape, t.dtype, sim._mv[t.key], off, tuple(strides))
+            mask = np.ndarray(shape, np.bool_, sim._mask_mv, off, tuple(strides)) if t.is_psum else None
+            return data, mask
+        arr, marr, mine = priv
+        for k, v in enumerate(lead):  # a loop around the tile's Alloc picks the private copy
+            if v in mine:
+                strides[k] += arr.strides[mine.index(v)]
+        off = p0 * pb + f0 * item
+        data = np.ndarray(shape, t.dtype, arr.view(np.uint8), off, tuple(strides))
+        if marr is None:
+            return data, None
+        mstrides = tuple(s // item for s in strides)  # the mask: one byte per element
+        return data, np.ndarray(shape, np.bool_, marr, off // item, mstrides)
+
+
+def _window(dims, e: int, P: int, F: int, partition_step: int, free_step: int) -> list | None:
+    """Strides of a [(step, num)] walk over a (P, F) tile from element e, a step that is a
+    multiple of F moving partitions (partition_step each) and any other moving along the row
+    (free_step each); None where the walk leaves the tile."""
+    strides, plo, phi, flo, fhi = [], 0, 0, 0, 0
+    for s, n in dims:
+        if n > 1 and s and s % F == 0:
+            strides.append((s // F) * partition_step)
+            plo, phi = plo + min(0, (s // F) * (n - 1)), phi + max(0, (s // F) * (n - 1))
+        else:
+            strides.append(s * free_step)
+            flo, fhi = flo + min(0, s * (n - 1)), fhi + max(0, s * (n - 1))
+    p0, f0 = divmod(e, F)
+    if p0 + plo < 0 or p0 + phi >= P or f0 + flo < 0 or f0 + fhi >= F:
+        return None
+    return strides
+
+
+def _forwarded_view(self, a: Access, t, lead: tuple, fw):
+    """Access a of a forwarded tile as a view of its load's source: element (p, f) of the tile
+    is source element base + p * sp + f * sf; loops around the tile move the source as the load
+    does. None where a leaves the tile (per-iteration execution reports it)."""
+    sim, trips, env = self.sim, self.nest.trips, self.env
+    _, x, (sp, sf) = fw
+    xt, F = sim.tensors[x.tensor], t.F
+    mine = self.nest.private[t.name]
+    e = a.offset.const + sum(c * env[v] for v, c in a.offset.terms if v not in trips)
+    base = x.offset.const + sum(c * env[v] for v, c in x.offset.terms if v not in trips)
+    dims = [(a.offset.coeff(v), trips[v]) for v in lead] + list(a.pattern)
+    strides = _window(dims, e, t.P, F, sp, sf)
+    if strides is None:
+        return None
+    p0, f0 = divmod(e, F)
+    for k, v in enumerate(lead):
+        if v in mine:  # another copy of the tile: where the load read it
+            strides[k] += x.offset.coeff(v)
+    shape = tuple(n for _, n in dims)
+    return np.ndarray(shape, xt.dtype, sim._mv[xt.key], (base + p0 * sp + f0 * sf) * xt.item,
+                      tuple(s * xt.item for s in strides))
+
+
+def run(sim, nest: Nest) -> bool:
+    """Execute one entry of the nest batched; False (nothing done) when it
+    has to run per iteration."""
+    env = sim.env
+    ordered = legal(nest, env)
+    views = _Views(sim, nest, env) if ordered is not None else None
+    plan_ = _gather(nest, views) if views is not None else None
+    if plan_ is None:
+        if ordered is not None:
+            nest.why = "an access leaves its tensor or wraps a row here (per iteration reports it)"
+        nest.fallbacks += 1
+        return False
+    _execute(sim, nest, plan_, ordered)
+    _write_back(sim, nest, views)
+    nest.batched += 1
+    return True
+
+
+def _gather(nest: Nest, views: _Views):
+    """[(item, input views by id(access), output views)], or None when some access has no
+    strided view (every view first: nothing is written unless all exist)."""
+    plan_ = []
+    for it in nest.items:
+        op = it.plan.op
+        got = {}
+        if it.skip:  # a forwarded load: only its source's bounds
+            if views.view(it, op.ins[0], it.vars) is None:
+                return None
+            plan_.append((it, got, ()))
+            continue
+        for a in op.ins:
+            if not isinstance(a, Access):
+                got[id(a)] = None
+            elif a.tensor not in nest.dead or it.fused:  # else the fused matmul's product, computed instead
+                v = views.view(it, a, it.vars)
+                if v is None:
+                    return None
+                got[id(a)] = v[0]
+        outs = []
+        keep = tuple(v for i, v in enumerate(it.vars) if i not in it.reduce)
+        for a in op.outs if not it.fused else ():
+            v = views.view(it, a, keep)
+            if v is None:
+                return None
+            outs.append(v)
+        plan_.append((it, got, outs))
+    return plan_
+
+
+def _execute(sim, nest: Nest, plan_: list, ordered: dict) -> None:
+    done, pending = {}, {}
+    for it, got, outs in plan_:
+        p = it.plan
+        points = _points(it.vars, nest.trips)
+        for q in it.parts or (p,):
+            q.count += points
+            sim.executed += points
+        if it.skip:
+            continue
+        if it.fused:
+            done[id(it)] = got
+            continue
+        read = lambda a: got[id(a)]
+        if it.reduce or it.rule.sums:
+            sim.reordered += 1
+        if it.feeds is not None:  # the matmul's products, summed over the loops this op sums over
+            mm = it.feeds
+            mm_got = done[id(mm)]
+            summed = mm.rule.run(mm.plan.op, lambda a: mm_got[id(a)], len(it.vars), it.reduce, gemm=gemm)[0][1]
+            term = next(a for a in p.op.ins if isinstance(a, Access) and a != p.op.outs[0])
+            shape = tuple(1 if i in it.reduce else nest.trips[v] for i, v in enumerate(it.vars))
+            summed = summed.reshape(shape + term.shape)
+            read = lambda a, t=term, v=summed: v if a == t else got[id(a)]
+        dst0, mask0 = outs[0]
+        if (it.accum and it.rule.into is not None and dst0.dtype == np.float32 and not p.is_matmul
+                and p.op.outs[0].tensor not in ordered):
+            it.rule.into(p.op, read, len(it.vars), it.reduce, dst0)  # dst += terms, one pass
+            if mask0 is not None:
+                mask0[...] = True
+            continue
+        if it.rule.sums:
+            results = it.rule.run(p.op, read, len(it.vars), it.reduce, gemm=gemm)
+        else:
+            results = it.rule.run(p.op, read, len(it.vars), it.reduce)
+        for index, values in results:
+            dst, mask = outs[index]
+            if mask is not None:
+                if p.is_matmul:
+                    values = _accumulate(p.mode, dst, mask, values)
+                mask[...] = True
+            if np.ndim(values) == 0:
+                values = np.full(dst.shape, values)
+            axes = ordered.get(p.op.outs[index].tensor)
+            if axes:  # stored last, in program order along those loops
+                pending.setdefault(p.op.outs[index].tensor, []).append(
+                    (dst, np.asarray(values).reshape(dst.shape), [it.vars.index(v) for v in axes]))
+                continue
+            semantics.store(dst, values)
+    for stores in pending.values():
+        dst0, _, axes0 = stores[0]
+        for idx in np.ndindex(*(dst0.shape[k] for k in axes0)):
+            for dst, values, axes in stores:  # the writers in body order
+                sel = [slice(None)] * dst.ndim
+                for k, i in zip(axes, idx):
+                    sel[k] = i
+                semantics.store(dst[tuple(sel)], values[tuple(sel)])
+
+
+def gemm(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a @ b for the batched path: BLAS's own threads for a GEMM of THREADED_GEMM_FLOP or more (a
+    whole loop nest's product), one thread below (the simulator runs under one BLAS thread)."""
+    flop = 2 * a.shape[-2] * a.shape[-1] * b.shape[-1] * int(np.prod(a.shape[:-2], dtype=np.int64))
+    if flop >= THREADED_GEMM_FLOP:
+        with default_blas():
+            return np.matmul(a, b)
+    return np.matmul(a, b)
+
+
+def _write_back(sim, nest: Nest, views: _Views) -> None:
+    """Memory after the nest as after its last iteration: the private tiles' last copies, in the order
+    they were last used (tiles that share bytes)."""
+    last = {name: max(it.order for it, _, _ in nest.uses[name]) for name in views.priv}
+    for name in sorted(last, key=last.get):
+        arr, marr, mine = views.priv[name]
+        t = sim.tensors[name]
+        t.footprint[...] = arr[tuple(nest.trips[v] - 1 for v in mine)]
+        if marr is not None:
+            t.mask_footprint[:, ::t.item] = marr[tuple(nest.trips[v] - 1 for v in mine)]
+
+
+__all__ = ["Nest", "plan", "legal", "run"]

@@ -1,0 +1,301 @@
+"""The machine simulator's batched path (simulator/batched.py) against its
+per-instruction path, on random data: the same results except for the order
+of floating-point sums, the same times and hazards, the same errors."""
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import nkicc
+import nkicc.isa as nisa
+import nkicc.language as nl
+from nkicc.ir import NkiccError, Op
+from nkicc.plugins.targets import TRN2
+from nkicc.simulator.machine import MachineSimulator
+from nkicc.simulator.testing import edit_op
+
+import fuzz_kernels as fk
+from conftest import EXAMPLES
+
+sys.path.insert(0, str(EXAMPLES))
+import fused_matmul as fm  # noqa: E402
+
+SUM_TOL = 1e-6  # |batched - per instruction| <= SUM_TOL * (the same sums over |terms|)
+EXAMPLES_PER_FAMILY = 12
+batched_runs: dict = {}
+
+
+def both(kernel, inputs, **kw):
+    """(batched, per-instruction) runs: each (outputs, report)."""
+    return (MachineSimulator(kernel, TRN2, **kw).run(inputs),
+            MachineSimulator(kernel, TRN2, batch=False, **kw).run(inputs))
+
+
+def check_case(case) -> None:
+    c = nkicc.compile(case.kernel, *case.arrays, **case.consts)
+    inputs = dict(zip(c.ir.args, case.arrays))
+    (fast, frep), (slow, srep) = both(c.ir, inputs)
+    name = c.ir.outputs[0]
+    got, want = fast[name].astype(np.float64), slow[name].astype(np.float64)
+    if case.family in ("matmul", "row_reduce"):
+        # sums of products of the inputs: the same sums over |inputs| bound what reordering can change
+        mag = MachineSimulator(c.ir, TRN2, timing=False, batch=False).run(
+            {k: np.abs(v) for k, v in inputs.items()})[0][name].astype(np.float64)
+        assert np.all(np.abs(got - want) <= SUM_TOL * np.abs(mag) + 1e-30), case
+    else:  # no sums: bit for bit
+        np.testing.assert_array_equal(got, want, err_msg=repr(case))
+    # the same instructions, the same event-level times (timing runs per iteration, without data)
+    assert frep.executed == srep.executed and frep.total_ns == srep.total_ns, case
+    assert {e: s.busy_ns for e, s in frep.engines.items()} == {e: s.busy_ns for e, s in srep.engines.items()}
+    assert not srep.batched_loops
+    batched_runs[case.family] = batched_runs.get(case.family, 0) + bool(frep.batched_loops)
+
+
+# the fuzz templates (tests/fuzz_kernels.py) with enough tiles that loops stay rolled after the passes
+@st.composite
+def matmul_loops(draw):
+    K, M, N = draw(st.integers(200, 1100)), draw(st.integers(1, 260)), draw(st.integers(1, 1100))
+    consts = dict(TK=draw(st.sampled_from([32, 64, 100, 128])), TM=draw(st.sampled_from([64, 128])),
+                  TN=draw(st.sampled_from([128, 256, 512])), LOOP=draw(st.integers(0, 3)))
+    at, b = fk._arrays(draw, (K, M), (K, N))
+    return fk.Case("matmul", fk.matmul, (at, b), consts, fk.matmul_ref)
+
+
+@st.composite
+def elementwise_loops(draw):
+    B, R, C = draw(st.integers(1, 3)), draw(st.integers(100, 600)), draw(st.integers(100, 2000))
+    consts = dict(P=draw(st.sampled_from([32, 64, 128])), F=draw(st.sampled_from([64, 128, 333, 512])),
+                  KIND=draw(st.integers(0, 2)), OP=draw(st.integers(0, 20)),
+                  SCALAR=draw(st.sampled_from([0.5, -2.0, 3.25])), LOOP=draw(st.integers(0, 3)))
+    a, b = fk._arrays(draw, (B, R, C), (B, R, C))
+    return fk.Case("elementwise", fk.elementwise, (a, b), consts, fk.elementwise_ref)
+
+
+@st.composite
+def row_reduce_loops(draw):
+    R, C = draw(st.integers(100, 600)), draw(st.integers(200, 3000))
+    consts = dict(P=draw(st.sampled_from([32, 64, 128])), F=draw(st.sampled_from([64, 100, 256])),
+                  MAX=draw(st.booleans()), LOOP=draw(st.integers(0, 3)))
+    (a,) = fk._arrays(draw, (R, C))
+    return fk.Case("row_reduce", fk.row_reduce, (a,), consts, fk.row_reduce_ref)
+
+
+FAMILIES = {"matmul": matmul_loops, "elementwise": elementwise_loops, "row_reduce": row_reduce_loops,
+            "offset_rows": fk.offset_rows_cases}
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_batched_equals_per_instruction_on_generated_kernels(family):
+    @settings(max_examples=EXAMPLES_PER_FAMILY, deadline=None, derandomize=True, database=None,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @given(FAMILIES[family]())
+    def prop(case):
+        check_case(case)
+
+    prop()
+    if family in ("elementwise", "matmul"):  # loops of these families do run batched (else this test is empty)
+        assert batched_runs.get(family, 0) >= 1, batched_runs
+
+
+def test_mm2_runs_batched_with_accumulations_summed(rng):
+    arrays = [rng.standard_normal(s).astype(np.float32) for s in [(256, 420), (256, 512), (512, 256)]]
+    c = nkicc.compile(fm.mm2, *arrays)
+    inputs = dict(zip(c.ir.args, arrays))
+    (fast, frep), (slow, srep) = both(c.ir, inputs)
+    mag = MachineSimulator(c.ir, TRN2, timing=False, batch=False).run(
+        {k: np.abs(v) for k, v in inputs.items()})[0]["E"].astype(np.float64)
+    assert np.all(np.abs(fast["E"].astype(np.float64) - slow["E"]) <= SUM_TOL * mag)
+    assert frep.batched_loops and frep.total_ns == srep.total_ns
+    # inputs the kernel does not write are read where the caller keeps them, not copied
+    sim = MachineSimulator(c.ir, TRN2, timing=False)
+    sim.run(inputs)
+    assert all(np.shares_memory(sim.hbm[n], inputs[n]) for n in ("At", "B", "D"))
+
+
+@nkicc.jit
+def scaled_tiles(a):
+    """out tile i = exp(a tile i) + a tile i: a loop the batched path runs."""
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(a.shape[0] // 128):
+        x = nl.load(a[i * 128:(i + 1) * 128, :])
+        nl.store(out[i * 128:(i + 1) * 128, :], value=nl.add(x, nl.exp(x)))
+    return out
+
+
+def test_hazards_are_found_in_batched_loops(rng):
+    """Deleting a semaphore inside a loop that runs batched is still E171
+    (times and hazards are checked per iteration), naming both instructions."""
+    a = rng.standard_normal((512, 64)).astype(np.float32)
+    c = nkicc.compile(scaled_tiles, a)
+    k, inputs = c.ir, {c.ir.args[0]: a}
+    _, rep = MachineSimulator(k, TRN2).run(inputs)
+    assert rep.batched_loops
+    ops = [s for s in k.body.walk() if isinstance(s, Op)]
+    caught = 0
+    for op in ops:
+        for w in op.attr("wait") or ():
+            broken = edit_op(k, op.attr("id"), wait=tuple(x for x in op.attr("wait") if x != w))
+            try:
+                MachineSimulator(broken, TRN2).run(inputs)
+            except NkiccError as err:
+                assert err.code == "E171" and f"(id {op.attr('id')}," in str(err) and f"(id {w}," in str(err)
+                caught += 1
+    assert caught >= 1
+    out, _ = MachineSimulator(k, TRN2, timing=False).run(inputs)
+    np.testing.assert_allclose(out[k.outputs[0]], a + np.exp(a), rtol=1e-5)
+
+
+@nkicc.jit
+def never_zeroed(a):
+    out = nl.ndarray((128, 64), dtype=a.dtype, buffer=nl.shared_hbm)
+    acc = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+    for i in nl.affine_range(a.shape[0] // 128):
+        t = nl.load(a[i * 128:(i + 1) * 128, :])
+        nisa.tensor_tensor(dst=acc, data1=acc, data2=t, op=nl.add)
+    nl.store(out, value=acc)
+    return out
+
+
+def test_poison_flows_through_a_batched_accumulation(rng):
+    """An accumulator nobody zeroed is NaN poison after the batched sum too
+    (the driver reports it as E173); zeroed, the sum is right."""
+    a = rng.standard_normal((512, 64)).astype(np.float32)
+    c = nkicc.compile(never_zeroed, a)
+    (fast, frep), (slow, _) = both(c.ir, {c.ir.args[0]: a})
+    assert frep.batched_loops
+    name = c.ir.outputs[0]
+    assert np.isnan(fast[name]).all() and np.isnan(slow[name]).all()
+    with pytest.raises(NkiccError) as ei:
+        c.run(a)
+    assert ei.value.code == "E173"
+
+
+def test_out_of_bounds_runtime_offsets_still_raise():
+    """Runtime (register) offsets never run batched: E170 as before."""
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).parent / "bad_kernels" / "runtime_bounds.py"
+    spec = importlib.util.spec_from_file_location("runtime_bounds_b", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    a = np.random.default_rng(1).standard_normal((512, 64)).astype(np.float32)
+    c = nkicc.compile(mod.offset_advanced_too_far, a)
+    with pytest.raises(NkiccError) as ei:
+        MachineSimulator(c.ir, TRN2).run({c.ir.args[0]: a})
+    assert ei.value.code == "E170"
+
+
+@nkicc.jit
+def overlapping_blocks(a, R=40, T=56):
+    """Block i stores T rows at row i * R: the next block rewrites the last T - R rows (as the
+    seeds' ragged m blocks do), with other values (the source rows do not overlap)."""
+    n = a.shape[0] // T
+    out = nl.ndarray(((n - 1) * R + T, a.shape[1]), dtype=a.dtype, buffer=nl.shared_hbm)
+    for i in nl.static_range(n):
+        x = nl.load(a[i * T:(i + 1) * T, :])
+        nl.store(out[i * R:i * R + T, :], value=x)
+    return out
+
+
+def test_rows_rewritten_by_the_next_iteration_keep_the_last_value(rng):
+    """A loop whose iterations overwrite each other's rows runs batched, its stores in program
+    order: bit for bit the per-instruction result and numpy's sequential loop."""
+    a = rng.standard_normal((56 * 7, 96)).astype(np.float32)
+    c = nkicc.compile(overlapping_blocks, a)
+    (fast, frep), (slow, srep) = both(c.ir, {c.ir.args[0]: a})
+    want = np.zeros(((7 - 1) * 40 + 56, 96), np.float32)
+    for i in range(7):
+        want[i * 40:i * 40 + 56] = a[i * 56:(i + 1) * 56]
+    name = c.ir.outputs[0]
+    np.testing.assert_array_equal(slow[name], want)
+    np.testing.assert_array_equal(fast[name], want)
+    assert frep.batched_loops and frep.total_ns == srep.total_ns and frep.executed == srep.executed
+
+
+@nkicc.jit
+def spilled_sum(a, ZERO=True):
+    """acc (HBM) += row block k through SBUF: load, add, store back, as alloc spills an accumulator."""
+    F = a.shape[1]
+    out = nl.ndarray((128, F), dtype=nl.float32, buffer=nl.shared_hbm)
+    acc = nl.ndarray((128, F), dtype=nl.float32, buffer=nl.hbm)
+    if ZERO:
+        nl.store(acc, nl.zeros((128, F), dtype=nl.float32, buffer=nl.sbuf))
+    for k in nl.static_range(a.shape[0] // 128):
+        x = nl.load(a[k * 128:(k + 1) * 128, :])
+        t = nl.load(acc)
+        nisa.tensor_tensor(dst=t, data1=t, data2=x, op=nl.add)
+        nl.store(acc, value=t)
+    nl.store(out, value=nl.load(acc))
+    return out
+
+
+def test_an_accumulator_spilled_to_hbm_is_summed_batched(rng):
+    """load / add / store through HBM is an accumulation along the loop: batched, equal to the
+    per-instruction path up to the order of the fp32 sum, the same instruction count and times."""
+    a = rng.standard_normal((128 * 9, 80)).astype(np.float32)
+    c = nkicc.compile(spilled_sum, a)
+    inputs = {c.ir.args[0]: a}
+    (fast, frep), (slow, srep) = both(c.ir, inputs)
+    name = c.ir.outputs[0]
+    mag = np.abs(a).reshape(9, 128, 80).sum(axis=0)
+    assert np.all(np.abs(fast[name].astype(np.float64) - slow[name]) <= SUM_TOL * mag)
+    np.testing.assert_allclose(slow[name], a.reshape(9, 128, 80).sum(axis=0), rtol=1e-5, atol=1e-5)
+    assert frep.batched_loops and not frep.unbatched_loops
+    assert frep.total_ns == srep.total_ns and frep.executed == srep.executed
+    # never zeroed: NaN poison through the batched sum too, E173 from the driver
+    c = nkicc.compile(spilled_sum, a, ZERO=False)
+    (fast, frep), (slow, _) = both(c.ir, {c.ir.args[0]: a})
+    assert frep.batched_loops and np.isnan(fast[name]).all() and np.isnan(slow[name]).all()
+    with pytest.raises(NkiccError) as ei:
+        c.run(a)
+    assert ei.value.code == "E173"
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, database=None)
+@given(st.data())
+def test_matmuls_of_whole_loops_equal_one_matmul_per_iteration(data):
+    """ir/ops/matmul.py's batched rule on operand views with broadcast loop axes (an operand the
+    loop does not move), stacked axes and summed axes, against one numpy matmul per iteration
+    summed in loop order: within 1e-6 of the same sums over |terms|."""
+    from nkicc.ir.ops.matmul import _matmul_batched
+    nlead = data.draw(st.integers(1, 3))
+    trips = [data.draw(st.integers(1, 4)) for _ in range(nlead)]
+    K, M, N = data.draw(st.integers(1, 16)), data.draw(st.integers(1, 9)), data.draw(st.integers(1, 9))
+    st_moves = [data.draw(st.booleans()) for _ in range(nlead)]
+    mv_moves = [data.draw(st.booleans()) for _ in range(nlead)]
+    reduce = tuple(i for i in range(nlead) if st_moves[i] and mv_moves[i] and data.draw(st.booleans()))
+    rng = np.random.default_rng(data.draw(st.integers(0, 2 ** 31)))
+
+    def operand(moves, free):
+        base = rng.standard_normal([t if m else 1 for t, m in zip(trips, moves)] + [K, free]).astype(np.float32)
+        return np.broadcast_to(base, tuple(trips) + (K, free))  # stride 0 where it does not move
+
+    s, m = operand(st_moves, M), operand(mv_moves, N)
+    views = {"s": s, "m": m}
+    op = Op("nc_matmul", (), ("s", "m"))
+    got = _matmul_batched(op, lambda a: views[a], nlead, reduce)[0][1]
+    keep = [i for i in range(nlead) if i not in reduce]
+    want = np.zeros(tuple(trips[i] for i in keep) + (M, N), np.float64)
+    mag = np.zeros_like(want)
+    for idx in np.ndindex(*trips):
+        out = tuple(idx[i] for i in keep)
+        want[out] += s[idx].astype(np.float64).T @ m[idx]
+        mag[out] += np.abs(s[idx]).astype(np.float64).T @ np.abs(m[idx])
+    assert got.shape == want.shape
+    assert np.all(np.abs(got - want) <= 1e-6 * mag + 1e-30)
+
+
+def test_whole_loop_gemms_equal_numpy(rng):
+    """The batched path's GEMM (simulator/batched.py::gemm), stacked or not, below and above the
+    size that gets BLAS threads, equals numpy's matmul up to the order of the K sums."""
+    from nkicc.simulator import batched
+    for stack, m, k, n in [((), 300, 256, 1024), ((3,), 130, 128, 700), ((), 5, 7, 3), ((), 1024, 1024, 520)]:
+        a = rng.standard_normal(stack + (m, k)).astype(np.float32)
+        b = rng.standard_normal(stack + (k, n)).astype(np.float32)
+        got = batched.gemm(a, b)
+        want = np.matmul(a.astype(np.float64), b)
+        mag = np.matmul(np.abs(a).astype(np.float64), np.abs(b))
+        assert got.shape == want.shape and got.dtype == np.float32
+        assert np.all(np.abs(got - want) <= 1e-6 * mag + 1e-30)
