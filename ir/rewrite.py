@@ -1,7 +1,9 @@
-"""Binding loop variables to values: what unrolling and loop peeling are made of."""
+"""Binding loop variables to values: what unrolling and loop peeling are made of;
+and rewriting a block statement by statement."""
 from __future__ import annotations
 
-from typing import Mapping
+import dataclasses
+from typing import Callable, Mapping
 
 from .nodes import Access, Alloc, Block, Loop, Op, ScalarOffset, Stmt
 
@@ -33,3 +35,15 @@ def bind_stmt(s: Stmt, values: Mapping[str, int]) -> Stmt:
 
 def bind_block(b: Block, values: Mapping[str, int]) -> Block:
     return Block(tuple(bind_stmt(s, values) for s in b.stmts))
+
+
+def map_stmts(block: Block, fn: Callable[[Stmt], list]) -> Block:
+    """`block` with each statement other than a loop replaced by the list
+    fn(statement) gives, in program order; loops are entered, kept."""
+    out = []
+    for s in block.stmts:
+        if isinstance(s, Loop):
+            out.append(dataclasses.replace(s, body=map_stmts(s.body, fn)))
+        else:
+            out.extend(fn(s))
+    return Block(tuple(out))

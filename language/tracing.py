@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterator, Protocol
 
 from ..ir import Access, Affine, Alloc, Block, Loc, Loop, NkiccError, Op, Stmt, TensorDecl
+from ..ir.rewrite import map_stmts
 
 _PACKAGES = ("nkicc", "nkicc.language", "nkicc.isa", "nkicc.ir", "nkicc.simulator", "nkicc.plugins", "nkicc.cache")
 
@@ -116,18 +117,6 @@ class _Frame:
     depth: int = 0
     ended: bool = False
     children: dict = field(default_factory=dict)  # site -> occurrences this iteration
-
-
-def _replace_ops(block: Block, by_id: dict[int, Op]) -> Block:
-    """`block` with the ops whose id is in `by_id` replaced (the same objects the trace emitted)."""
-    out = []
-    for s in block.stmts:
-        if isinstance(s, Loop):
-            s = dataclasses.replace(s, body=_replace_ops(s.body, by_id))
-        elif isinstance(s, Op):
-            s = by_id.get(id(s), s)
-        out.append(s)
-    return Block(tuple(out))
 
 
 class Builder:
@@ -304,7 +293,8 @@ class Builder:
                 self.set_role(name, "output")
         body = Block(tuple(self._blocks[0]))
         if self.late_edits:
-            body = _replace_ops(body, {k: new for k, (_, new) in self.late_edits.items()})
+            edits = {k: new for k, (_, new) in self.late_edits.items()}
+            body = map_stmts(body, lambda s: [edits.get(id(s), s)])
         return Kernel(self.name, tuple(self.decls.values()), tuple(args), tuple(outputs), body, loc)
 
     # loops

@@ -30,6 +30,7 @@ import itertools
 
 from nkicc.ir import Access, Affine, Alloc, Block, Loop, NkiccError, Op, TensorDecl
 from nkicc.ir.analysis import tensors_touched
+from nkicc.ir.rewrite import map_stmts
 from nkicc.ir.dtypes import itemsize
 from nkicc.pass_api import Pass, hookimpl
 
@@ -176,18 +177,6 @@ def _ops_with_chain(block: Block, chain):
             yield from _ops_with_chain(s.body, chain + (s,))
 
 
-def _map_stmts(block: Block, fn) -> Block:
-    """`block` with each statement other than a loop replaced by the list
-    fn(statement) gives, in program order; loops are entered, kept."""
-    out = []
-    for s in block.stmts:
-        if isinstance(s, Loop):
-            out.append(dataclasses.replace(s, body=_map_stmts(s.body, fn)))
-        else:
-            out.extend(fn(s))
-    return Block(tuple(out))
-
-
 def _sbuf_spill(kernel, name: str):
     """Give SBUF tensor `name` an HBM home; compute instructions use a small
     SBUF tile loaded before and stored after them."""
@@ -206,7 +195,7 @@ def _sbuf_spill(kernel, name: str):
             return _memset_home(s, home, temps, counter)
         return _around(s, name, old.dtype, temps, counter)
 
-    body = _map_stmts(kernel.body, rewrite)
+    body = map_stmts(kernel.body, rewrite)
     tensors = tuple(home if t.name == name else t for t in kernel.tensors) + tuple(temps)
     return dataclasses.replace(kernel, body=body, tensors=tensors)
 
@@ -257,7 +246,7 @@ def _reload(kernel, name: str):
                 Op(s.opcode, s.outs, tuple(tile if isinstance(a, Access) and a.tensor == name else a
                                           for a in s.ins), s.attrs, s.loc)]
 
-    body = _map_stmts(kernel.body, rewrite)
+    body = map_stmts(kernel.body, rewrite)
     tensors = tuple(t for t in kernel.tensors if t.name != name) + tuple(temps)
     return dataclasses.replace(kernel, body=body, tensors=tensors)
 
@@ -343,7 +332,7 @@ def _psum_spill(kernel, name: str):
                 else Op("tensor_copy", (s.outs[0],), (full,), (), s.loc))
         return [Alloc(decl.name), Op(s.opcode, (full,), s.ins, attrs, s.loc), fold]
 
-    body = _map_stmts(kernel.body, rewrite)
+    body = map_stmts(kernel.body, rewrite)
     tensors = tuple(home if t.name == name else t for t in kernel.tensors) + tuple(temps)
     return dataclasses.replace(kernel, body=body, tensors=tensors)
 

@@ -1058,7 +1058,8 @@ class MachineSimulator:
                 continue
             s = engines.setdefault(p.engine, EngineStats())
             s.instructions += p.count
-            s.busy_ns += p.cost * p.count
+            if p.engine not in COMPUTE_ENGINES:  # a compute engine's busy time is its executed spans (below)
+                s.busy_ns += p.cost * p.count
             if p.engine == "dma" and not self.timing:
                 q = queues.setdefault(f"q{p.queue}", EngineStats())
                 q.instructions += p.count
@@ -1067,15 +1068,13 @@ class MachineSimulator:
                 r.dma_transfers += p.count
                 if p.spill:
                     r.spill_bytes += p.dma_bytes * p.count
-        if self.timing:  # queues as executed: rotating DMAs move between them
+        if self.timing:
             for k, name in enumerate(self.engines):
-                if name.startswith("dma.q") and self.ecount[k]:
+                if name.startswith("dma.q") and self.ecount[k]:  # queues as executed: rotating DMAs move between them
                     q = queues.setdefault(f"q{name[5:]}", EngineStats())
                     q.instructions += self.ecount[k]
                     q.busy_ns += self.ebusy[k]
-        if self.timing:  # a compute engine is busy for its instructions' spans: overheads it hid are not counted
-            for name, k in self._ekeys.items():
-                if name in COMPUTE_ENGINES and name in engines:
+                elif name in COMPUTE_ENGINES:  # its instructions' spans: overheads it hid are not counted
                     engines[name].busy_ns = self.ebusy[k]
         if self.timing and total:  # active time as neuron-profile counts it (activity.py)
             for name, s in engines.items():

@@ -33,11 +33,8 @@ SUBNORMAL = {"float8_e4m3fn_x4": 2.0 ** -9, "float8_e5m2_x4": 2.0 ** -16}
 
 # --- the oracle ---------------------------------------------------------------------------
 
-
-@pytest.fixture(autouse=True)
-def _trn3(monkeypatch):
-    """MX is NeuronCore-v4 (trn3): every kernel here is compiled for it."""
-    monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", "trn3")
+# MX is NeuronCore-v4 (trn3): every kernel here is compiled for it (conftest's trn3 fixture)
+pytestmark = [pytestmark, pytest.mark.usefixtures("trn3")]
 
 def group_of(p: int) -> int:
     """Row of the scale view holding partition p's group: quadrant*32 + (p % 32) // 8."""
