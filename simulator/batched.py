@@ -70,6 +70,18 @@ class _OpItem:
     rule: object = None             # the OpDef's Batched
     parts: tuple = ()               # the instructions it stands for, when not just plan (_rmw)
     skip: bool = False              # a load whose tile its readers read at the source (_forwards)
+    group: "_Group | None" = None   # a sum fed by a matmul computed in one GEMM with others (_groups)
+
+
+@dataclass
+class _Group:
+    """Fused matmuls of one nest over loops of the same trips, summed over the same axes, whose
+    products are one GEMM: every distinct stationary operand with every distinct moving one
+    (the ragged variants of one matmul the tracer peels, the unrolled copies of a loop body)."""
+    adds: list                      # the sums they feed, body order
+    sts: list                       # (feeding add, stationary access), one per distinct operand
+    mvs: list                       # (feeding add, moving access), likewise
+    cell: dict                      # id(add) -> (index in sts, index in mvs)
 
 
 @dataclass
@@ -152,6 +164,7 @@ def plan(sim, loop: Loop, outer: tuple, label: str) -> Nest | None:
             uses.setdefault(a.tensor, []).append((it, a, True))
     dead |= _fuse(items, uses, private, tensors)
     forward = _forwards(items, uses, private, tensors)
+    _groups(items, trips, private, tensors)
     # sizes: private copies and per-op results must stay small
     total = 0
     for name, vars_ in private.items():
@@ -358,6 +371,90 @@ def _fuse(items, uses, private, tensors) -> set:
         add.feeds, mm.fused = mm, True
         dead.add(terms[0].tensor)
     return dead
+
+
+def _groups(items: list, trips: dict, private: dict, tensors: dict) -> None:
+    """Join fused matmuls into _Groups: those over loops of the same trips (names may differ: the
+    unrolled copies of a loop), summed over the same axes, with the same contraction size and
+    operand kinds; each group is every pairing of its distinct stationary and moving operands
+    once (else one group per stationary operand). The GEMM runs at the group's first sum, so
+    nothing from the first to the last of its instructions may write what the matmuls read."""
+    cands: dict = {}
+    for add in items:
+        mm = add.feeds
+        if mm is None or mm.rule.grouped is None:
+            continue
+        op = mm.plan.op
+        st, mv = op.ins[0], op.ins[1]
+        key = (tuple(trips[v] for v in add.vars), add.reduce, bool(op.attr("double_row")), st.shape[0],
+               tensors[st.tensor].dtype, tensors[mv.tensor].dtype, len(st.shape), len(mv.shape))
+        cands.setdefault(key, []).append(add)
+    for adds in cands.values():
+        if len(adds) < 2:
+            continue
+        opnd = lambda add, k: _operand_key(add.feeds.plan.op.ins[k], add.vars, private)
+        for comp in _components(adds, opnd):
+            sts = set(opnd(a, 0) for a in comp)
+            mvs = set(opnd(a, 1) for a in comp)
+            if (len(comp) == len(sts) * len(mvs) == len({(opnd(a, 0), opnd(a, 1)) for a in comp})
+                    and _unwritten_between(items, comp)):
+                _make_group(comp, opnd)
+                continue
+            # not every pairing, or a write in between: the matmuls sharing a stationary operand
+            for k in dict.fromkeys(opnd(a, 0) for a in comp):
+                part = [a for a in comp if opnd(a, 0) == k]
+                if len(part) > 1 and _unwritten_between(items, part):
+                    _make_group(part, opnd)
+
+
+def _components(adds: list, opnd) -> list:
+    """The sums grouped by the connected components of their matmuls' operands (two matmuls
+    sharing a stationary or a moving operand are in one), each in body order."""
+    root: dict = {}
+
+    def find(x):
+        while root.setdefault(x, x) != x:
+            x = root[x]
+        return x
+    for a in adds:
+        root[find((0, opnd(a, 0)))] = find((1, opnd(a, 1)))
+    comps: dict = {}
+    for a in adds:
+        comps.setdefault(find((0, opnd(a, 0))), []).append(a)
+    return list(comps.values())
+
+
+def _operand_key(a: Access, vars_: tuple, private: dict):
+    """An operand access as the elements it reads over the loops `vars_` (by position, not name)."""
+    mine = private.get(a.tensor, ())
+    return (a.tensor, a.offset.const, tuple(a.offset.coeff(v) for v in vars_),
+            tuple(sorted((v, c) for v, c in a.offset.terms if v not in vars_)), a.pattern,
+            tuple(v in mine for v in vars_))
+
+
+def _unwritten_between(items: list, part: list) -> bool:
+    """Whether no instruction between the first and the last of the group's matmuls and sums
+    writes a tensor one of its matmuls reads (a forwarded load writes nothing: its tile is read at
+    the source, which the nest does not write; a fused matmul writes only its dead PSUM tile)."""
+    orders = [it.order for a in part for it in (a, a.feeds)]
+    read = {x.tensor for a in part for x in a.feeds.plan.op.ins if isinstance(x, Access)}
+    lo, hi = min(orders), max(orders)
+    return not any(lo <= it.order <= hi and not it.skip and not it.fused
+                   and any(o.tensor in read for o in it.plan.op.outs) for it in items)
+
+
+def _make_group(part: list, opnd) -> None:
+    sts, mvs, cell = {}, {}, {}
+    for a in part:
+        i = sts.setdefault(opnd(a, 0), len(sts))
+        j = mvs.setdefault(opnd(a, 1), len(mvs))
+        cell[id(a)] = (i, j)
+    first_st = {i: a for a in reversed(part) for i in [cell[id(a)][0]]}
+    first_mv = {j: a for a in reversed(part) for j in [cell[id(a)][1]]}
+    g = _Group(part, [(first_st[i], first_st[i].feeds.plan.op.ins[0]) for i in range(len(sts))],
+               [(first_mv[j], first_mv[j].feeds.plan.op.ins[1]) for j in range(len(mvs))], cell)
+    for a in part:
+        a.group = g
 
 
 def _exempt(w, x, v) -> bool:
@@ -580,7 +677,8 @@ def _gather(nest: Nest, views: _Views):
 
 
 def _execute(sim, nest: Nest, plan_: list, ordered: dict) -> None:
-    done, pending = {}, {}
+    # the fused matmuls' operand views (a group's GEMM may come before a member's own position)
+    done, pending = {id(it): got for it, got, _ in plan_ if it.fused}, {}
     for it, got, outs in plan_:
         p = it.plan
         points = _points(it.vars, nest.trips)
@@ -590,7 +688,6 @@ def _execute(sim, nest: Nest, plan_: list, ordered: dict) -> None:
         if it.skip:
             continue
         if it.fused:
-            done[id(it)] = got
             continue
         read = lambda a: got[id(a)]
         if it.reduce or it.rule.sums:
@@ -598,7 +695,9 @@ def _execute(sim, nest: Nest, plan_: list, ordered: dict) -> None:
         if it.feeds is not None:  # the matmul's products, summed over the loops this op sums over
             mm = it.feeds
             mm_got = done[id(mm)]
-            summed = mm.rule.run(mm.plan.op, lambda a: mm_got[id(a)], len(it.vars), it.reduce, gemm=gemm)[0][1]
+            summed = _grouped(it, done) if it.group is not None else None
+            if summed is None:
+                summed = mm.rule.run(mm.plan.op, lambda a: mm_got[id(a)], len(it.vars), it.reduce, gemm=gemm)[0][1]
             term = next(a for a in p.op.ins if isinstance(a, Access) and a != p.op.outs[0])
             shape = tuple(1 if i in it.reduce else nest.trips[v] for i, v in enumerate(it.vars))
             summed = summed.reshape(shape + term.shape)
@@ -636,6 +735,23 @@ def _execute(sim, nest: Nest, plan_: list, ordered: dict) -> None:
                 for k, i in zip(axes, idx):
                     sel[k] = i
                 semantics.store(dst[tuple(sel)], values[tuple(sel)])
+
+
+def _grouped(add: _OpItem, done: dict):
+    """The product feeding `add` out of its group's one GEMM (made at the group's first sum, kept
+    in `done`); None when the group's operands do not line up here (each matmul alone then)."""
+    g = add.group
+    if id(g) not in done:
+        op = add.feeds.plan.op
+        view = lambda a, x: done[id(a.feeds)][id(x)]
+        done[id(g)] = add.feeds.rule.grouped([view(a, x) for a, x in g.sts], [view(a, x) for a, x in g.mvs],
+                                             len(add.vars), add.reduce, gemm, 2 if op.attr("double_row") else 1)
+    got = done[id(g)]
+    if got is None:
+        return None
+    out, mo, no = got
+    i, j = g.cell[id(add)]
+    return out[..., mo[i]:mo[i + 1], no[j]:no[j + 1]]
 
 
 def gemm(a: np.ndarray, b: np.ndarray) -> np.ndarray:

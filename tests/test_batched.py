@@ -287,6 +287,43 @@ def test_matmuls_of_whole_loops_equal_one_matmul_per_iteration(data):
     assert np.all(np.abs(got - want) <= 1e-6 * mag + 1e-30)
 
 
+@settings(max_examples=30, deadline=None, derandomize=True, database=None)
+@given(st.data())
+def test_grouped_matmuls_equal_one_matmul_per_pair_and_iteration(data):
+    """ir/ops/matmul.py's grouped rule (several stationary and moving views of different free
+    sizes as one GEMM) against numpy per pair and iteration: each cell of its result within 1e-6
+    of the same sums over |terms|."""
+    from nkicc.ir.ops.matmul import _matmul_grouped
+    nlead = data.draw(st.integers(1, 3))
+    trips = [data.draw(st.integers(1, 4)) for _ in range(nlead)]
+    K = data.draw(st.integers(1, 16))
+    Ms = data.draw(st.lists(st.integers(1, 9), min_size=1, max_size=3))
+    Ns = data.draw(st.lists(st.integers(1, 9), min_size=1, max_size=3))
+    st_moves = [data.draw(st.booleans()) for _ in range(nlead)]
+    mv_moves = [data.draw(st.booleans()) for _ in range(nlead)]
+    reduce = tuple(i for i in range(nlead) if st_moves[i] and mv_moves[i] and data.draw(st.booleans()))
+    rng = np.random.default_rng(data.draw(st.integers(0, 2 ** 31)))
+
+    def operand(moves, free):
+        base = rng.standard_normal([t if m else 1 for t, m in zip(trips, moves)] + [K, free]).astype(np.float32)
+        return np.broadcast_to(base, tuple(trips) + (K, free))
+
+    sts, mvs = [operand(st_moves, m) for m in Ms], [operand(mv_moves, n) for n in Ns]
+    out, mo, no = _matmul_grouped(sts, mvs, nlead, reduce)
+    keep = [i for i in range(nlead) if i not in reduce]
+    assert out.shape == tuple(trips[i] for i in keep) + (sum(Ms), sum(Ns))
+    for i, s in enumerate(sts):
+        for j, m in enumerate(mvs):
+            want = np.zeros(tuple(trips[k] for k in keep) + (Ms[i], Ns[j]), np.float64)
+            mag = np.zeros_like(want)
+            for idx in np.ndindex(*trips):
+                o = tuple(idx[k] for k in keep)
+                want[o] += s[idx].astype(np.float64).T @ m[idx]
+                mag[o] += np.abs(s[idx]).astype(np.float64).T @ np.abs(m[idx])
+            got = out[..., mo[i]:mo[i + 1], no[j]:no[j + 1]]
+            assert np.all(np.abs(got - want) <= 1e-6 * mag + 1e-30)
+
+
 def test_whole_loop_gemms_equal_numpy(rng):
     """The batched path's GEMM (simulator/batched.py::gemm), stacked or not, below and above the
     size that gets BLAS threads, equals numpy's matmul up to the order of the K sums."""
@@ -299,3 +336,55 @@ def test_whole_loop_gemms_equal_numpy(rng):
         mag = np.matmul(np.abs(a).astype(np.float64), np.abs(b))
         assert got.shape == want.shape and got.dtype == np.float32
         assert np.all(np.abs(got - want) <= 1e-6 * mag + 1e-30)
+
+
+@nkicc.jit
+def shared_operands(a, b, REWRITE=False):
+    """Per k tile, every pairing of two stationary tiles (64 and 30 columns of a) with two moving
+    tiles (96 and 40 columns of b), accumulated into SBUF: four matmuls the batched path may run
+    as one GEMM. With REWRITE the first moving tile is doubled in place after its first use."""
+    T = a.shape[0] // 128
+    out = nl.ndarray((94, 136), dtype=nl.float32, buffer=nl.shared_hbm)
+    acc1 = nl.zeros((64, 136), dtype=nl.float32, buffer=nl.sbuf)
+    acc2 = nl.zeros((30, 136), dtype=nl.float32, buffer=nl.sbuf)
+    for k in nl.static_range(T):
+        s1 = nl.load(a[k * 128:(k + 1) * 128, 0:64])
+        s2 = nl.load(a[k * 128:(k + 1) * 128, 64:94])
+        x1 = nl.load(b[k * 128:(k + 1) * 128, 0:96])
+        x2 = nl.load(b[k * 128:(k + 1) * 128, 96:136])
+        for acc, s, x, lo, hi in ((acc1, s1, x1, 0, 96), (acc1, s1, x2, 96, 136), (acc2, s2, x1, 0, 96),
+                                  (acc2, s2, x2, 96, 136)):
+            p = nl.ndarray((acc.shape[0], hi - lo), dtype=nl.float32, buffer=nl.psum)
+            nisa.nc_matmul(p, s, x, accumulate=False)
+            nisa.tensor_tensor(dst=acc[:, lo:hi], data1=acc[:, lo:hi], data2=p, op=nl.add)
+            if REWRITE and s is s1 and x is x1:
+                nisa.tensor_scalar(dst=x1, data=x1, op0=nl.multiply, operand0=2.0)
+    nl.store(out[0:64, :], acc1)
+    nl.store(out[64:94, :], acc2)
+    return out
+
+
+@pytest.mark.parametrize("rewrite", [False, True])
+def test_matmuls_sharing_operands_are_one_gemm(rng, rewrite):
+    """Matmuls of one loop pairing distinct stationary and moving tiles are one GEMM (batched._groups),
+    equal to the per-instruction path up to the order of the sums; not when an instruction between
+    them writes an operand (the GEMM would read it too early)."""
+    a = rng.standard_normal((128 * 5, 94)).astype(np.float32)
+    b = rng.standard_normal((128 * 5, 136)).astype(np.float32)
+    c = nkicc.compile(shared_operands, a, b, REWRITE=rewrite)
+    inputs = dict(zip(c.ir.args, (a, b)))
+    (fast, frep), (slow, srep) = both(c.ir, inputs)
+    name = c.ir.outputs[0]
+    mag = MachineSimulator(c.ir, TRN2, timing=False, batch=False).run(
+        {k: np.abs(v) for k, v in inputs.items()})[0][name].astype(np.float64)
+    assert np.all(np.abs(fast[name].astype(np.float64) - slow[name]) <= SUM_TOL * mag)
+    x = np.abs(a).astype(np.float64).T @ np.abs(b)  # the numpy oracle, before any rewrite
+    want = a.astype(np.float64).T @ b
+    if rewrite:  # every product with x1 after the first is doubled
+        want[64:, :96] *= 2
+    assert np.all(np.abs(slow[name] - want) <= 1e-5 * 2 * x)
+    assert frep.batched_loops and frep.total_ns == srep.total_ns
+    sim = MachineSimulator(c.ir, TRN2, timing=False)
+    groups = {id(it.group): len(it.group.adds) for n in sim.nests for it in n.items if it.group is not None}
+    # the loop body holds two unrolled copies of the k step: one group each
+    assert sorted(groups.values()) == ([2, 2] if rewrite else [4, 4])

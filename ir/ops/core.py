@@ -217,6 +217,10 @@ class Batched:
     # for an op that `reduces`: add its terms into the float32 destination view in place,
     # into(op, read, nlead, reduce, dst) (one pass over the destination instead of two)
     into: Callable | None = None
+    # for a `sums` op: several instances that share operands as one call,
+    # grouped(firsts, seconds, nlead, reduce, gemm, rows) -> (out, first offsets, second offsets) or
+    # None (nkicc.ir.ops.matmul._matmul_grouped: every first operand with every second, one GEMM)
+    grouped: Callable | None = None
 
 
 def _fold(x, nlead: int):

@@ -40,18 +40,38 @@ def _matmul_batched(op: Op, read, nlead: int, reduce: tuple, gemm=np.matmul) -> 
     moves repeats the product. With no axis of the stacking kind, that is a single GEMM.
     `gemm(a, b)`: how the simulator multiplies ([stack,] M, K) by ([stack,] K, N)."""
     st, mv = read(op.ins[0]), read(op.ins[1])
-    sizes = st.shape[:nlead]
     rows = 2 if op.attr("double_row") else 1  # double-row: the pair of rows joins the contraction
-    ms, mm = moving_axes(st, nlead), moving_axes(mv, nlead)
-    if any((i in ms) != (i in mm) for i in reduce):  # a sum along which one operand is constant: rare
+    got = _matmul_grouped([st], [mv], nlead, reduce, gemm, rows)
+    if got is None:  # a sum along which one operand is constant: rare
         return _matmul_stacked(st, mv, nlead, reduce, rows)
-    # the broadcast axes dropped before any copy, each tile as (K, free)
-    st = f32(st[tuple(slice(None) if i in ms else 0 for i in range(nlead))])
-    mv = f32(mv[tuple(slice(None) if i in mm else 0 for i in range(nlead))])
+    return [(0, got[0])]
+
+
+def _matmul_grouped(sts: list, mvs: list, nlead: int, reduce: tuple, gemm=np.matmul, rows: int = 1):
+    """The products of every stationary view in `sts` with every moving view in `mvs` (each with
+    `nlead` leading loop axes, as _matmul_batched reads them) as one GEMM: the stationaries side
+    by side along M, the movings along N (the copies into GEMM order that one product makes
+    anyway). Returns (out, M offsets, N offsets): out has the kept loop axes then (sum M, sum N),
+    product (i, j) is out[..., M offsets[i]:M offsets[i + 1], N offsets[j]:N offsets[j + 1]]; or
+    None when the operands do not move along the same loop axes (or one is constant along a
+    summed axis)."""
+    sizes = sts[0].shape[:nlead]
+    ms, mm = moving_axes(sts[0], nlead), moving_axes(mvs[0], nlead)
+    if (any(moving_axes(x, nlead) != ms for x in sts[1:]) or any(moving_axes(x, nlead) != mm for x in mvs[1:])
+            or any((i in ms) != (i in mm) for i in reduce)):
+        return None
     ns, nm = len(ms), len(mm)
-    st = st.reshape(st.shape[:ns] + (st.shape[ns] * rows, -1))
-    mv = mv.reshape(mv.shape[:nm] + (mv.shape[nm] * rows, -1))
-    K, M, N = st.shape[-2], st.shape[-1], mv.shape[-1]
+
+    def tiles(x, moving, n):  # the broadcast axes dropped before any copy, each tile as (K, free)
+        x = f32(x[tuple(slice(None) if i in moving else 0 for i in range(nlead))])
+        return x.reshape(x.shape[:n] + (x.shape[n] * rows, -1))
+
+    sts, mvs = [tiles(x, ms, ns) for x in sts], [tiles(x, mm, nm) for x in mvs]
+    K = sts[0].shape[-2]
+    if any(x.shape[-2] != K for x in sts + mvs):
+        return None
+    Ms, Ns = [x.shape[-1] for x in sts], [x.shape[-1] for x in mvs]
+    M, N = sum(Ms), sum(Ns)
     both = [i for i in ms if i in mm and i not in reduce]
     only_st = [i for i in ms if i not in mm]
     only_mv = [i for i in mm if i not in ms]
@@ -59,10 +79,12 @@ def _matmul_batched(op: Op, read, nlead: int, reduce: tuple, gemm=np.matmul) -> 
     ps, pm = {a: k for k, a in enumerate(ms)}, {a: k for k, a in enumerate(mm)}
     stack = [sizes[i] for i in both]
     rk = int(np.prod([sizes[i] for i in red], dtype=np.int64)) * K
-    st = st.transpose([ps[i] for i in both + only_st] + [ns + 1] + [ps[i] for i in red] + [ns])
-    st = st.reshape(stack + [-1, rk])
-    mv = mv.transpose([pm[i] for i in both + red] + [nm] + [pm[i] for i in only_mv] + [nm + 1])
-    mv = mv.reshape(stack + [rk, -1])
+    sts = [x.transpose([ps[i] for i in both + only_st] + [ns + 1] + [ps[i] for i in red] + [ns]) for x in sts]
+    mvs = [x.transpose([pm[i] for i in both + red] + [nm] + [pm[i] for i in only_mv] + [nm + 1]) for x in mvs]
+    # one copy into GEMM order either way: side by side (concatenate) or alone (reshape)
+    st = np.concatenate(sts, axis=len(both) + len(only_st)) if len(sts) > 1 else sts[0]
+    mv = np.concatenate(mvs, axis=-1) if len(mvs) > 1 else mvs[0]
+    st, mv = st.reshape(stack + [-1, rk]), mv.reshape(stack + [rk, -1])
     out = gemm(st, mv).reshape(stack + [sizes[i] for i in only_st] + [M] + [sizes[i] for i in only_mv] + [N])
     # to the destination's order: the kept loop axes, then (M, N)
     cur = both + only_st + ["M"] + only_mv + ["N"]
@@ -71,7 +93,7 @@ def _matmul_batched(op: Op, read, nlead: int, reduce: tuple, gemm=np.matmul) -> 
     repeat = [k for k, i in enumerate(keep) if i not in cur]
     if repeat:
         out = np.broadcast_to(np.expand_dims(out, repeat), tuple(sizes[i] for i in keep) + (M, N))
-    return [(0, out)]
+    return out, np.cumsum([0] + Ms).tolist(), np.cumsum([0] + Ns).tolist()
 
 
 def _matmul_stacked(st, mv, nlead: int, reduce: tuple, rows: int = 1) -> list:
@@ -111,7 +133,8 @@ def _sbuf_to_psum(op: Op, decls) -> None:
 # free_limited=False: nc_matmul's own tile limits (N <= 512, 4096 or 8192) are the tighter ones
 @instruction(family="matmul", compute=_matmul, engine="pe", cost=_matmul_cost, verify=_sbuf_to_psum,
              accumulates=lambda op: op.attr("accumulate") is not False, free_limited=False,
-             batched=Batched(_matmul_batched, lambda op: op.attr("accumulate") is not False, sums=True))
+             batched=Batched(_matmul_batched, lambda op: op.attr("accumulate") is not False, sums=True,
+                             grouped=_matmul_grouped))
 def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_onezero=False, is_transpose=False,
               accumulate=None, tile_position=(), tile_size=(), perf_mode=matmul_perf_mode.none, name=None,
               **_hw_hints):
