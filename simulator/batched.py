@@ -719,9 +719,12 @@ def _execute(sim, nest: Nest, plan_: list, ordered: dict) -> None:
                 if p.is_matmul:
                     values = _accumulate(p.mode, dst, mask, values)
                 mask[...] = True
-            if np.ndim(values) == 0:
-                values = np.full(dst.shape, values)
             axes = ordered.get(p.op.outs[index].tensor)
+            if np.ndim(values) == 0:
+                if not axes:
+                    semantics.fill(dst, values)
+                    continue
+                values = np.full(dst.shape, values)
             if axes:  # stored last, in program order along those loops
                 pending.setdefault(p.op.outs[index].tensor, []).append(
                     (dst, np.asarray(values).reshape(dst.shape), [it.vars.index(v) for v in axes]))

@@ -38,6 +38,15 @@ def store(dst: np.ndarray, values: np.ndarray) -> None:
     dst[...] = values
 
 
+def fill(dst: np.ndarray, value) -> None:
+    """Write one number into every element of dst, converted as `store` converts it (once, not
+    per element: no array of copies of it)."""
+    one = np.asarray(value).reshape(1)
+    if one.dtype != dst.dtype:
+        one = numerics.converter(dst.dtype)(one)
+    dst[...] = one[0]
+
+
 def compute(op: Op, read) -> list[tuple[int, np.ndarray]]:
     """Evaluate `op` by its definition; returns (output index, values) pairs.
     `read(access)` gives the numpy view of an input (PSUM accumulation is the

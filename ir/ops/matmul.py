@@ -81,10 +81,8 @@ def _matmul_grouped(sts: list, mvs: list, nlead: int, reduce: tuple, gemm=np.mat
     rk = int(np.prod([sizes[i] for i in red], dtype=np.int64)) * K
     sts = [x.transpose([ps[i] for i in both + only_st] + [ns + 1] + [ps[i] for i in red] + [ns]) for x in sts]
     mvs = [x.transpose([pm[i] for i in both + red] + [nm] + [pm[i] for i in only_mv] + [nm + 1]) for x in mvs]
-    # one copy into GEMM order either way: side by side (concatenate) or alone (reshape)
-    st = np.concatenate(sts, axis=len(both) + len(only_st)) if len(sts) > 1 else sts[0]
-    mv = np.concatenate(mvs, axis=-1) if len(mvs) > 1 else mvs[0]
-    st, mv = st.reshape(stack + [-1, rk]), mv.reshape(stack + [rk, -1])
+    st = _side_by_side(sts, len(both) + len(only_st), Ms).reshape(stack + [-1, rk])
+    mv = _side_by_side(mvs, -1, Ns).reshape(stack + [rk, -1])
     out = gemm(st, mv).reshape(stack + [sizes[i] for i in only_st] + [M] + [sizes[i] for i in only_mv] + [N])
     # to the destination's order: the kept loop axes, then (M, N)
     cur = both + only_st + ["M"] + only_mv + ["N"]
@@ -94,6 +92,23 @@ def _matmul_grouped(sts: list, mvs: list, nlead: int, reduce: tuple, gemm=np.mat
     if repeat:
         out = np.broadcast_to(np.expand_dims(out, repeat), tuple(sizes[i] for i in keep) + (M, N))
     return out, np.cumsum([0] + Ms).tolist(), np.cumsum([0] + Ns).tolist()
+
+
+def _side_by_side(xs: list, axis: int, sizes: list) -> np.ndarray:
+    """The arrays joined along `axis` into one C-ordered float32 array (one copy, that GEMM order
+    needs anyway; np.concatenate keeps its inputs' order, which the GEMM's reshape would copy
+    again), or the one array as it is (its reshape copies only when it must)."""
+    if len(xs) == 1:
+        return xs[0]
+    shape = list(xs[0].shape)
+    shape[axis] = sum(sizes)
+    out = np.empty(shape, np.float32)
+    lo, sel = 0, [slice(None)] * len(shape)
+    for x, n in zip(xs, sizes):
+        sel[axis] = slice(lo, lo + n)
+        out[tuple(sel)] = x
+        lo += n
+    return out
 
 
 def _matmul_stacked(st, mv, nlead: int, reduce: tuple, rows: int = 1) -> list:
