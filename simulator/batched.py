@@ -56,6 +56,9 @@ MAX_VALUES_BYTES = 256 << 20      # one op's batched results
 # 0.1-0.5 GFLOP whole-loop GEMMs 0.67 s against 0.32 s at load 4). Row bands on two Python threads
 # with one BLAS thread each were no faster at load 1-4 (0.34 s against 0.33 s) and were dropped.
 THREADED_GEMM_FLOP = 1 << 30
+# element-wise passes over at least this many destination elements run in two halves on two threads:
+# a strided 20 MB dst += terms took 3.7-4.2 ms so against 6.6-7.1 ms on one (2 vCPUs at load 2.3)
+PARALLEL_ELEMENTS = 1 << 18
 
 
 @dataclass
@@ -705,7 +708,8 @@ def _execute(sim, nest: Nest, plan_: list, ordered: dict) -> None:
         dst0, mask0 = outs[0]
         if (it.accum and it.rule.into is not None and dst0.dtype == np.float32 and not p.is_matmul
                 and p.op.outs[0].tensor not in ordered):
-            it.rule.into(p.op, read, len(it.vars), it.reduce, dst0)  # dst += terms, one pass
+            _halves(sim, lambda r, d: it.rule.into(p.op, r, len(it.vars), it.reduce, d), read, dst0,
+                    0 not in it.reduce)  # dst += terms, one pass
             if mask0 is not None:
                 mask0[...] = True
             continue
@@ -755,6 +759,25 @@ def _grouped(add: _OpItem, done: dict):
     out, mo, no = got
     i, j = g.cell[id(add)]
     return out[..., mo[i]:mo[i + 1], no[j]:no[j + 1]]
+
+
+def _halves(sim, fn, read, dst: np.ndarray, split: bool) -> None:
+    """fn(read, dst), on two cores for a large dst: each half of the first loop axis on one
+    thread (numpy lets go of the GIL in its loops). `split`: that axis is one of dst's own (not
+    summed away), so the halves write disjoint elements (batched execution is legal only then)."""
+    n = dst.shape[0] if dst.ndim else 0
+    if not split or n < 2 or dst.size < PARALLEL_ELEMENTS:
+        fn(read, dst)
+        return
+    parts = (slice(0, n // 2), slice(n // 2, n))
+    part = lambda h: (lambda a: _first_axis(read(a), h))
+    later = sim.helper.submit(fn, part(parts[1]), dst[parts[1]])
+    fn(part(parts[0]), dst[parts[0]])
+    later.result()
+
+
+def _first_axis(x, h: slice):
+    return x[h] if isinstance(x, np.ndarray) and x.ndim else x
 
 
 def gemm(a: np.ndarray, b: np.ndarray) -> np.ndarray:

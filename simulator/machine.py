@@ -24,6 +24,7 @@ bytes has finished) is error E171 naming both instructions: a missing semaphore.
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -229,6 +230,7 @@ class MachineSimulator:
         self._plan_of: dict[int, _Plan] = {}
         self.nests: list[batched.Nest] = []
         self.unbatched: dict[str, str] = {}  # loop label -> why it can never run batched
+        self.helper = ThreadPoolExecutor(1)  # the second core's half of large batched passes (no thread until used)
         self._check_layout()
         self.neighbours = self._neighbours()
         self._program = self._compile_block(kernel.body.stmts, ())
