@@ -291,12 +291,12 @@ def test_matmuls_of_whole_loops_equal_one_matmul_per_iteration(data):
 @given(st.data())
 def test_grouped_matmuls_equal_one_matmul_per_pair_and_iteration(data):
     """ir/ops/matmul.py's grouped rule (several stationary and moving views of different free
-    sizes as one GEMM) against numpy per pair and iteration: each cell of its result within 1e-6
-    of the same sums over |terms|."""
+    sizes, each the parts of a sum with their own K, as one GEMM) against numpy per pair, part
+    and iteration: each cell of its result within 1e-6 of the same sums over |terms|."""
     from nkicc.ir.ops.matmul import _matmul_grouped
     nlead = data.draw(st.integers(1, 3))
     trips = [data.draw(st.integers(1, 4)) for _ in range(nlead)]
-    K = data.draw(st.integers(1, 16))
+    Ks = data.draw(st.lists(st.integers(1, 16), min_size=1, max_size=3))
     Ms = data.draw(st.lists(st.integers(1, 9), min_size=1, max_size=3))
     Ns = data.draw(st.lists(st.integers(1, 9), min_size=1, max_size=3))
     st_moves = [data.draw(st.booleans()) for _ in range(nlead)]
@@ -304,12 +304,14 @@ def test_grouped_matmuls_equal_one_matmul_per_pair_and_iteration(data):
     reduce = tuple(i for i in range(nlead) if st_moves[i] and mv_moves[i] and data.draw(st.booleans()))
     rng = np.random.default_rng(data.draw(st.integers(0, 2 ** 31)))
 
-    def operand(moves, free):
+    def operand(moves, K, free):
         base = rng.standard_normal([t if m else 1 for t, m in zip(trips, moves)] + [K, free]).astype(np.float32)
         return np.broadcast_to(base, tuple(trips) + (K, free))
 
-    sts, mvs = [operand(st_moves, m) for m in Ms], [operand(mv_moves, n) for n in Ns]
-    out, mo, no = _matmul_grouped(sts, mvs, nlead, reduce)
+    sts = [[operand(st_moves, K, m) for K in Ks] for m in Ms]
+    mvs = [[operand(mv_moves, K, n) for K in Ks] for n in Ns]
+    out, mo, no = _matmul_grouped(sts if len(Ks) > 1 else [x[0] for x in sts],
+                                  mvs if len(Ks) > 1 else [x[0] for x in mvs], nlead, reduce)
     keep = [i for i in range(nlead) if i not in reduce]
     assert out.shape == tuple(trips[i] for i in keep) + (sum(Ms), sum(Ns))
     for i, s in enumerate(sts):
@@ -318,8 +320,9 @@ def test_grouped_matmuls_equal_one_matmul_per_pair_and_iteration(data):
             mag = np.zeros_like(want)
             for idx in np.ndindex(*trips):
                 o = tuple(idx[k] for k in keep)
-                want[o] += s[idx].astype(np.float64).T @ m[idx]
-                mag[o] += np.abs(s[idx]).astype(np.float64).T @ np.abs(m[idx])
+                for sp, mp in zip(s, m):
+                    want[o] += sp[idx].astype(np.float64).T @ mp[idx]
+                    mag[o] += np.abs(sp[idx]).astype(np.float64).T @ np.abs(mp[idx])
             got = out[..., mo[i]:mo[i + 1], no[j]:no[j + 1]]
             assert np.all(np.abs(got - want) <= 1e-6 * mag + 1e-30)
 

@@ -51,38 +51,54 @@ def _matmul_grouped(sts: list, mvs: list, nlead: int, reduce: tuple, gemm=np.mat
     """The products of every stationary view in `sts` with every moving view in `mvs` (each with
     `nlead` leading loop axes, as _matmul_batched reads them) as one GEMM: the stationaries side
     by side along M, the movings along N (the copies into GEMM order that one product makes
-    anyway). Returns (out, M offsets, N offsets): out has the kept loop axes then (sum M, sum N),
-    product (i, j) is out[..., M offsets[i]:M offsets[i + 1], N offsets[j]:N offsets[j + 1]]; or
-    None when the operands do not move along the same loop axes (or one is constant along a
-    summed axis)."""
-    sizes = sts[0].shape[:nlead]
-    ms, mm = moving_axes(sts[0], nlead), moving_axes(mvs[0], nlead)
-    if (any(moving_axes(x, nlead) != ms for x in sts[1:]) or any(moving_axes(x, nlead) != mm for x in mvs[1:])
-            or any((i in ms) != (i in mm) for i in reduce)):
-        return None
+    anyway). An entry may also be a list of views, the parts of a sum (every entry the same
+    number): product (i, j) is then the sum over p of sts[i][p] with mvs[j][p], the parts stacked
+    along the contraction. Returns (out, M offsets, N offsets): out has the kept loop axes then
+    (sum M, sum N), product (i, j) is out[..., M offsets[i]:M offsets[i + 1], N offsets[j]:N
+    offsets[j + 1]]; or None when the operands do not move along the same loop axes, one is
+    constant along a summed axis, or the parts do not line up."""
+    sts = [x if isinstance(x, list) else [x] for x in sts]
+    mvs = [x if isinstance(x, list) else [x] for x in mvs]
+    nparts = len(sts[0])
+    sizes = sts[0][0].shape[:nlead]
+    ms, mm = moving_axes(sts[0][0], nlead), moving_axes(mvs[0][0], nlead)
+    if (any(len(xs) != nparts for xs in sts + mvs) or any(moving_axes(x, nlead) != ms for xs in sts for x in xs)
+            or any(moving_axes(x, nlead) != mm for xs in mvs for x in xs)
+            or any((i in ms) != (i in mm) or (i not in ms and sizes[i] > 1) for i in reduce)):
+        return None  # (a sum of one product repeated: _matmul_stacked)
     ns, nm = len(ms), len(mm)
 
     def tiles(x, moving, n):  # the broadcast axes dropped before any copy, each tile as (K, free)
         x = f32(x[tuple(slice(None) if i in moving else 0 for i in range(nlead))])
         return x.reshape(x.shape[:n] + (x.shape[n] * rows, -1))
 
-    sts, mvs = [tiles(x, ms, ns) for x in sts], [tiles(x, mm, nm) for x in mvs]
-    K = sts[0].shape[-2]
-    if any(x.shape[-2] != K for x in sts + mvs):
+    sts = [[tiles(x, ms, ns) for x in xs] for xs in sts]
+    mvs = [[tiles(x, mm, nm) for x in xs] for xs in mvs]
+    Ks = [x.shape[-2] for x in sts[0]]
+    Ms, Ns = [xs[0].shape[-1] for xs in sts], [xs[0].shape[-1] for xs in mvs]
+    if (any(x.shape[-2] != k for xs in sts + mvs for x, k in zip(xs, Ks))
+            or any(x.shape[-1] != xs[0].shape[-1] for xs in sts + mvs for x in xs)):
         return None
-    Ms, Ns = [x.shape[-1] for x in sts], [x.shape[-1] for x in mvs]
     M, N = sum(Ms), sum(Ns)
     both = [i for i in ms if i in mm and i not in reduce]
     only_st = [i for i in ms if i not in mm]
     only_mv = [i for i in mm if i not in ms]
-    red = list(reduce)
+    red = [i for i in reduce if i in ms]  # (a summed axis of one iteration adds nothing)
     ps, pm = {a: k for k, a in enumerate(ms)}, {a: k for k, a in enumerate(mm)}
     stack = [sizes[i] for i in both]
-    rk = int(np.prod([sizes[i] for i in red], dtype=np.int64)) * K
-    sts = [x.transpose([ps[i] for i in both + only_st] + [ns + 1] + [ps[i] for i in red] + [ns]) for x in sts]
-    mvs = [x.transpose([pm[i] for i in both + red] + [nm] + [pm[i] for i in only_mv] + [nm + 1]) for x in mvs]
-    st = _side_by_side(sts, len(both) + len(only_st), Ms).reshape(stack + [-1, rk])
-    mv = _side_by_side(mvs, -1, Ns).reshape(stack + [rk, -1])
+    rks = [int(np.prod([sizes[i] for i in red], dtype=np.int64)) * k for k in Ks]
+    sts = [[x.transpose([ps[i] for i in both + only_st] + [ns + 1] + [ps[i] for i in red] + [ns]) for x in xs]
+           for xs in sts]
+    mvs = [[x.transpose([pm[i] for i in both + red] + [nm] + [pm[i] for i in only_mv] + [nm + 1]) for x in xs]
+           for xs in mvs]
+    if len(sts) == len(mvs) == nparts == 1:  # one product: its reshape copies only when it must
+        st, mv = sts[0][0].reshape(stack + [-1, rks[0]]), mvs[0][0].reshape(stack + [rks[0], -1])
+    else:  # one copy of every operand into its block of the GEMM's operands
+        lead = [sizes[i] for i in both + only_st]
+        st = _blocks(sts, lead + [M, sum(rks)], len(lead), len(lead) + 1, Ms, rks)
+        mv = _blocks([list(p) for p in zip(*mvs)], stack + [sum(rks)] + [sizes[i] for i in only_mv] + [N],
+                     len(stack), len(stack) + 1 + len(only_mv), rks, Ns)
+        st, mv = st.reshape(stack + [-1, sum(rks)]), mv.reshape(stack + [sum(rks), -1])
     out = gemm(st, mv).reshape(stack + [sizes[i] for i in only_st] + [M] + [sizes[i] for i in only_mv] + [N])
     # to the destination's order: the kept loop axes, then (M, N)
     cur = both + only_st + ["M"] + only_mv + ["N"]
@@ -94,20 +110,19 @@ def _matmul_grouped(sts: list, mvs: list, nlead: int, reduce: tuple, gemm=np.mat
     return out, np.cumsum([0] + Ms).tolist(), np.cumsum([0] + Ns).tolist()
 
 
-def _side_by_side(xs: list, axis: int, sizes: list) -> np.ndarray:
-    """The arrays joined along `axis` into one C-ordered float32 array (one copy, that GEMM order
-    needs anyway; np.concatenate keeps its inputs' order, which the GEMM's reshape would copy
-    again), or the one array as it is (its reshape copies only when it must)."""
-    if len(xs) == 1:
-        return xs[0]
-    shape = list(xs[0].shape)
-    shape[axis] = sum(sizes)
+def _blocks(blocks: list, shape: list, axis_u: int, axis_v: int, sizes_u: list, sizes_v: list) -> np.ndarray:
+    """One C-ordered float32 array of `shape` made of blocks[u][v], block (u, v) at offset
+    sum(sizes_u[:u]) along axis_u and sum(sizes_v[:v]) along axis_v (each block's own shape has
+    the contraction axis split into its loop axes and K: a view of the target's block)."""
     out = np.empty(shape, np.float32)
-    lo, sel = 0, [slice(None)] * len(shape)
-    for x, n in zip(xs, sizes):
-        sel[axis] = slice(lo, lo + n)
-        out[tuple(sel)] = x
-        lo += n
+    ou, ov = np.cumsum([0] + sizes_u), np.cumsum([0] + sizes_v)
+    sel = [slice(None)] * len(shape)
+    for u, row in enumerate(blocks):
+        for v, x in enumerate(row):
+            sel[axis_u], sel[axis_v] = slice(ou[u], ou[u + 1]), slice(ov[v], ov[v + 1])
+            block = out[tuple(sel)].reshape(x.shape)
+            assert block.base is out  # splitting one axis of a slice is always a view
+            block[...] = x
     return out
 
 
