@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..ir import Access, Alloc, Loop, Op, ops
-from ..ir.analysis import reads, runtime_guard
+from ..ir.analysis import reads, runtime_guard, tensors_touched
 from ..ir.loopdeps import carried
 from . import semantics
 from ._blas import default_blas
@@ -82,9 +82,13 @@ class _Group:
     products are one GEMM: every distinct stationary operand with every distinct moving one
     (the ragged variants of one matmul the tracer peels, the unrolled copies of a loop body)."""
     adds: list                      # the sums they feed, body order
-    sts: list                       # (feeding add, stationary access), one per distinct operand
-    mvs: list                       # (feeding add, moving access), likewise
+    sts: list                       # per distinct stationary operand: [(feeding add, access)] per part
+    mvs: list                       # per distinct moving operand, likewise
     cell: dict                      # id(add) -> (index in sts, index in mvs)
+    applies: set = field(default_factory=set)  # id(add): the sums that add their cell's product
+    # parts: groups of one shape whose cells add into the same elements are one group whose
+    # GEMM stacks them along the contraction (_stack); each cell's sum is then added once, by its
+    # last add, the other adds of the cell adding nothing
 
 
 @dataclass
@@ -392,22 +396,27 @@ def _groups(items: list, trips: dict, private: dict, tensors: dict) -> None:
         key = (tuple(trips[v] for v in add.vars), add.reduce, bool(op.attr("double_row")), st.shape[0],
                tensors[st.tensor].dtype, tensors[mv.tensor].dtype, len(st.shape), len(mv.shape))
         cands.setdefault(key, []).append(add)
-    for adds in cands.values():
-        if len(adds) < 2:
-            continue
-        opnd = lambda add, k: _operand_key(add.feeds.plan.op.ins[k], add.vars, private)
+    opnd = lambda add, k: _operand_key(add.feeds.plan.op.ins[k], add.vars, private)
+    for key, adds in cands.items():
+        groups = []
         for comp in _components(adds, opnd):
             sts = set(opnd(a, 0) for a in comp)
             mvs = set(opnd(a, 1) for a in comp)
             if (len(comp) == len(sts) * len(mvs) == len({(opnd(a, 0), opnd(a, 1)) for a in comp})
                     and _unwritten_between(items, comp)):
-                _make_group(comp, opnd)
+                groups.append(_make_group(comp, opnd))
                 continue
             # not every pairing, or a write in between: the matmuls sharing a stationary operand
             for k in dict.fromkeys(opnd(a, 0) for a in comp):
                 part = [a for a in comp if opnd(a, 0) == k]
-                if len(part) > 1 and _unwritten_between(items, part):
-                    _make_group(part, opnd)
+                if len(part) == 1 or _unwritten_between(items, part):
+                    groups.append(_make_group(part, opnd))
+                else:
+                    groups += [_make_group([a], opnd) for a in part]
+        _stack(items, groups, private)
+        for g in groups:  # a group of one matmul alone: its own product as before
+            if len(g.adds) == 1 and g.adds[0].group is g:
+                g.adds[0].group = None
 
 
 def _components(adds: list, opnd) -> list:
@@ -454,10 +463,61 @@ def _make_group(part: list, opnd) -> None:
         cell[id(a)] = (i, j)
     first_st = {i: a for a in reversed(part) for i in [cell[id(a)][0]]}
     first_mv = {j: a for a in reversed(part) for j in [cell[id(a)][1]]}
-    g = _Group(part, [(first_st[i], first_st[i].feeds.plan.op.ins[0]) for i in range(len(sts))],
-               [(first_mv[j], first_mv[j].feeds.plan.op.ins[1]) for j in range(len(mvs))], cell)
+    g = _Group(part, [[(first_st[i], first_st[i].feeds.plan.op.ins[0])] for i in range(len(sts))],
+               [[(first_mv[j], first_mv[j].feeds.plan.op.ins[1])] for j in range(len(mvs))], cell,
+               {id(a) for a in part})
     for a in part:
         a.group = g
+    return g
+
+
+def _stack(items: list, groups: list, private: dict) -> None:
+    """Groups of one shape whose cells add into the same elements (the unrolled copies of a
+    loop over the contraction, each summing its part into one accumulator) become one: their
+    GEMM stacks the parts along K and each cell's sum lands once, at the cell's last add. Legal
+    when nothing but the group's own instructions touches an accumulator between its cell's
+    first and last add, and nothing writes a matmul's operands between it and the GEMM (at the
+    first of the cells' last adds)."""
+    def dsts(g):
+        by = {c: a for a in g.adds for c in [g.cell[id(a)]]}
+        return tuple(_operand_key(by[c].plan.op.outs[0], by[c].vars, private) for c in sorted(by))
+
+    buckets: dict = {}
+    for g in groups:
+        if len(g.adds) == len(g.sts) * len(g.mvs):
+            buckets.setdefault((len(g.sts), len(g.mvs), dsts(g)), []).append(g)
+    for gs in buckets.values():
+        if len(gs) < 2:
+            continue
+        cells: dict = {}
+        for g in gs:
+            for a in g.adds:
+                cells.setdefault(g.cell[id(a)], []).append(a)
+        members = {id(it) for g in gs for a in g.adds for it in (a, a.feeds)}
+        at = min(max(a.order for a in cell) for cell in cells.values())  # the GEMM's turn
+        others = [it for it in items if id(it) not in members and not it.skip and not it.fused]
+        ok = True
+        for a in (a for g in gs for a in g.adds):  # operands as at each matmul
+            read = {x.tensor for x in a.feeds.plan.op.ins if isinstance(x, Access)}
+            lo, hi = sorted((a.feeds.order, at))
+            ok = ok and not any(lo <= it.order <= hi and any(o.tensor in read for o in it.plan.op.outs)
+                                for it in others)
+        for cell in cells.values():  # accumulators no one else sees between a cell's adds
+            t = cell[0].plan.op.outs[0].tensor
+            lo, hi = min(a.order for a in cell), max(a.order for a in cell)
+            ok = ok and not any(lo <= it.order <= hi and _touches(it, t) for it in others)
+            ok = ok and not any(lo <= it.order <= hi and any(x.tensor == t for x in it.plan.op.ins
+                                                             if isinstance(x, Access))
+                                for it in items if it.fused and id(it) not in members)
+        if not ok:
+            continue
+        adds = sorted((a for g in gs for a in g.adds), key=lambda a: a.order)
+        merged = _Group(adds, [sum((g.sts[i] for g in gs), []) for i in range(len(gs[0].sts))],
+                        [sum((g.mvs[j] for g in gs), []) for j in range(len(gs[0].mvs))],
+                        {id(a): g.cell[id(a)] for g in gs for a in g.adds},
+                        {id(max(cell, key=lambda a: a.order)) for cell in cells.values()})
+        for a in adds:
+            a.group = merged
 
 
 def _exempt(w, x, v) -> bool:
@@ -682,6 +742,7 @@ def _gather(nest: Nest, views: _Views):
 def _execute(sim, nest: Nest, plan_: list, ordered: dict) -> None:
     # the fused matmuls' operand views (a group's GEMM may come before a member's own position)
     done, pending = {id(it): got for it, got, _ in plan_ if it.fused}, {}
+    _check_groups(nest, done)
     for it, got, outs in plan_:
         p = it.plan
         points = _points(it.vars, nest.trips)
@@ -699,6 +760,8 @@ def _execute(sim, nest: Nest, plan_: list, ordered: dict) -> None:
             mm = it.feeds
             mm_got = done[id(mm)]
             summed = _grouped(it, done) if it.group is not None else None
+            if summed is _ADDED:
+                continue
             if summed is None:
                 summed = mm.rule.run(mm.plan.op, lambda a: mm_got[id(a)], len(it.vars), it.reduce, gemm=gemm)[0][1]
             term = next(a for a in p.op.ins if isinstance(a, Access) and a != p.op.outs[0])
@@ -744,21 +807,47 @@ def _execute(sim, nest: Nest, plan_: list, ordered: dict) -> None:
                 semantics.store(dst[tuple(sel)], values[tuple(sel)])
 
 
+def _touches(it: _OpItem, t: str) -> bool:
+    """Whether an item reads or writes tensor t other than as a sum into it (sums into the same
+    elements may run in another order: reordered float32 sums)."""
+    op = it.plan.op
+    if t not in tensors_touched(op):
+        return False
+    return not (it.accum and op.outs[0].tensor == t and len(op.outs) == 1
+                and all(x.tensor != t for x in op.ins if isinstance(x, Access) and x != op.outs[0]))
+
+
+_ADDED = object()  # a sum whose product its cell's last add adds (_stack)
+
+
 def _grouped(add: _OpItem, done: dict):
-    """The product feeding `add` out of its group's one GEMM (made at the group's first sum, kept
-    in `done`); None when the group's operands do not line up here (each matmul alone then)."""
+    """The product feeding `add` out of its group's one GEMM (made at the group's first applying
+    add, where _stack checked what it reads; kept in `done`); _ADDED when another add of its cell
+    adds it; None when the group's operands do not line up (each matmul alone then)."""
     g = add.group
-    if id(g) not in done:
-        op = add.feeds.plan.op
-        view = lambda a, x: done[id(a.feeds)][id(x)]
-        done[id(g)] = add.feeds.rule.grouped([view(a, x) for a, x in g.sts], [view(a, x) for a, x in g.mvs],
-                                             len(add.vars), add.reduce, gemm, 2 if op.attr("double_row") else 1)
     got = done[id(g)]
     if got is None:
         return None
+    if id(add) not in g.applies:
+        return _ADDED
+    if callable(got):
+        got = done[id(g)] = got()
     out, mo, no = got
     i, j = g.cell[id(add)]
     return out[..., mo[i]:mo[i + 1], no[j]:no[j + 1]]
+
+
+def _check_groups(nest: Nest, done: dict) -> None:
+    """Each group's GEMM, to run (a function) or None where its operands do not line up: decided
+    before any of its adds runs (one that adds nothing must know whether its product comes)."""
+    for it in nest.items:
+        g = it.group
+        if g is None or id(g) in done:
+            continue
+        op = it.feeds.plan.op
+        views = lambda parts: [done[id(a.feeds)][id(x)] for a, x in parts]
+        done[id(g)] = it.feeds.rule.grouped([views(p) for p in g.sts], [views(p) for p in g.mvs], len(it.vars),
+                                            it.reduce, gemm, 2 if op.attr("double_row") else 1)
 
 
 def _halves(sim, fn, read, dst: np.ndarray, split: bool) -> None:

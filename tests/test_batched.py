@@ -311,7 +311,7 @@ def test_grouped_matmuls_equal_one_matmul_per_pair_and_iteration(data):
     sts = [[operand(st_moves, K, m) for K in Ks] for m in Ms]
     mvs = [[operand(mv_moves, K, n) for K in Ks] for n in Ns]
     out, mo, no = _matmul_grouped(sts if len(Ks) > 1 else [x[0] for x in sts],
-                                  mvs if len(Ks) > 1 else [x[0] for x in mvs], nlead, reduce)
+                                  mvs if len(Ks) > 1 else [x[0] for x in mvs], nlead, reduce)()
     keep = [i for i in range(nlead) if i not in reduce]
     assert out.shape == tuple(trips[i] for i in keep) + (sum(Ms), sum(Ns))
     for i, s in enumerate(sts):
@@ -388,6 +388,10 @@ def test_matmuls_sharing_operands_are_one_gemm(rng, rewrite):
     assert np.all(np.abs(slow[name] - want) <= 1e-5 * 2 * x)
     assert frep.batched_loops and frep.total_ns == srep.total_ns
     sim = MachineSimulator(c.ir, TRN2, timing=False)
-    groups = {id(it.group): len(it.group.adds) for n in sim.nests for it in n.items if it.group is not None}
-    # the loop body holds two unrolled copies of the k step: one group each
-    assert sorted(groups.values()) == ([2, 2] if rewrite else [4, 4])
+    groups = {id(it.group): (len(it.group.adds), len(it.group.applies))
+              for n in sim.nests for it in n.items if it.group is not None}
+    # the loop body holds two unrolled copies of the k step, each 4 products into 4 accumulator
+    # blocks: one GEMM, with each block's two parts stacked along K. With the rewrite, x1 changes
+    # between its first product and the GEMM: the products with s2 (both copies, stacked), and
+    # those of s1 with x2 (stacked), but not s1 with x1 (each alone)
+    assert sorted(groups.values()) == ([(2, 1), (4, 2)] if rewrite else [(8, 4)])

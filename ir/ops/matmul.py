@@ -44,7 +44,7 @@ def _matmul_batched(op: Op, read, nlead: int, reduce: tuple, gemm=np.matmul) -> 
     got = _matmul_grouped([st], [mv], nlead, reduce, gemm, rows)
     if got is None:  # a sum along which one operand is constant: rare
         return _matmul_stacked(st, mv, nlead, reduce, rows)
-    return [(0, got[0])]
+    return [(0, got()[0])]
 
 
 def _matmul_grouped(sts: list, mvs: list, nlead: int, reduce: tuple, gemm=np.matmul, rows: int = 1):
@@ -55,7 +55,9 @@ def _matmul_grouped(sts: list, mvs: list, nlead: int, reduce: tuple, gemm=np.mat
     number): product (i, j) is then the sum over p of sts[i][p] with mvs[j][p], the parts stacked
     along the contraction. Returns (out, M offsets, N offsets): out has the kept loop axes then
     (sum M, sum N), product (i, j) is out[..., M offsets[i]:M offsets[i + 1], N offsets[j]:N
-    offsets[j + 1]]; or None when the operands do not move along the same loop axes, one is
+    offsets[j + 1]]. What it returns is a function of no arguments that reads the views and
+    computes that (the checks need only their shapes: a caller may check before the operands
+    hold their values); or None when the operands do not move along the same loop axes, one is
     constant along a summed axis, or the parts do not line up."""
     sts = [x if isinstance(x, list) else [x] for x in sts]
     mvs = [x if isinstance(x, list) else [x] for x in mvs]
@@ -66,6 +68,18 @@ def _matmul_grouped(sts: list, mvs: list, nlead: int, reduce: tuple, gemm=np.mat
             or any(moving_axes(x, nlead) != mm for xs in mvs for x in xs)
             or any((i in ms) != (i in mm) or (i not in ms and sizes[i] > 1) for i in reduce)):
         return None  # (a sum of one product repeated: _matmul_stacked)
+    # each tile as (K, free): K its partitions (x2 in double-row mode)
+    k_free = lambda x: (x.shape[nlead] * rows, int(np.prod(x.shape[nlead:], dtype=np.int64)) // (x.shape[nlead] * rows))
+    Ks = [k_free(x)[0] for x in sts[0]]
+    Ms, Ns = [k_free(xs[0])[1] for xs in sts], [k_free(xs[0])[1] for xs in mvs]
+    if any(k_free(x) != (k, k_free(xs[0])[1]) for xs in sts + mvs for x, k in zip(xs, Ks)):
+        return None
+    return lambda: _grouped_gemm(sts, mvs, nlead, reduce, gemm, rows, ms, mm, Ks, Ms, Ns)
+
+
+def _grouped_gemm(sts, mvs, nlead, reduce, gemm, rows, ms, mm, Ks, Ms, Ns):
+    """_matmul_grouped's product, once its checks passed."""
+    sizes = sts[0][0].shape[:nlead]
     ns, nm = len(ms), len(mm)
 
     def tiles(x, moving, n):  # the broadcast axes dropped before any copy, each tile as (K, free)
@@ -74,11 +88,6 @@ def _matmul_grouped(sts: list, mvs: list, nlead: int, reduce: tuple, gemm=np.mat
 
     sts = [[tiles(x, ms, ns) for x in xs] for xs in sts]
     mvs = [[tiles(x, mm, nm) for x in xs] for xs in mvs]
-    Ks = [x.shape[-2] for x in sts[0]]
-    Ms, Ns = [xs[0].shape[-1] for xs in sts], [xs[0].shape[-1] for xs in mvs]
-    if (any(x.shape[-2] != k for xs in sts + mvs for x, k in zip(xs, Ks))
-            or any(x.shape[-1] != xs[0].shape[-1] for xs in sts + mvs for x in xs)):
-        return None
     M, N = sum(Ms), sum(Ns)
     both = [i for i in ms if i in mm and i not in reduce]
     only_st = [i for i in ms if i not in mm]
@@ -91,7 +100,7 @@ def _matmul_grouped(sts: list, mvs: list, nlead: int, reduce: tuple, gemm=np.mat
            for xs in sts]
     mvs = [[x.transpose([pm[i] for i in both + red] + [nm] + [pm[i] for i in only_mv] + [nm + 1]) for x in xs]
            for xs in mvs]
-    if len(sts) == len(mvs) == nparts == 1:  # one product: its reshape copies only when it must
+    if len(sts) == len(mvs) == len(sts[0]) == 1:  # one product: its reshape copies only when it must
         st, mv = sts[0][0].reshape(stack + [-1, rks[0]]), mvs[0][0].reshape(stack + [rks[0], -1])
     else:  # one copy of every operand into its block of the GEMM's operands
         lead = [sizes[i] for i in both + only_st]
