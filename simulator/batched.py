@@ -742,7 +742,7 @@ def _gather(nest: Nest, views: _Views):
 def _execute(sim, nest: Nest, plan_: list, ordered: dict) -> None:
     # the fused matmuls' operand views (a group's GEMM may come before a member's own position)
     done, pending = {id(it): got for it, got, _ in plan_ if it.fused}, {}
-    _check_groups(nest, done)
+    _check_groups(sim, nest, done)
     for it, got, outs in plan_:
         p = it.plan
         points = _points(it.vars, nest.trips)
@@ -789,7 +789,7 @@ def _execute(sim, nest: Nest, plan_: list, ordered: dict) -> None:
             axes = ordered.get(p.op.outs[index].tensor)
             if np.ndim(values) == 0:
                 if not axes:
-                    semantics.fill(dst, values)
+                    _halves(sim, lambda _, d, v=values: semantics.fill(d, v), None, dst, True)
                     continue
                 values = np.full(dst.shape, values)
             if axes:  # stored last, in program order along those loops
@@ -837,7 +837,7 @@ def _grouped(add: _OpItem, done: dict):
     return out[..., mo[i]:mo[i + 1], no[j]:no[j + 1]]
 
 
-def _check_groups(nest: Nest, done: dict) -> None:
+def _check_groups(sim, nest: Nest, done: dict) -> None:
     """Each group's GEMM, to run (a function) or None where its operands do not line up: decided
     before any of its adds runs (one that adds nothing must know whether its product comes)."""
     for it in nest.items:
@@ -847,7 +847,9 @@ def _check_groups(nest: Nest, done: dict) -> None:
         op = it.feeds.plan.op
         views = lambda parts: [done[id(a.feeds)][id(x)] for a, x in parts]
         done[id(g)] = it.feeds.rule.grouped([views(p) for p in g.sts], [views(p) for p in g.mvs], len(it.vars),
-                                            it.reduce, gemm, 2 if op.attr("double_row") else 1)
+                                            it.reduce, gemm, 2 if op.attr("double_row") else 1,
+                                            lambda d, x: _halves(sim, lambda r, dd: np.copyto(dd, r(0)),
+                                                                 lambda _: x, d, True))
 
 
 def _halves(sim, fn, read, dst: np.ndarray, split: bool) -> None:

@@ -218,8 +218,9 @@ class Batched:
     # into(op, read, nlead, reduce, dst) (one pass over the destination instead of two)
     into: Callable | None = None
     # for a `sums` op: several instances that share operands as one call,
-    # grouped(firsts, seconds, nlead, reduce, gemm, rows) -> (out, first offsets, second offsets) or
-    # None (nkicc.ir.ops.matmul._matmul_grouped: every first operand with every second, one GEMM)
+    # grouped(firsts, seconds, nlead, reduce, gemm, rows, copy) -> None or a function computing
+    # (out, first offsets, second offsets) (nkicc.ir.ops.matmul._matmul_grouped: every first
+    # operand with every second, one GEMM)
     grouped: Callable | None = None
 
 

@@ -47,7 +47,8 @@ def _matmul_batched(op: Op, read, nlead: int, reduce: tuple, gemm=np.matmul) -> 
     return [(0, got()[0])]
 
 
-def _matmul_grouped(sts: list, mvs: list, nlead: int, reduce: tuple, gemm=np.matmul, rows: int = 1):
+def _matmul_grouped(sts: list, mvs: list, nlead: int, reduce: tuple, gemm=np.matmul, rows: int = 1,
+                    copy=np.copyto):
     """The products of every stationary view in `sts` with every moving view in `mvs` (each with
     `nlead` leading loop axes, as _matmul_batched reads them) as one GEMM: the stationaries side
     by side along M, the movings along N (the copies into GEMM order that one product makes
@@ -58,7 +59,8 @@ def _matmul_grouped(sts: list, mvs: list, nlead: int, reduce: tuple, gemm=np.mat
     offsets[j + 1]]. What it returns is a function of no arguments that reads the views and
     computes that (the checks need only their shapes: a caller may check before the operands
     hold their values); or None when the operands do not move along the same loop axes, one is
-    constant along a summed axis, or the parts do not line up."""
+    constant along a summed axis, or the parts do not line up. `copy(dst, src)`: how the simulator
+    copies operands into their GEMM blocks."""
     sts = [x if isinstance(x, list) else [x] for x in sts]
     mvs = [x if isinstance(x, list) else [x] for x in mvs]
     nparts = len(sts[0])
@@ -74,10 +76,10 @@ def _matmul_grouped(sts: list, mvs: list, nlead: int, reduce: tuple, gemm=np.mat
     Ms, Ns = [k_free(xs[0])[1] for xs in sts], [k_free(xs[0])[1] for xs in mvs]
     if any(k_free(x) != (k, k_free(xs[0])[1]) for xs in sts + mvs for x, k in zip(xs, Ks)):
         return None
-    return lambda: _grouped_gemm(sts, mvs, nlead, reduce, gemm, rows, ms, mm, Ks, Ms, Ns)
+    return lambda: _grouped_gemm(sts, mvs, nlead, reduce, gemm, rows, ms, mm, Ks, Ms, Ns, copy)
 
 
-def _grouped_gemm(sts, mvs, nlead, reduce, gemm, rows, ms, mm, Ks, Ms, Ns):
+def _grouped_gemm(sts, mvs, nlead, reduce, gemm, rows, ms, mm, Ks, Ms, Ns, copy):
     """_matmul_grouped's product, once its checks passed."""
     sizes = sts[0][0].shape[:nlead]
     ns, nm = len(ms), len(mm)
@@ -104,9 +106,9 @@ def _grouped_gemm(sts, mvs, nlead, reduce, gemm, rows, ms, mm, Ks, Ms, Ns):
         st, mv = sts[0][0].reshape(stack + [-1, rks[0]]), mvs[0][0].reshape(stack + [rks[0], -1])
     else:  # one copy of every operand into its block of the GEMM's operands
         lead = [sizes[i] for i in both + only_st]
-        st = _blocks(sts, lead + [M, sum(rks)], len(lead), len(lead) + 1, Ms, rks)
+        st = _blocks(sts, lead + [M, sum(rks)], len(lead), len(lead) + 1, Ms, rks, copy)
         mv = _blocks([list(p) for p in zip(*mvs)], stack + [sum(rks)] + [sizes[i] for i in only_mv] + [N],
-                     len(stack), len(stack) + 1 + len(only_mv), rks, Ns)
+                     len(stack), len(stack) + 1 + len(only_mv), rks, Ns, copy)
         st, mv = st.reshape(stack + [-1, sum(rks)]), mv.reshape(stack + [sum(rks), -1])
     out = gemm(st, mv).reshape(stack + [sizes[i] for i in only_st] + [M] + [sizes[i] for i in only_mv] + [N])
     # to the destination's order: the kept loop axes, then (M, N)
@@ -119,7 +121,8 @@ def _grouped_gemm(sts, mvs, nlead, reduce, gemm, rows, ms, mm, Ks, Ms, Ns):
     return out, np.cumsum([0] + Ms).tolist(), np.cumsum([0] + Ns).tolist()
 
 
-def _blocks(blocks: list, shape: list, axis_u: int, axis_v: int, sizes_u: list, sizes_v: list) -> np.ndarray:
+def _blocks(blocks: list, shape: list, axis_u: int, axis_v: int, sizes_u: list, sizes_v: list,
+            copy=np.copyto) -> np.ndarray:
     """One C-ordered float32 array of `shape` made of blocks[u][v], block (u, v) at offset
     sum(sizes_u[:u]) along axis_u and sum(sizes_v[:v]) along axis_v (each block's own shape has
     the contraction axis split into its loop axes and K: a view of the target's block)."""
@@ -131,7 +134,7 @@ def _blocks(blocks: list, shape: list, axis_u: int, axis_v: int, sizes_u: list, 
             sel[axis_u], sel[axis_v] = slice(ou[u], ou[u + 1]), slice(ov[v], ov[v + 1])
             block = out[tuple(sel)].reshape(x.shape)
             assert block.base is out  # splitting one axis of a slice is always a view
-            block[...] = x
+            copy(block, x)
     return out
 
 
