@@ -90,6 +90,9 @@ class CompiledKernel:
     # programs meet at sendrecv / core_barrier / collectives), run at once
     cores: list | None = field(default=None, repr=False)
     _retrace: object = field(default=None, repr=False, compare=False)
+    # the machine simulator's batched-loop verdicts for `ir` (MachineSimulator(verdicts=)): made by
+    # the first simulation, reused by the next ones
+    _verdicts: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def traced_ir(self) -> Kernel | None:
@@ -135,7 +138,8 @@ class CompiledKernel:
             return run_reference(self.ir, inputs), None
         target = self.target_spec or resolve_target(self.target, registry())
         timing = self.timing if timing is None else timing
-        sim = MachineSimulator(self.ir, target, timing=timing, trace=(trace or self.trace_path or False))
+        sim = MachineSimulator(self.ir, target, timing=timing, trace=(trace or self.trace_path or False),
+                               verdicts=self._verdicts)
         outputs, self.sim = sim.run(inputs)
         self.sim_ranks = None
         self.report["sim"] = self.sim.to_dict()

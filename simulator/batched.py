@@ -100,7 +100,7 @@ class Nest:
     private: dict                   # tensor name -> nest loops around its Alloc
     uses: dict                      # tensor name -> [(item, access, write)]
     relevant: tuple                 # outer indices the legality depends on
-    verdicts: dict = field(default_factory=dict)
+    verdicts: dict = field(default_factory=dict)  # outer indices -> (verdict, why); shared (machine.verdicts)
     fresh: set = field(default_factory=set)  # private tiles that need no poison
     dead: set = field(default_factory=set)   # private tiles only a fused matmul writes: never materialised
     forward: dict = field(default_factory=dict)  # tile -> (its load, the source access, its (P, F) steps)
@@ -201,8 +201,13 @@ def plan(sim, loop: Loop, outer: tuple, label: str) -> Nest | None:
         for v in outer:
             if len({a.offset.coeff(v) for _, a, _ in us}) > 1:
                 relevant.add(v)
-    return Nest(label, trips, items, private, uses, tuple(sorted(relevant)), fresh=fresh, dead=dead,
-                forward=forward)
+    # verdicts shared by the simulators of one kernel: by loop (the object itself checked, not just its
+    # id) and storage precision (which decides the float32 sums)
+    shared = sim.verdicts.get((id(loop), outer, sim.precise))
+    if shared is None or shared[0] is not loop:
+        shared = sim.verdicts[(id(loop), outer, sim.precise)] = (loop, {})
+    return Nest(label, trips, items, private, uses, tuple(sorted(relevant)), verdicts=shared[1], fresh=fresh,
+                dead=dead, forward=forward)
 
 
 def _unbatched(sim, label: str, why: str) -> None:
@@ -537,8 +542,11 @@ def legal(nest: Nest, env: dict):
     along in order (_legal)."""
     key = tuple(env[v] for v in nest.relevant)
     if key not in nest.verdicts:
-        nest.verdicts[key] = _legal(nest, env)
-    return nest.verdicts[key]
+        nest.verdicts[key] = (_legal(nest, env), nest.why)
+    verdict, why = nest.verdicts[key]
+    if verdict is None:
+        nest.why = why
+    return verdict
 
 
 def _legal(nest: Nest, env: dict):

@@ -195,7 +195,8 @@ class MachineSimulator:
 
     def __init__(self, kernel: Kernel, target, timing: bool = True, trace=False, hazards: str = "all",
                  costs: CostTable | None = None, max_trace_events: int = DEFAULT_MAX_EVENTS,
-                 comm: RankComm | None = None, precise: bool | None = None, batch: bool = True) -> None:
+                 comm: RankComm | None = None, precise: bool | None = None, batch: bool = True,
+                 verdicts: dict | None = None) -> None:
         if isinstance(target, str):
             raise TypeError("MachineSimulator needs a Target object (nkicc.plugins.targets.TRN2, or the "
                             "driver's resolve_target(name)), not a name")
@@ -230,6 +231,9 @@ class MachineSimulator:
         self._plan_of: dict[int, _Plan] = {}
         self.nests: list[batched.Nest] = []
         self.unbatched: dict[str, str] = {}  # loop label -> why it can never run batched
+        # the batched nests' legality verdicts by loop (they depend on the kernel alone: simulators of one
+        # kernel may share them, as a CompiledKernel's do; batched.legal)
+        self.verdicts = {} if verdicts is None else verdicts
         self.helper = ThreadPoolExecutor(1)  # the second core's half of large batched passes (no thread until used)
         self._check_layout()
         self.neighbours = self._neighbours()

@@ -395,3 +395,19 @@ def test_matmuls_sharing_operands_are_one_gemm(rng, rewrite):
     # between its first product and the GEMM: the products with s2 (both copies, stacked), and
     # those of s1 with x2 (stacked), but not s1 with x1 (each alone)
     assert sorted(groups.values()) == ([(2, 1), (4, 2)] if rewrite else [(8, 4)])
+
+
+def test_a_compiled_kernel_reuses_its_batched_verdicts(rng):
+    """CompiledKernel.simulate makes the batched-loop verdicts once: the next simulation's nests
+    hold the first one's verdicts (no legality check again) and compute the same result."""
+    arrays = [rng.standard_normal(s).astype(np.float32) for s in [(256, 420), (256, 512), (512, 256)]]
+    c = nkicc.compile(fm.mm2, *arrays)
+    c.timing = False
+    inputs = dict(zip(c.ir.args, arrays))
+    first, rep1 = c.simulate(inputs)
+    made = {k: dict(v[1]) for k, v in c._verdicts.items()}
+    assert rep1.batched_loops and any(made.values())
+    second, rep2 = c.simulate(inputs)
+    assert {k: v[1] for k, v in c._verdicts.items()} == made  # the same verdicts, none added
+    np.testing.assert_array_equal(first["E"], second["E"])
+    assert rep2.batched_loops == rep1.batched_loops and rep2.unbatched_loops == rep1.unbatched_loops
