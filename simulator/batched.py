@@ -36,6 +36,7 @@ and hazard checks (E171) then run per iteration without moving data
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -73,6 +74,7 @@ class _OpItem:
     rule: object = None             # the OpDef's Batched
     parts: tuple = ()               # the instructions it stands for, when not just plan (_rmw)
     skip: bool = False              # a load whose tile its readers read at the source (_forwards)
+    preset: bool = False            # a memset of 0 of a private tile made of zeros (Nest.zeroed): nothing to do
     group: "_Group | None" = None   # a sum fed by a matmul computed in one GEMM with others (_groups)
 
 
@@ -102,6 +104,7 @@ class Nest:
     relevant: tuple                 # outer indices the legality depends on
     verdicts: dict = field(default_factory=dict)  # outer indices -> (verdict, why); shared (machine.verdicts)
     fresh: set = field(default_factory=set)  # private tiles that need no poison
+    zeroed: set = field(default_factory=set)  # private tiles made of zeros (their first op a memset of 0)
     dead: set = field(default_factory=set)   # private tiles only a fused matmul writes: never materialised
     forward: dict = field(default_factory=dict)  # tile -> (its load, the source access, its (P, F) steps)
     batched: int = 0                # entries run batched
@@ -117,6 +120,7 @@ def plan(sim, loop: Loop, outer: tuple, label: str) -> Nest | None:
     private: dict = {}
 
     fresh: set = set()  # private tiles their first op overwrites whole: no poison needed
+    zeroed: dict = {}   # those of them whose first op is a memset of +0 (tile -> that op)
 
     def walk(stmts, vars_):
         for i, s in enumerate(stmts):
@@ -127,6 +131,10 @@ def plan(sim, loop: Loop, outer: tuple, label: str) -> Nest | None:
                 first = sim._first_use(stmts[i + 1:], s.tensor)
                 if isinstance(first, Op) and sim._overwrites(first, s.tensor):
                     fresh.add(s.tensor)
+                    value = first.attr("value") if first.opcode == "memset" else None
+                    if (isinstance(value, (int, float)) and value == 0 and math.copysign(1, value) > 0
+                            and not sim.tensors[s.tensor].is_psum):
+                        zeroed[s.tensor] = first  # made of zero bytes: the memset has nothing to do
             elif isinstance(s, Loop):
                 if runtime_guard(s) is not None:
                     return "a loop with a runtime trip count inside"
@@ -149,6 +157,8 @@ def plan(sim, loop: Loop, outer: tuple, label: str) -> Nest | None:
     why = walk(loop.body.stmts, (loop.var,))
     if why or not items:
         return _unbatched(sim, label, why or "no instructions")
+    for it in items:
+        it.preset = any(it.plan.op is op for op in zeroed.values())
     tensors = sim.tensors
     items, dead = _rmw(items, private, tensors)
     uses: dict = {}
@@ -207,7 +217,7 @@ def plan(sim, loop: Loop, outer: tuple, label: str) -> Nest | None:
     if shared is None or shared[0] is not loop:
         shared = sim.verdicts[(id(loop), outer, sim.precise)] = (loop, {})
     return Nest(label, trips, items, private, uses, tuple(sorted(relevant)), verdicts=shared[1], fresh=fresh,
-                dead=dead, forward=forward)
+                dead=dead, forward=forward, zeroed=set(zeroed))
 
 
 def _unbatched(sim, label: str, why: str) -> None:
@@ -610,7 +620,8 @@ class _Views:
                 continue
             t = sim.tensors[name]
             shape = tuple(nest.trips[v] for v in vars_) + (t.P, t.F)
-            data = np.empty(shape, dtype=t.dtype) if name in nest.fresh else np.full(shape, t.fill, dtype=t.dtype)
+            data = (np.zeros(shape, dtype=t.dtype) if name in nest.zeroed else np.empty(shape, dtype=t.dtype)
+                    if name in nest.fresh else np.full(shape, t.fill, dtype=t.dtype))
             mask = np.zeros(shape, dtype=np.bool_) if t.is_psum else None
             self.priv[name] = (data, mask, vars_)
 
@@ -757,9 +768,7 @@ def _execute(sim, nest: Nest, plan_: list, ordered: dict) -> None:
         for q in it.parts or (p,):
             q.count += points
             sim.executed += points
-        if it.skip:
-            continue
-        if it.fused:
+        if it.skip or it.fused or it.preset:
             continue
         read = lambda a: got[id(a)]
         if it.reduce or it.rule.sums:
