@@ -37,6 +37,7 @@ and hazard checks (E171) then run per iteration without moving data
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -60,6 +61,17 @@ THREADED_GEMM_FLOP = 1 << 30
 # element-wise passes over at least this many destination elements run in two halves on two threads:
 # a strided 20 MB dst += terms took 3.7-4.2 ms so against 6.6-7.1 ms on one (2 vCPUs at load 2.3)
 PARALLEL_ELEMENTS = 1 << 18
+# Both only while a core is to spare (1-minute load average below the CPU count less this): with
+# every core busy the second thread waits for a core and loses (mm2 --scale 8 at load 3-4: 0.35-0.65 s
+# with threads against 0.21-0.39 s without, best of 5, the two alternating)
+SPARE_CORE = 0.5
+
+
+def _spare_core() -> bool:
+    try:
+        return os.getloadavg()[0] < (os.cpu_count() or 1) - SPARE_CORE
+    except OSError:  # no load average (not Unix): as if busy
+        return False
 
 
 @dataclass
@@ -874,7 +886,7 @@ def _halves(sim, fn, read, dst: np.ndarray, split: bool) -> None:
     thread (numpy lets go of the GIL in its loops). `split`: that axis is one of dst's own (not
     summed away), so the halves write disjoint elements (batched execution is legal only then)."""
     n = dst.shape[0] if dst.ndim else 0
-    if not split or n < 2 or dst.size < PARALLEL_ELEMENTS:
+    if not split or n < 2 or dst.size < PARALLEL_ELEMENTS or not _spare_core():
         fn(read, dst)
         return
     parts = (slice(0, n // 2), slice(n // 2, n))
@@ -890,9 +902,10 @@ def _first_axis(x, h: slice):
 
 def gemm(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """a @ b for the batched path: BLAS's own threads for a GEMM of THREADED_GEMM_FLOP or more (a
-    whole loop nest's product), one thread below (the simulator runs under one BLAS thread)."""
+    whole loop nest's product) while a core is to spare, else one thread (the simulator runs under
+    one BLAS thread)."""
     flop = 2 * a.shape[-2] * a.shape[-1] * b.shape[-1] * int(np.prod(a.shape[:-2], dtype=np.int64))
-    if flop >= THREADED_GEMM_FLOP:
+    if flop >= THREADED_GEMM_FLOP and _spare_core():
         with default_blas():
             return np.matmul(a, b)
     return np.matmul(a, b)

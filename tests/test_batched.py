@@ -411,3 +411,22 @@ def test_a_compiled_kernel_reuses_its_batched_verdicts(rng):
     assert {k: v[1] for k, v in c._verdicts.items()} == made  # the same verdicts, none added
     np.testing.assert_array_equal(first["E"], second["E"])
     assert rep2.batched_loops == rep1.batched_loops and rep2.unbatched_loops == rep1.unbatched_loops
+
+
+@pytest.mark.parametrize("spare", [True, False])
+def test_mm2_batched_with_and_without_a_spare_core(rng, monkeypatch, spare):
+    """The two-thread passes (halves of dst += terms, operand copies, fills; BLAS threads) give the
+    per-instruction path's result, whatever the load: forced on for every size, and forced off."""
+    from nkicc.simulator import batched
+    monkeypatch.setattr(batched, "SPARE_CORE", -1e9 if spare else 1e9)
+    monkeypatch.setattr(batched, "PARALLEL_ELEMENTS", 1)
+    monkeypatch.setattr(batched, "THREADED_GEMM_FLOP", 1)
+    assert batched._spare_core() == spare
+    arrays = [rng.standard_normal(s).astype(np.float32) for s in [(256, 420), (256, 512), (512, 256)]]
+    c = nkicc.compile(fm.mm2, *arrays)
+    inputs = dict(zip(c.ir.args, arrays))
+    (fast, frep), (slow, _) = both(c.ir, inputs, timing=False)
+    mag = MachineSimulator(c.ir, TRN2, timing=False, batch=False).run(
+        {k: np.abs(v) for k, v in inputs.items()})[0]["E"].astype(np.float64)
+    assert frep.batched_loops
+    assert np.all(np.abs(fast["E"].astype(np.float64) - slow["E"]) <= SUM_TOL * mag)
