@@ -24,13 +24,22 @@ iterations in an order the batched execution would swap:
   accumulator to HBM) is one accumulation into the HBM tensor (_rmw); a tile
   that one load fills whole from HBM the nest does not write is read at its
   source, never copied (_forwards);
+- a matmul into a private PSUM tile that one sum adds into an accumulator is
+  computed inside that sum (_fuse); such matmuls over loops of the same trips
+  are one GEMM (_groups: the ragged variants the tracer peels and the
+  unrolled copies of a body, every stationary operand with every moving one),
+  and groups whose products add into the same elements one GEMM stacked along
+  K, each sum then added once (_stack);
 - tiles that share bytes must both be private and live in disjoint stretches
   of the body (the allocator reuses addresses only so); everything else
   falls back to per-iteration execution, which also reports out-of-bounds
   accesses (E170) and reads past a tile (W101 semantics).
 
 The verdict is cached per loop and per value of the outer indices that change
-the relative position of two accesses (usually none: once per loop). Timing
+the relative position of two accesses (usually none: once per loop), shared by
+the simulators of one kernel (MachineSimulator(verdicts=)). Large GEMMs get
+BLAS threads and large element-wise passes two threads while a core is to
+spare (_spare_core). Timing
 and hazard checks (E171) then run per iteration without moving data
 (`MachineSimulator._walk_timing`): times do not depend on values.
 """
