@@ -109,6 +109,9 @@ class _Group:
     mvs: list                       # per distinct moving operand, likewise
     cell: dict                      # id(add) -> (index in sts, index in mvs)
     applies: set = field(default_factory=set)  # id(add): the sums that add their cell's product
+    # whether all its cells may be added at its first applying add (nothing else touches the
+    # accumulators in between): then, where their views tile one strided view, one pass (_one_add)
+    one_add: bool = False
     # parts: groups of one shape whose cells add into the same elements are one group whose
     # GEMM stacks them along the contraction (_stack); each cell's sum is then added once, by its
     # last add, the other adds of the cell adding nothing
@@ -450,6 +453,13 @@ def _groups(items: list, trips: dict, private: dict, tensors: dict) -> None:
                 else:
                     groups += [_make_group([a], opnd) for a in part]
         _stack(items, groups, private)
+        for g in {id(a.group): a.group for a in adds if a.group is not None}.values():
+            app = [a for a in g.adds if id(a) in g.applies]
+            members = {id(it) for a in g.adds for it in (a, a.feeds)}
+            lo, hi = min(a.order for a in app), max(a.order for a in app)
+            dsts = {a.plan.op.outs[0].tensor for a in app}
+            g.one_add = not any(lo <= it.order <= hi and id(it) not in members and not it.skip
+                                and any(_touches(it, t) for t in dsts) for it in items)
         for g in groups:  # a group of one matmul alone: its own product as before
             if len(g.adds) == 1 and g.adds[0].group is g:
                 g.adds[0].group = None
@@ -782,6 +792,7 @@ def _gather(nest: Nest, views: _Views):
 def _execute(sim, nest: Nest, plan_: list, ordered: dict) -> None:
     # the fused matmuls' operand views (a group's GEMM may come before a member's own position)
     done, pending = {id(it): got for it, got, _ in plan_ if it.fused}, {}
+    outs_of = {id(it): outs for it, _, outs in plan_}
     _check_groups(sim, nest, done)
     for it, got, outs in plan_:
         p = it.plan
@@ -800,6 +811,12 @@ def _execute(sim, nest: Nest, plan_: list, ordered: dict) -> None:
             summed = _grouped(it, done) if it.group is not None else None
             if summed is _ADDED:
                 continue
+            if it.group is not None and it.group.one_add and summed is not None:
+                once = ("one add", id(it.group))
+                if once not in done:
+                    done[once] = _one_add(sim, it.group, done[id(it.group)], outs_of, ordered)
+                if done[once]:
+                    continue
             if summed is None:
                 summed = mm.rule.run(mm.plan.op, lambda a: mm_got[id(a)], len(it.vars), it.reduce, gemm=gemm)[0][1]
             term = next(a for a in p.op.ins if isinstance(a, Access) and a != p.op.outs[0])
@@ -873,6 +890,53 @@ def _grouped(add: _OpItem, done: dict):
     out, mo, no = got
     i, j = g.cell[id(add)]
     return out[..., mo[i]:mo[i + 1], no[j]:no[j + 1]]
+
+
+def _one_add(sim, g: _Group, got, outs_of: dict, ordered: dict) -> bool:
+    """Every cell's product of group g added into its accumulator in one pass, when their views
+    (SBUF float32, sums as `into` does them) tile one strided view: the stationary operands'
+    cells a uniform step apart, the moving operands' side by side along the last axis (the
+    ragged variants of one tile: one dense pass instead of one strided pass per variant).
+    False (nothing done) otherwise."""
+    out, mo, no = got
+    app = [a for a in g.adds if id(a) in g.applies]
+    cells = {}
+    for a in app:
+        dst, mask = outs_of[id(a)][0]
+        if not (a.accum and a.rule.into is not None and dst.dtype == np.float32 and not a.plan.is_matmul
+                and mask is None and a.plan.op.outs[0].tensor not in ordered):
+            return False
+        cells[g.cell[id(a)]] = dst
+    ni, nj = len(g.sts), len(g.mvs)
+    Ms, Ns = np.diff(mo).tolist(), np.diff(no).tolist()
+    if len(cells) != ni * nj or len(set(Ms)) != 1 or out.shape[:-2] != cells[(0, 0)].shape[:-2]:
+        return False
+    v0 = cells[(0, 0)]
+    ptr = lambda v: v.__array_interface__["data"][0]
+    step = ptr(cells[(1, 0)]) - ptr(v0) if ni > 1 else 0
+    for (i, j), v in cells.items():
+        if (v.strides != v0.strides or v.shape[:-2] != v0.shape[:-2] or v.shape[-2:] != (Ms[i], Ns[j])
+                or ptr(v) != ptr(v0) + i * step + no[j] * v0.strides[-1]):
+            return False
+    shape = v0.shape[:-2] + (ni, Ms[0], no[-1])
+    strides = v0.strides[:-2] + (step, v0.strides[-2], v0.strides[-1])
+    if not _disjoint(shape, strides, v0.itemsize):
+        return False
+    dst = np.lib.stride_tricks.as_strided(v0, shape, strides)  # the union of the cells' views
+    terms = out.reshape(shape)  # (rows: the stationary operands' blocks, each Ms[0] rows)
+    _halves(sim, lambda r, d: np.add(d, r(0), out=d), lambda _: terms, dst, True)
+    return True
+
+
+def _disjoint(shape: tuple, strides: tuple, item: int) -> bool:
+    """Whether a strided view touches no element twice (sufficient: by increasing step, each step
+    clears the extent of the smaller ones)."""
+    extent = item
+    for step, n in sorted((abs(s), n) for s, n in zip(strides, shape) if n > 1):
+        if step < extent:
+            return False
+        extent += step * (n - 1)
+    return True
 
 
 def _check_groups(sim, nest: Nest, done: dict) -> None:
