@@ -61,6 +61,19 @@ def _combos(pairs, scale=1) -> np.ndarray:
     return np.unique(vals * scale)
 
 
+class _Records(dict):
+    """Hazard records of one memory group and kind (reads or writes), keyed by
+    region. maxfin is never below the latest finish among them: a check from an
+    instruction that starts at or after it skips the scan (almost every check
+    does: the records that could still conflict are the few in flight)."""
+    __slots__ = ("maxfin", "limit")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.maxfin = -_INF
+        self.limit = _CLEANUP_AT  # cleanup when more are kept (then twice what remained)
+
+
 def _dense(vals: np.ndarray) -> bool:
     return vals.size == 0 or int(vals[-1] - vals[0]) + 1 == vals.size
 
@@ -663,10 +676,8 @@ class MachineSimulator:
         self.dma_activity = DmaActivity()  # the union of the DMA queues' busy time (activity.py)
         self._dma_keys = [k for k, name in enumerate(self.engines) if name.startswith("dma.q")]
         groups = set(self.neighbours.values())
-        wrecs = {g: {} for g in groups}
-        rrecs = {g: {} for g in groups}
-        self.records = list(wrecs.values()) + list(rrecs.values())
-        self._limits: dict[int, int] = {}
+        wrecs = {g: _Records() for g in groups}
+        rrecs = {g: _Records() for g in groups}
         for acc in self._all_accs:
             acc.vcache = {}
             acc.rcache = {}
@@ -940,35 +951,36 @@ class MachineSimulator:
         """Check the op's accesses against the unfinished accesses recorded
         for its memory group (tensors sharing bytes), then record its own.
         A record: (p_lo, p_hi, b_lo, b_hi, start, finish, plan, acc, e, dense, fast, serial),
-        kept in a dict per group and kind keyed by its region, so that the
+        kept in a _Records per group and kind keyed by its region, so that the
         latest access to a region replaces the older one."""
         check_all = self.hazards == "all"
         region = self._region
-        overlap = self._overlap
         rregions = [(acc, region(acc)) for acc in p.hz_reads]
         wregions = [(acc, region(acc)) for acc in p.hz_writes]
         # read after write: the bytes' last writer must have finished
         for acc, r in rregions:
-            for w in acc.wrecs.values():
-                if w[5] > start and overlap(r, acc, w):
-                    self._raise("read-after-write", p, acc, start, w, "writes", w[5])
+            d = acc.wrecs
+            if d.maxfin > start:
+                self._scan(d, "read-after-write", p, acc, r, start, "writes")
         if check_all:
             for acc, r in wregions:
-                for w in acc.wrecs.values():
-                    if w[5] > start and overlap(r, acc, w):
-                        self._raise("write-after-write", p, acc, start, w, "writes", w[5])
-                for rd in acc.rrecs.values():
-                    if rd[5] > start and overlap(r, acc, rd):
-                        self._raise("write-after-read", p, acc, start, rd, "reads", rd[5])
+                d = acc.wrecs
+                if d.maxfin > start:
+                    self._scan(d, "write-after-write", p, acc, r, start, "writes")
+                d = acc.rrecs
+                if d.maxfin > start:
+                    self._scan(d, "write-after-read", p, acc, r, start, "reads")
         serial = self.executed
         for acc, r in wregions:
             rec = (r[1], r[2], r[3], r[4], start, finish, p, acc, r[6], r[5], r[7], serial)
             d, key = acc.wrecs, r[8]
             d.pop(key, None)
             d[key] = rec  # the newest write of a region is the one reads must wait for
+            if finish > d.maxfin:
+                d.maxfin = finish
             if check_all:
                 acc.rrecs.pop(key, None)  # a read this write had to wait for (checked above)
-            if len(d) > self._limits.get(id(d), _CLEANUP_AT):
+            if len(d) > d.limit:
                 self._cleanup(acc.wrecs, acc.rrecs)
         if check_all:
             for acc, r in rregions:
@@ -977,10 +989,25 @@ class MachineSimulator:
                 if old is None or old[5] <= finish:
                     d.pop(key, None)
                     d[key] = (r[1], r[2], r[3], r[4], start, finish, p, acc, r[6], r[5], r[7], serial)
-                    if len(d) > self._limits.get(id(d), _CLEANUP_AT):
+                    if finish > d.maxfin:
+                        d.maxfin = finish
+                    if len(d) > d.limit:
                         self._cleanup(acc.wrecs, acc.rrecs)
 
-    def _cleanup(self, wrecs: dict, rrecs: dict) -> None:
+    def _scan(self, d: _Records, kind: str, p: _Plan, acc: _Acc, r, start: float, verb: str) -> None:
+        """Raise E171 for a record of `d` that overlaps region r and finishes after
+        `start`; tighten d.maxfin to the latest finish kept."""
+        overlap = self._overlap
+        latest = -_INF
+        for w in d.values():
+            f = w[5]
+            if f > latest:
+                latest = f
+            if f > start and overlap(r, acc, w):
+                self._raise(kind, p, acc, start, w, verb, f)
+        d.maxfin = latest
+
+    def _cleanup(self, wrecs: _Records, rrecs: _Records) -> None:
         """Drop records no future access can conflict with: finished before any
         engine of the program can start again, or covered by a newer dense write
         (or, for reads, by a newer read that ends no earlier)."""
@@ -1002,7 +1029,7 @@ class MachineSimulator:
             elif x[9] and x[10]:
                 rboxes.append((x[11], (x[0], x[1], x[2], x[3]), x[5]))
         for d in (wrecs, rrecs):
-            self._limits[id(d)] = max(_CLEANUP_AT, 2 * len(d))
+            d.limit = max(_CLEANUP_AT, 2 * len(d))
             if len(d) > _MAX_RECORDS:  # pathological: forget the oldest
                 for key in list(d)[:len(d) - _MAX_RECORDS]:
                     del d[key]
