@@ -32,7 +32,7 @@ from ..ir import dtypes
 from ..ir import ops
 from ..ir.ops import debug
 from ..ir.analysis import engine_of, injective, reads, runtime_guard, tensors_touched, writes, written_args
-from . import batched, numerics, semantics
+from . import batched, numerics, periodic, semantics
 from ._blas import single_threaded_blas
 from .reference import ReferenceMachine, gather_index
 from .activity import DmaActivity, percent
@@ -207,7 +207,8 @@ class MachineSimulator:
 
     def __init__(self, kernel: Kernel, target, timing: bool = True, trace=False, hazards: str = "all",
                  costs: CostTable | None = None, max_trace_events: int = DEFAULT_MAX_EVENTS,
-                 comm: RankComm | None = None, precise: bool | None = None, batch: bool = True) -> None:
+                 comm: RankComm | None = None, precise: bool | None = None, batch: bool = True,
+                 closed_form: bool = True) -> None:
         if isinstance(target, str):
             raise TypeError("MachineSimulator needs a Target object (nkicc.plugins.targets.TRN2, or the "
                             "driver's resolve_target(name)), not a name")
@@ -246,6 +247,13 @@ class MachineSimulator:
         self.neighbours = self._neighbours()
         self._program = self._compile_block(kernel.body.stmts, ())
         self.hazards = hazards if (self.timing and self.scheduled) else "off"
+        # loops whose timing repeats skip whole periods (periodic.py); not while tracing (every
+        # instruction is an event), nor with hazards="raw" (its record cleanup can hide a hazard
+        # depending on when it runs, which a skipped period would change)
+        self.closed_form = bool(closed_form) and self.timing and not self.tracing and self.hazards != "raw"
+        self._facts: dict[int, periodic.LoopFacts] = {}
+        self._max_hidden = max((p.hidden for p in self.plans), default=0.0)
+        self._hidden_keys = sorted({p.ekey for p in self.plans if p.hidden > 0})
         # accesses to memory that no op ever writes cannot take part in a hazard
         written = {self.neighbours[a.tensor] for p in self.plans for a in writes(p.op)}
         touched = {n for n in self.tensors if self.neighbours[n] in written}
@@ -678,6 +686,9 @@ class MachineSimulator:
         groups = set(self.neighbours.values())
         wrecs = {g: _Records() for g in groups}
         rrecs = {g: _Records() for g in groups}
+        self._hz_groups = [g for g in wrecs] + [g for g in rrecs]
+        self._hz_dicts = [wrecs[g] for g in wrecs] + [rrecs[g] for g in rrecs]
+        self.closed_loops: dict[str, int] = {}  # loop label -> iterations timed in closed form
         for acc in self._all_accs:
             acc.vcache = {}
             acc.rcache = {}
@@ -773,6 +784,16 @@ class MachineSimulator:
         var, trip, body, depth, label, start, step = spec
         env = self.env
         block = block or self._block
+        if self.closed_form and getattr(block, "__func__", None) is MachineSimulator._walk_timing:
+            facts = self._facts.get(id(body))
+            if facts is None:
+                facts = self._facts[id(body)] = periodic.loop_facts(self, spec)
+            if facts.ok:
+                skipped = periodic.run_loop(self, spec, facts, block)
+                if skipped:
+                    name = f"{label[1]} {label[0]} ({var})"
+                    self.closed_loops[name] = self.closed_loops.get(name, 0) + skipped
+                return
         if self.tracing:
             spans, tracer = self._spans, self.tracer
             for t in range(trip):
@@ -914,8 +935,10 @@ class MachineSimulator:
 
     def _horizon(self) -> float:
         """No instruction not yet timed, on an engine or queue that has run
-        one, can start before this: the earliest such an engine frees."""
-        return min((f for f, n in zip(self.efree, self.ecount) if n), default=0.0)
+        one, can begin waiting before this: the earliest such an engine frees,
+        less the largest overhead an instruction hides behind its predecessor
+        (so that what is pruned before it can never change a later start)."""
+        return min((f for f, n in zip(self.efree, self.ecount) if n), default=0.0) - self._max_hidden
 
     def _region(self, acc: _Acc):
         """(tensor, p_lo, p_hi, b_lo, b_hi (exclusive), dense, e, fast) of an access now."""
@@ -1118,6 +1141,7 @@ class MachineSimulator:
             r.trace_capped = self.tracer.capped
             r.timeline = self.tracer.timeline(self.track_names())
         r.batched_loops = {n.label: n.batched for n in self.nests if n.batched}
+        r.closed_form_loops = dict(self.closed_loops) if self.timing else {}
         r.reordered_sums = self.reordered
         r.unbatched_loops = {**self.unbatched, **{n.label: n.why for n in self.nests if n.fallbacks}}
         if self.forgotten:
