@@ -35,9 +35,9 @@ from __future__ import annotations
 from .activity import _merge
 
 _TOL = 1e-6          # ns: two times this close are the same time
-_MAX_PERIOD = 4      # iterations a period may span (a rotation over the DMA queues may need several)
+_MAX_PERIOD = 16     # iterations a period may span (a rotation over the DMA queues may need as many as the queues)
 _MIN_TRIP = 4        # shorter loops: not worth a snapshot per iteration
-_MIN_BODY = 24       # instructions per iteration below which snapshots cost more than they save
+_MIN_BODY = 4        # instructions per iteration below which a snapshot costs more than it can save
 
 
 class LoopFacts:
