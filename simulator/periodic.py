@@ -15,8 +15,9 @@ What "the whole state" means: everything a later instruction's times or
 hazard checks read. Parts that no later instruction can read are left out of
 the comparison, and dropped when skipping (which changes nothing): a finish
 no later start can precede (at or before the earliest engine free minus the
-largest hidden overhead), fabric and DMA activity intervals ending before any
-DMA queue frees, hazard records finishing before every engine frees.
+largest hidden overhead), fabric and DMA activity time before any DMA queue
+frees (intervals are clipped there: no later transfer starts before it),
+hazard records finishing before every engine frees.
 
 Hazards (E171) in skipped iterations: every access of the loop must move by
 the same bytes per iteration within its memory group (on-chip tiles must not
@@ -117,12 +118,13 @@ def snapshot(m, f: LoopFacts) -> Snapshot:
     s.rf = {i: (r.latest_ns, r._dropped_ns, {b: t for b, t in r._fin.items() if t > s.Hw})
             for i, r in m._rot_fin.items()}
     fab = m.fabric
-    s.fab = [(lo, hi) for lo, hi in fab._busy if hi > s.floor]
+    # no later transfer starts before the floor: what lies before it is history (clipped off)
+    s.fab = [(max(lo, s.floor), hi) for lo, hi in fab._busy if hi > s.floor]
     s.blocked = fab._blocked
     act = m.dma_activity
     merged = _merge(act._pending)
     s.act_total = act.closed_ns + sum(hi - lo for lo, hi in merged)
-    s.act_live = [(lo, hi) for lo, hi in merged if hi > s.floor]
+    s.act_live = [(max(lo, s.floor), hi) for lo, hi in merged if hi > s.floor]
     s.hz = [[(k, r) for k, r in d.items() if r[5] > s.H] for d in m._hz_dicts]
     s.forgotten = m.forgotten
     return s

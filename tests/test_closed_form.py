@@ -131,3 +131,70 @@ def test_deleted_semaphores_give_the_same_verdict_in_closed_form(rng, kernel, sh
                 _same_estimate(on, off)
                 closed += bool(on.closed_form_loops)
     assert caught >= 1 and closed >= 1, (caught, closed)
+
+
+def test_a_period_needs_the_whole_state_to_repeat(rng, monkeypatch):
+    """The comparison behind a skip is strict: the state it accepted, changed in
+    any one part a later instruction reads (a live hazard record, a finish, a
+    rotating DMA's finish per memory box, an engine's free time, the fabric's
+    busy time, the DMA activity), is not a period any more."""
+    import copy
+
+    from nkicc.simulator import periodic
+
+    seen = []
+    real_skip = periodic.skip
+
+    def spy(m, f, a, b, p, D, k):
+        seen.append((m, f, copy.copy(a), copy.copy(b), p, D))
+        return real_skip(m, f, a, b, p, D, k)
+
+    monkeypatch.setattr(periodic, "skip", spy)
+    a_in = _arrays(rng, [(128 * 32, 64)])
+    c = nkicc.compile(scaled_tiles, *a_in)
+    MachineSimulator(c.ir, TRN2).run(dict(zip(c.ir.args, a_in)))
+    (m, f, a, b, p, D), = seen
+    assert periodic.shift_of(m, f, a, b, p) == D
+
+    def changed(part, edit):
+        s = copy.copy(b)
+        setattr(s, part, copy.deepcopy(getattr(b, part)))
+        edit(getattr(s, part))
+        return periodic.shift_of(m, f, a, s, p)
+
+    def hz_record(edit):
+        def go(hz):
+            g = next(i for i, recs in enumerate(hz) if recs)
+            key, r = hz[g][0]
+            hz[g][0] = (key, edit(list(r)))
+        return go
+
+    def later(r):
+        r[5] += 1.0
+        return tuple(r)
+
+    def moved(r):
+        r[2] += 4
+        return tuple(r)
+
+    def rf_box(rf):
+        i = next(i for i, (_, _, boxes) in rf.items() if boxes)
+        box = next(iter(rf[i][2]))
+        rf[i][2][box] += 1.0
+
+    def fin(d):
+        key = max(d, key=d.get)
+        d[key] += 1.0
+
+    def first(lst):
+        lst[0] = (lst[0][0], lst[0][1] + 1.0) if isinstance(lst[0], tuple) else lst[0] + 1.0
+
+    def extra(hz):  # one more live record
+        g = next(i for i, recs in enumerate(hz) if recs)
+        key, r = hz[g][0]
+        hz[g].append((key + ("extra",), r))
+
+    assert any(b.hz) and any(boxes for _, _, boxes in b.rf.values()) and b.fab and b.act_live
+    for part, edit in [("hz", hz_record(later)), ("hz", hz_record(moved)), ("hz", extra), ("rf", rf_box),
+                       ("fin", fin), ("efree", first), ("fab", first), ("act_live", first)]:
+        assert changed(part, edit) is None, part
