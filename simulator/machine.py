@@ -689,6 +689,8 @@ class MachineSimulator:
         self._hz_groups = [g for g in wrecs] + [g for g in rrecs]
         self._hz_dicts = [wrecs[g] for g in wrecs] + [rrecs[g] for g in rrecs]
         self.closed_loops: dict[str, int] = {}  # loop label -> iterations timed in closed form
+        for facts in self._facts.values():
+            facts.misses = facts.hits = 0
         for acc in self._all_accs:
             acc.vcache = {}
             acc.rcache = {}

@@ -38,12 +38,14 @@ from .activity import _merge
 _TOL = 1e-6          # ns: two times this close are the same time
 _MAX_PERIOD = 16     # iterations a period may span (a rotation over the DMA queues may need as many as the queues)
 _MIN_TRIP = 4        # shorter loops: not worth a snapshot per iteration
-_MIN_BODY = 4        # instructions per iteration below which a snapshot costs more than it can save
+_MIN_BODY = 8        # instructions per iteration below which a snapshot costs more than it can save
+_GIVE_UP = 2 * _MAX_PERIOD + 2  # iterations of one loop entry without a period: stop looking
+_MAX_MISSES = 4      # entries of a loop without a period (in one run): stop looking in that loop
 
 
 class LoopFacts:
     """What a loop's iterations do to memory, worked out once per loop."""
-    __slots__ = ("ok", "why", "group_bytes", "acc_elems", "plans", "per_iter")
+    __slots__ = ("ok", "why", "group_bytes", "acc_elems", "plans", "per_iter", "misses", "hits")
 
     def __init__(self) -> None:
         self.ok = True
@@ -52,6 +54,7 @@ class LoopFacts:
         self.acc_elems: dict[int, int] = {}     # id(access) -> elements its start moves per iteration
         self.plans: list = []                   # the plans of the body (nested loops included)
         self.per_iter = 0                       # instructions per iteration (static loops)
+        self.misses = self.hits = 0             # entries of the loop without / with a period, this run
 
 
 def loop_facts(m, spec) -> LoopFacts:
@@ -255,12 +258,15 @@ def run_loop(m, spec, f: LoopFacts, block) -> int:
     env = m.env
     snaps: list[Snapshot] = []
     skipped = 0
+    # a snapshot costs about as much as timing a few dozen instructions: stop taking them in a
+    # loop that has shown no period for a while
+    looking = f.hits or f.misses < _MAX_MISSES
     t = 0
     while t < trip:
         env[var] = t
         block(spec[2])
         t += 1
-        if skipped or trip - t < 1:
+        if not looking or skipped or trip - t < 1 or t > _GIVE_UP:
             continue
         s = snapshot(m, f)
         snaps.append(s)
@@ -277,4 +283,9 @@ def run_loop(m, spec, f: LoopFacts, block) -> int:
         if len(snaps) > _MAX_PERIOD + 1:
             del snaps[0]
     env.pop(var, None)
+    if looking:
+        if skipped:
+            f.hits += 1
+        else:
+            f.misses += 1
     return skipped
