@@ -24,6 +24,7 @@ bytes has finished) is error E171 naming both instructions: a missing semaphore.
 from __future__ import annotations
 
 import time
+from itertools import repeat
 
 import numpy as np
 
@@ -47,6 +48,7 @@ from .trace import DEFAULT_MAX_EVENTS, TraceRecorder, loop_label
 
 _accumulate = ReferenceMachine._accumulate  # the accumulate=None rule, one implementation
 _INF = float("inf")
+_NO_FINISH = repeat(-_INF)  # fin.get's default for every wait (map(fin.get, waits, _NO_FINISH))
 _CLEANUP_AT = 24          # records per group and kind before a cleanup (then twice what remained)
 _VIEW_CACHE = 512         # cached views per access (distinct start offsets)
 _MAX_RECORDS = 4096      # per buffer and kind; beyond this the oldest are forgotten (reported)
@@ -181,7 +183,7 @@ class _Plan:
     __slots__ = ("op", "id", "opcode", "engine", "queue", "ekey", "tid", "waits", "cost", "accs", "by_id",
                  "outs", "scalars", "hz_reads", "hz_writes", "count", "loc_str", "loop_vars", "dma_dir",
                  "dma_bytes", "fabric_ns", "spill", "mode", "dyn_accs", "is_matmul", "rotate", "collective", "is_print",
-                 "tokens", "hidden")
+                 "tokens", "hidden", "wait_plain", "wait_rot")
 
     def __init__(self, op: Op) -> None:
         self.op = op
@@ -253,6 +255,12 @@ class MachineSimulator:
         self.closed_form = bool(closed_form) and self.timing and not self.tracing and self.hazards != "raw"
         self._facts: dict[int, periodic.LoopFacts] = {}
         self._max_hidden = max((p.hidden for p in self.plans), default=0.0)
+        # waits on rotating DMAs look at the memory boxes their executions touched (pending.py);
+        # the others only at the latest finish
+        rot_ids = {p.id for p in self.plans if p.rotate}
+        for p in self.plans:
+            p.wait_rot = () if p.tokens else tuple(w for w in p.waits if w in rot_ids)
+            p.wait_plain = tuple(w for w in p.waits if w not in p.wait_rot)
         self._hidden_keys = sorted({p.ekey for p in self.plans if p.hidden > 0})
         # accesses to memory that no op ever writes cannot take part in a hazard
         written = {self.neighbours[a.tensor] for p in self.plans for a in writes(p.op)}
@@ -877,16 +885,17 @@ class MachineSimulator:
         hidden = p.hidden
         start = free - hidden
         fin = self.finish_of
+        if p.wait_plain:
+            f = max(map(fin.get, p.wait_plain, _NO_FINISH))
+            if f > start:
+                start = f
         boxes = None
-        for w in p.waits:
+        for w in p.wait_rot:  # a rotating DMA: only its executions that touched this op's memory
             f = fin.get(w)
             if f is not None and f > start:
-                rot = None if p.tokens else self._rot_fin.get(w)
-                if rot is not None:  # a rotating DMA: only its executions that touched this op's memory
-                    if boxes is None:
-                        boxes = self._boxes(p)
-                    f = rot.latest(boxes, start)
-                start = f
+                if boxes is None:
+                    boxes = self._boxes(p)
+                start = self._rot_fin[w].latest(boxes, start)  # max(start, those executions' finish)
         if meet is not None:  # a collective: it starts when the last rank of its group is ready
             start = meet(start)
         if hidden:
@@ -980,8 +989,8 @@ class MachineSimulator:
         latest access to a region replaces the older one."""
         check_all = self.hazards == "all"
         region = self._region
-        rregions = [(acc, region(acc)) for acc in p.hz_reads]
-        wregions = [(acc, region(acc)) for acc in p.hz_writes]
+        rregions = [(acc, acc.rcache.get(acc.cur) or region(acc)) for acc in p.hz_reads]
+        wregions = [(acc, acc.rcache.get(acc.cur) or region(acc)) for acc in p.hz_writes]
         # read after write: the bytes' last writer must have finished
         for acc, r in rregions:
             d = acc.wrecs
