@@ -155,7 +155,9 @@ def shift_of(m, f: LoopFacts, a: Snapshot, b: Snapshot, p: int) -> float | None:
         return None
     if not all(_near(y - x, D) for x, y in zip(a.efree, b.efree)):
         return None
-    if not all(_near(y - x, D) for x, y in zip(a.eexec, b.eexec)):
+    # an engine's last execution start matters to an instruction that hides its overhead behind it,
+    # which begins no earlier than Hw
+    if not all(_near(y - x, D) or (x == y and x <= a.Hw) for x, y in zip(a.eexec, b.eexec)):
         return None
     if not _near(b.end_ns - a.end_ns, D):
         return None
@@ -214,8 +216,9 @@ def skip(m, f: LoopFacts, a: Snapshot, b: Snapshot, p: int, D: float, k: int) ->
         m.efree[i] += dt
         m.ebusy[i] += k * (b.ebusy[i] - a.ebusy[i])
         m.ecount[i] += k * (b.ecount[i] - a.ecount[i])
-    for j, key in enumerate(m._hidden_keys):
-        m.eexec[key] += dt
+    for key, x, y in zip(m._hidden_keys, a.eexec, b.eexec):
+        if _near(y - x, D):
+            m.eexec[key] += dt
     for plan, x, y in zip(f.plans, a.counts, b.counts):
         plan.count += k * (y - x)
     dexec = k * (b.executed - a.executed)
