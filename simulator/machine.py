@@ -18,6 +18,8 @@ its "wait" attribute has finished; it lasts its cost from timing.py (estimates).
 A read that starts before the write it reads has finished (and, with
 hazards="all", a write that starts before an earlier read or write of the same
 bytes has finished) is error E171 naming both instructions: a missing semaphore.
+A loop nest that ran batched is timed afterwards without data, and a loop
+whose timing repeats skips whole periods in closed form (periodic.py).
 
     outputs, report = MachineSimulator(kernel, target, timing=True, trace="t.json").run(inputs)
 """
@@ -205,7 +207,10 @@ class MachineSimulator:
     environment now); off holds every float tensor as float32, so on-chip
     memory is modelled `scale` times larger (every device byte is `scale`
     bytes, enough for a float32 in each bf16/fp8 element): addresses, overlaps
-    and hazards keep their device layout."""
+    and hazards keep their device layout. closed_form: time the iterations of
+    a batched loop whose timing repeats in closed form, whole periods at once
+    (periodic.py; the same estimate up to float rounding); False walks every
+    instruction."""
 
     def __init__(self, kernel: Kernel, target, timing: bool = True, trace=False, hazards: str = "all",
                  costs: CostTable | None = None, max_trace_events: int = DEFAULT_MAX_EVENTS,
