@@ -100,7 +100,8 @@ def measure(scale: int = 8, repeat: int = 3, target_name: str = "trn2") -> dict:
             sims.append({"timing": timing, "batch": batch, "wall_s": wall, "cpu_s": cpu,
                          "executed": report.executed, "total_ns": report.total_ns, "max_rel_err": err,
                          "batched_loops": report.batched_loops, "unbatched_loops": report.unbatched_loops,
-                         "reordered_sums": report.reordered_sums, "loops": len(sim.nests)})
+                         "reordered_sums": report.reordered_sums, "loops": len(sim.nests),
+                         "closed_form_loops": report.closed_form_loops})
     counts: dict = {}
     for p in sim.plans:
         counts[p.opcode] = counts.get(p.opcode, 0) + p.count
@@ -145,6 +146,10 @@ def table(data: dict) -> str:
     lines += ["", f"loops run batched: {len(bl)} of the {f.get('loops', '?')} loop nests the simulator could "
                   f"batch, {sum(bl.values())} loop entries in all per run"
                   + (" (" + ", ".join(f"{k}: {v}" for k, v in sorted(bl.items())) + ")" if bl else "")]
+    cf = t.get("closed_form_loops") or {}
+    if cf:
+        lines += ["", "iterations timed in closed form (their loop's timing repeats, simulator/periodic.py): "
+                      + ", ".join(f"{k}: {v}" for k, v in sorted(cf.items()))]
     ub = f.get("unbatched_loops") or {}
     if ub:
         lines += ["", "loops that ran per iteration: " + "; ".join(f"{k}: {v}" for k, v in sorted(ub.items()))]

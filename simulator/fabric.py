@@ -17,11 +17,13 @@ memory stays bounded (the simulator says how early that is: `floor`).
 from __future__ import annotations
 
 from bisect import bisect_right
+from operator import itemgetter
 
 # drop finished intervals when this many are kept
 _COMPACT_AT = 256
 # never keep more intervals than this
 _MAX_KEPT = 1024
+_START = itemgetter(0)  # an interval's start: what bisect searches by
 
 
 class Fabric:
@@ -41,7 +43,7 @@ class Fabric:
             return start
         busy = self._busy
         t = start if start > self._blocked else self._blocked
-        i = bisect_right([b[0] for b in busy], t) - 1
+        i = bisect_right(busy, t, key=_START) - 1
         if i >= 0 and busy[i][1] > t:  # inside a busy interval: wait for its end
             t = busy[i][1]
         i += 1
@@ -68,7 +70,7 @@ class Fabric:
 
     def _insert(self, lo: float, hi: float) -> None:
         busy = self._busy
-        i = bisect_right([b[0] for b in busy], lo)
+        i = bisect_right(busy, lo, key=_START)
         # merge with the interval before and after when they touch
         if i > 0 and busy[i - 1][1] >= lo:
             busy[i - 1][1] = max(busy[i - 1][1], hi)

@@ -18,6 +18,8 @@ its "wait" attribute has finished; it lasts its cost from timing.py (estimates).
 A read that starts before the write it reads has finished (and, with
 hazards="all", a write that starts before an earlier read or write of the same
 bytes has finished) is error E171 naming both instructions: a missing semaphore.
+A loop nest that ran batched is timed afterwards without data, and a loop
+whose timing repeats skips whole periods in closed form (periodic.py).
 
     outputs, report = MachineSimulator(kernel, target, timing=True, trace="t.json").run(inputs)
 """
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import ThreadPoolExecutor
+from itertools import repeat
 
 import numpy as np
 
@@ -33,7 +36,7 @@ from ..ir import dtypes
 from ..ir import ops
 from ..ir.ops import debug
 from ..ir.analysis import engine_of, injective, reads, runtime_guard, tensors_touched, writes, written_args
-from . import batched, numerics, semantics
+from . import batched, numerics, periodic, semantics
 from ._blas import single_threaded_blas
 from .reference import ReferenceMachine, gather_index
 from .activity import DmaActivity, percent
@@ -48,6 +51,7 @@ from .trace import DEFAULT_MAX_EVENTS, TraceRecorder, loop_label
 
 _accumulate = ReferenceMachine._accumulate  # the accumulate=None rule, one implementation
 _INF = float("inf")
+_NO_FINISH = repeat(-_INF)  # fin.get's default for every wait (map(fin.get, waits, _NO_FINISH))
 _CLEANUP_AT = 24          # records per group and kind before a cleanup (then twice what remained)
 _VIEW_CACHE = 512         # cached views per access (distinct start offsets)
 _MAX_RECORDS = 4096      # per buffer and kind; beyond this the oldest are forgotten (reported)
@@ -60,6 +64,19 @@ def _combos(pairs, scale=1) -> np.ndarray:
         if num > 1 and step:
             vals = (vals[:, None] + np.arange(num, dtype=np.int64)[None, :] * step).reshape(-1)
     return np.unique(vals * scale)
+
+
+class _Records(dict):
+    """Hazard records of one memory group and kind (reads or writes), keyed by
+    region. maxfin is never below the latest finish among them: a check from an
+    instruction that starts at or after it skips the scan (almost every check
+    does: the records that could still conflict are the few in flight)."""
+    __slots__ = ("maxfin", "limit")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.maxfin = -_INF
+        self.limit = _CLEANUP_AT  # cleanup when more are kept (then twice what remained)
 
 
 def _dense(vals: np.ndarray) -> bool:
@@ -169,7 +186,7 @@ class _Plan:
     __slots__ = ("op", "id", "opcode", "engine", "queue", "ekey", "tid", "waits", "cost", "accs", "by_id",
                  "outs", "scalars", "hz_reads", "hz_writes", "count", "loc_str", "loop_vars", "dma_dir",
                  "dma_bytes", "fabric_ns", "spill", "mode", "dyn_accs", "is_matmul", "rotate", "collective", "is_print",
-                 "tokens", "hidden")
+                 "tokens", "hidden", "wait_plain", "wait_rot")
 
     def __init__(self, op: Op) -> None:
         self.op = op
@@ -191,12 +208,15 @@ class MachineSimulator:
     environment now); off holds every float tensor as float32, so on-chip
     memory is modelled `scale` times larger (every device byte is `scale`
     bytes, enough for a float32 in each bf16/fp8 element): addresses, overlaps
-    and hazards keep their device layout."""
+    and hazards keep their device layout. closed_form: time the iterations of
+    a batched loop whose timing repeats in closed form, whole periods at once
+    (periodic.py; the same estimate up to float rounding); False walks every
+    instruction."""
 
     def __init__(self, kernel: Kernel, target, timing: bool = True, trace=False, hazards: str = "all",
                  costs: CostTable | None = None, max_trace_events: int = DEFAULT_MAX_EVENTS,
                  comm: RankComm | None = None, precise: bool | None = None, batch: bool = True,
-                 verdicts: dict | None = None) -> None:
+                 verdicts: dict | None = None, closed_form: bool = True) -> None:
         if isinstance(target, str):
             raise TypeError("MachineSimulator needs a Target object (nkicc.plugins.targets.TRN2, or the "
                             "driver's resolve_target(name)), not a name")
@@ -239,6 +259,19 @@ class MachineSimulator:
         self.neighbours = self._neighbours()
         self._program = self._compile_block(kernel.body.stmts, ())
         self.hazards = hazards if (self.timing and self.scheduled) else "off"
+        # loops whose timing repeats skip whole periods (periodic.py); not while tracing (every
+        # instruction is an event), nor with hazards="raw" (its record cleanup can hide a hazard
+        # depending on when it runs, which a skipped period would change)
+        self.closed_form = bool(closed_form) and self.timing and not self.tracing and self.hazards != "raw"
+        self._facts: dict[int, periodic.LoopFacts] = {}
+        self._max_hidden = max((p.hidden for p in self.plans), default=0.0)
+        # waits on rotating DMAs look at the memory boxes their executions touched (pending.py);
+        # the others only at the latest finish
+        rot_ids = {p.id for p in self.plans if p.rotate}
+        for p in self.plans:
+            p.wait_rot = () if p.tokens else tuple(w for w in p.waits if w in rot_ids)
+            p.wait_plain = tuple(w for w in p.waits if w not in p.wait_rot)
+        self._hidden_keys = sorted({p.ekey for p in self.plans if p.hidden > 0})
         # accesses to memory that no op ever writes cannot take part in a hazard
         written = {self.neighbours[a.tensor] for p in self.plans for a in writes(p.op)}
         touched = {n for n in self.tensors if self.neighbours[n] in written}
@@ -669,10 +702,13 @@ class MachineSimulator:
         self.dma_activity = DmaActivity()  # the union of the DMA queues' busy time (activity.py)
         self._dma_keys = [k for k, name in enumerate(self.engines) if name.startswith("dma.q")]
         groups = set(self.neighbours.values())
-        wrecs = {g: {} for g in groups}
-        rrecs = {g: {} for g in groups}
-        self.records = list(wrecs.values()) + list(rrecs.values())
-        self._limits: dict[int, int] = {}
+        wrecs = {g: _Records() for g in groups}
+        rrecs = {g: _Records() for g in groups}
+        self._hz_groups = [g for g in wrecs] + [g for g in rrecs]
+        self._hz_dicts = [wrecs[g] for g in wrecs] + [rrecs[g] for g in rrecs]
+        self.closed_loops: dict[str, int] = {}  # loop label -> iterations timed in closed form
+        for facts in self._facts.values():
+            facts.misses = facts.hits = 0
         for acc in self._all_accs:
             acc.vcache = {}
             acc.rcache = {}
@@ -768,6 +804,16 @@ class MachineSimulator:
         var, trip, body, depth, label, start, step = spec
         env = self.env
         block = block or self._block
+        if self.closed_form and getattr(block, "__func__", None) is MachineSimulator._walk_timing:
+            facts = self._facts.get(id(body))
+            if facts is None:
+                facts = self._facts[id(body)] = periodic.loop_facts(self, spec)
+            if facts.ok:
+                skipped = periodic.run_loop(self, spec, facts, block)
+                if skipped:
+                    name = f"{label[1]} {label[0]} ({var})"
+                    self.closed_loops[name] = self.closed_loops.get(name, 0) + skipped
+                return
         if self.tracing:
             spans, tracer = self._spans, self.tracer
             for t in range(trip):
@@ -849,16 +895,17 @@ class MachineSimulator:
         hidden = p.hidden
         start = free - hidden
         fin = self.finish_of
+        if p.wait_plain:
+            f = max(map(fin.get, p.wait_plain, _NO_FINISH))
+            if f > start:
+                start = f
         boxes = None
-        for w in p.waits:
+        for w in p.wait_rot:  # a rotating DMA: only its executions that touched this op's memory
             f = fin.get(w)
             if f is not None and f > start:
-                rot = None if p.tokens else self._rot_fin.get(w)
-                if rot is not None:  # a rotating DMA: only its executions that touched this op's memory
-                    if boxes is None:
-                        boxes = self._boxes(p)
-                    f = rot.latest(boxes, start)
-                start = f
+                if boxes is None:
+                    boxes = self._boxes(p)
+                start = self._rot_fin[w].latest(boxes, start)  # max(start, those executions' finish)
         if meet is not None:  # a collective: it starts when the last rank of its group is ready
             start = meet(start)
         if hidden:
@@ -909,8 +956,10 @@ class MachineSimulator:
 
     def _horizon(self) -> float:
         """No instruction not yet timed, on an engine or queue that has run
-        one, can start before this: the earliest such an engine frees."""
-        return min((f for f, n in zip(self.efree, self.ecount) if n), default=0.0)
+        one, can begin waiting before this: the earliest such an engine frees,
+        less the largest overhead an instruction hides behind its predecessor
+        (so that what is pruned before it can never change a later start)."""
+        return min((f for f, n in zip(self.efree, self.ecount) if n), default=0.0) - self._max_hidden
 
     def _region(self, acc: _Acc):
         """(tensor, p_lo, p_hi, b_lo, b_hi (exclusive), dense, e, fast) of an access now."""
@@ -946,35 +995,36 @@ class MachineSimulator:
         """Check the op's accesses against the unfinished accesses recorded
         for its memory group (tensors sharing bytes), then record its own.
         A record: (p_lo, p_hi, b_lo, b_hi, start, finish, plan, acc, e, dense, fast, serial),
-        kept in a dict per group and kind keyed by its region, so that the
+        kept in a _Records per group and kind keyed by its region, so that the
         latest access to a region replaces the older one."""
         check_all = self.hazards == "all"
         region = self._region
-        overlap = self._overlap
-        rregions = [(acc, region(acc)) for acc in p.hz_reads]
-        wregions = [(acc, region(acc)) for acc in p.hz_writes]
+        rregions = [(acc, acc.rcache.get(acc.cur) or region(acc)) for acc in p.hz_reads]
+        wregions = [(acc, acc.rcache.get(acc.cur) or region(acc)) for acc in p.hz_writes]
         # read after write: the bytes' last writer must have finished
         for acc, r in rregions:
-            for w in acc.wrecs.values():
-                if w[5] > start and overlap(r, acc, w):
-                    self._raise("read-after-write", p, acc, start, w, "writes", w[5])
+            d = acc.wrecs
+            if d.maxfin > start:
+                self._scan(d, "read-after-write", p, acc, r, start, "writes")
         if check_all:
             for acc, r in wregions:
-                for w in acc.wrecs.values():
-                    if w[5] > start and overlap(r, acc, w):
-                        self._raise("write-after-write", p, acc, start, w, "writes", w[5])
-                for rd in acc.rrecs.values():
-                    if rd[5] > start and overlap(r, acc, rd):
-                        self._raise("write-after-read", p, acc, start, rd, "reads", rd[5])
+                d = acc.wrecs
+                if d.maxfin > start:
+                    self._scan(d, "write-after-write", p, acc, r, start, "writes")
+                d = acc.rrecs
+                if d.maxfin > start:
+                    self._scan(d, "write-after-read", p, acc, r, start, "reads")
         serial = self.executed
         for acc, r in wregions:
             rec = (r[1], r[2], r[3], r[4], start, finish, p, acc, r[6], r[5], r[7], serial)
             d, key = acc.wrecs, r[8]
             d.pop(key, None)
             d[key] = rec  # the newest write of a region is the one reads must wait for
+            if finish > d.maxfin:
+                d.maxfin = finish
             if check_all:
                 acc.rrecs.pop(key, None)  # a read this write had to wait for (checked above)
-            if len(d) > self._limits.get(id(d), _CLEANUP_AT):
+            if len(d) > d.limit:
                 self._cleanup(acc.wrecs, acc.rrecs)
         if check_all:
             for acc, r in rregions:
@@ -983,10 +1033,25 @@ class MachineSimulator:
                 if old is None or old[5] <= finish:
                     d.pop(key, None)
                     d[key] = (r[1], r[2], r[3], r[4], start, finish, p, acc, r[6], r[5], r[7], serial)
-                    if len(d) > self._limits.get(id(d), _CLEANUP_AT):
+                    if finish > d.maxfin:
+                        d.maxfin = finish
+                    if len(d) > d.limit:
                         self._cleanup(acc.wrecs, acc.rrecs)
 
-    def _cleanup(self, wrecs: dict, rrecs: dict) -> None:
+    def _scan(self, d: _Records, kind: str, p: _Plan, acc: _Acc, r, start: float, verb: str) -> None:
+        """Raise E171 for a record of `d` that overlaps region r and finishes after
+        `start`; tighten d.maxfin to the latest finish kept."""
+        overlap = self._overlap
+        latest = -_INF
+        for w in d.values():
+            f = w[5]
+            if f > latest:
+                latest = f
+            if f > start and overlap(r, acc, w):
+                self._raise(kind, p, acc, start, w, verb, f)
+        d.maxfin = latest
+
+    def _cleanup(self, wrecs: _Records, rrecs: _Records) -> None:
         """Drop records no future access can conflict with: finished before any
         engine of the program can start again, or covered by a newer dense write
         (or, for reads, by a newer read that ends no earlier)."""
@@ -1008,7 +1073,7 @@ class MachineSimulator:
             elif x[9] and x[10]:
                 rboxes.append((x[11], (x[0], x[1], x[2], x[3]), x[5]))
         for d in (wrecs, rrecs):
-            self._limits[id(d)] = max(_CLEANUP_AT, 2 * len(d))
+            d.limit = max(_CLEANUP_AT, 2 * len(d))
             if len(d) > _MAX_RECORDS:  # pathological: forget the oldest
                 for key in list(d)[:len(d) - _MAX_RECORDS]:
                     del d[key]
@@ -1097,6 +1162,7 @@ class MachineSimulator:
             r.trace_capped = self.tracer.capped
             r.timeline = self.tracer.timeline(self.track_names())
         r.batched_loops = {n.label: n.batched for n in self.nests if n.batched}
+        r.closed_form_loops = dict(self.closed_loops) if self.timing else {}
         r.reordered_sums = self.reordered
         r.unbatched_loops = {**self.unbatched, **{n.label: n.why for n in self.nests if n.fallbacks}}
         if self.forgotten:

@@ -45,6 +45,9 @@ class SimReport:
     prints: list = field(default_factory=list)  # nl.device_print output, in execution order
     batched_loops: dict = field(default_factory=dict)  # loop label -> entries run as whole-array ops
     unbatched_loops: dict = field(default_factory=dict)  # loop label -> why it ran per iteration
+    # loop label -> iterations whose timing was not walked instruction by instruction but
+    # added in closed form: whole periods of a loop whose timing repeats (periodic.py)
+    closed_form_loops: dict = field(default_factory=dict)
     # batched instructions whose sums ran in another order than one instruction at a time (a
     # matmul as a bigger GEMM, an accumulation summed over its loop): results may differ from
     # the per-instruction path in the last bits there, and only there
