@@ -18,9 +18,10 @@ iterations of compute to hide behind. From the cost table (the same rules
 the machine simulator times instructions by), the body's load latency L is
 one DMA fixed latency plus the transfer time of every load into the body's
 tiles, and its compute time C that of its busiest compute engine (inner
-loops times their trips); k = 1 + ceil(L / C), at least 2, at most the trip
-and the target's DMA queue count (more copies cannot put more loads in
-flight). Where k copies exceed GROWTH or do not fit on chip without a spill
+loops times their trips); k = 1 + ceil(L / C), at least 2, at most the
+target's DMA queue count (more copies cannot put more loads in flight) and
+half the trip (the loop keeps two rounds at least: this pass expands, the
+unroll pass unrolls). Where k copies exceed GROWTH or do not fit on chip without a spill
 (the allocator's own placement decides), k - 1 is tried, down to 2.
 
 Innermost loops first. A kernel that does not fit as written is left
@@ -85,13 +86,15 @@ def buffers_wanted(loop: Loop, decls, target) -> int:
     """k = 1 + ceil(L / C): enough buffers that the k - 1 iterations computing
     ahead of a load hide its latency L (one DMA fixed latency plus the
     transfer time of the body's loads), C being the busiest compute engine's
-    time per iteration; at least 2, at most the trip and the DMA queues."""
+    time per iteration; at least 2, at most the DMA queues (more copies
+    cannot put more loads in flight) and half the trip (two rounds at
+    least: the loop stays a loop, expanded, not unrolled; unroll does that)."""
     table = cost_table(target)
     times = _times(loop.body, set(_allocated(loop.body)), decls, target, table)
     compute = max((ns for e, ns in times.items() if e not in ("dma", "load")), default=0.0)
-    cap = min(loop.trip, getattr(target, "dma_queues", 16))
+    cap = min(loop.trip // 2, getattr(target, "dma_queues", 16))
     if "load" not in times:
-        return min(2, cap)
+        return 2
     latency = table.dma_fixed_ns + times["load"]
     k = cap if compute <= 0 else 1 + math.ceil(latency / compute)
     return max(2, min(k, cap))

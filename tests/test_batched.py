@@ -127,7 +127,7 @@ def scaled_tiles(a):
 def test_hazards_are_found_in_batched_loops(rng):
     """Deleting a semaphore inside a loop that runs batched is still E171
     (times and hazards are checked per iteration), naming both instructions."""
-    a = rng.standard_normal((1024, 64)).astype(np.float32)  # 8 tiles: multi-buffer's copies leave a loop
+    a = rng.standard_normal((512, 64)).astype(np.float32)
     c = nkicc.compile(scaled_tiles, a)
     k, inputs = c.ir, {c.ir.args[0]: a}
     _, rep = MachineSimulator(k, TRN2).run(inputs)
@@ -161,7 +161,7 @@ def never_zeroed(a):
 def test_poison_flows_through_a_batched_accumulation(rng):
     """An accumulator nobody zeroed is NaN poison after the batched sum too
     (the driver reports it as E173); zeroed, the sum is right."""
-    a = rng.standard_normal((1024, 64)).astype(np.float32)  # 8 tiles: multi-buffer's copies leave a loop
+    a = rng.standard_normal((512, 64)).astype(np.float32)
     c = nkicc.compile(never_zeroed, a)
     (fast, frep), (slow, _) = both(c.ir, {c.ir.args[0]: a})
     assert frep.batched_loops

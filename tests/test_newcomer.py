@@ -551,9 +551,7 @@ def test_summary_under_unroll_says_what_is_left(rng):
     import nkicc
     from nkicc.report import summary_lines
     mod = _load(EXAMPLES / "matmul.py", "matmul_examples")
-    # multi-buffer off: its copies may cover a short loop's whole trip, which leaves no loop either
-    rolled = summary_lines(nkicc.compile(mod.matmul_tiled, cache=False, passes={"disable": ["multi-buffer"]},
-                                         **_annotated(mod.matmul_tiled)).report)
+    rolled = summary_lines(nkicc.compile(mod.matmul_tiled, cache=False, **_annotated(mod.matmul_tiled)).report)
     unrolled = summary_lines(nkicc.compile(mod.matmul_tiled, cache=False, passes={"enable": ["unroll"]},
                                            **_annotated(mod.matmul_tiled)).report)
     assert rolled[2].startswith("  loops: ") and "after the passes" not in rolled[2]
