@@ -21,8 +21,9 @@ tiles, and its compute time C that of its busiest compute engine (inner
 loops times their trips); k = 1 + ceil(L / C), at least 2, at most the
 target's DMA queue count (more copies cannot put more loads in flight) and
 half the trip (the loop keeps two rounds at least: this pass expands, the
-unroll pass unrolls). Where k copies exceed GROWTH or do not fit on chip without a spill
-(the allocator's own placement decides), k - 1 is tried, down to 2.
+unroll pass unrolls). Where k copies exceed GROWTH or do not fit on chip
+without a spill (the allocator's own placement decides), k - 1 is tried,
+down to 2.
 
 Innermost loops first. A kernel that does not fit as written is left
 alone: it needs its memory for what it holds. Loops with dynamic loops or
