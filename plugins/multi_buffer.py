@@ -1,29 +1,44 @@
-"""multi-buffer: two buffers for the tiles a loop allocates, so that one
-iteration's loads overlap the previous iteration's compute.
+"""multi-buffer: k buffers for the tiles a loop allocates, so that the loads
+of the next k - 1 iterations overlap this iteration's compute.
 
 Every tensor has one address, so a tile allocated in a loop body sits in the
 same bytes each iteration: the next iteration's DMA must wait until this
 iteration's compute has read them. The classic answer, modulo variable
 expansion, is done here on the rolled IR: a loop of trip N becomes a loop of
-N // 2 whose body holds two copies of the original body (iterations 2i and
-2i + 1), the second copy's tiles renamed, and every allocation of both copies
-moved to the top of the body so that their live ranges overlap and alloc
-gives them disjoint bytes. An odd trip leaves one more copy after the loop.
-The IR grows by the copies (bounded by GROWTH), never with trip counts.
+N // k whose body holds k copies of the original body (iterations ki .. ki +
+k - 1), every copy but the first with its tiles renamed, and every
+allocation of the copies moved to the top of the body so that their live
+ranges overlap and alloc gives them disjoint bytes. The N % k iterations
+left over follow the loop as copies of their own (their allocations first
+too). The IR grows by the copies (bounded by GROWTH), never with trip counts.
 
-A loop is transformed only where the result still fits on chip without a
-spill (the allocator's own placement decides), innermost loops first. A
-kernel that does not fit as written is left alone: it needs its memory for
-what it holds. Loops with dynamic loops or runtime offsets inside, and loops
-whose tiles are used after the loop, are left alone too.
+How many buffers: a load into buffer j can start once the iteration that
+last used buffer j has computed, so with k buffers a load has k - 1
+iterations of compute to hide behind. From the cost table (the same rules
+the machine simulator times instructions by), the body's load latency L is
+one DMA fixed latency plus the transfer time of every load into the body's
+tiles, and its compute time C that of its busiest compute engine (inner
+loops times their trips); k = 1 + ceil(L / C), at least 2, at most the
+target's DMA queue count (more copies cannot put more loads in flight) and
+half the trip (the loop keeps two rounds at least: this pass expands, the
+unroll pass unrolls). Where k copies exceed GROWTH or do not fit on chip
+without a spill (the allocator's own placement decides), k - 1 is tried,
+down to 2.
+
+Innermost loops first. A kernel that does not fit as written is left
+alone: it needs its memory for what it holds. Loops with dynamic loops or
+runtime offsets inside, and loops whose tiles are used after the loop, are
+left alone too.
 """
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 
-from nkicc.ir import Access, Affine, Alloc, Block, Loop, Op, count_instructions
-from nkicc.ir.analysis import tensors_touched
+from nkicc.ir import Access, Affine, Alloc, Block, Loop, Op, count_instructions, ops
+from nkicc.ir.analysis import engine_of, tensors_touched
+from nkicc.ir.ops.costs import cost_table
 from nkicc.ir.rewrite import bind_block
 from nkicc.pass_api import Pass, hookimpl
 
@@ -49,6 +64,41 @@ def _candidate(loop: Loop, decls, used_outside) -> bool:
                                      for a in s.outs + s.ins if isinstance(a, Access)):
             return False
     return not any(t in used_outside for t in _allocated(loop.body))
+
+
+def _times(block: Block, tiles: set[str], decls, target, table, times: int = 1, acc=None) -> dict[str, float]:
+    """Estimated ns per engine of one execution of `block` (inner loops times
+    their trips); "load" sums the transfer time, without the fixed latency,
+    of the DMAs that write `tiles`."""
+    acc = {} if acc is None else acc
+    for s in block.stmts:
+        if isinstance(s, Loop):
+            _times(s.body, tiles, decls, target, table, times * s.trip, acc)
+        elif isinstance(s, Op) and not ops.of(s).control:
+            engine = engine_of(s, decls)
+            ns = ops.of(s).cost(s, ops.CostContext(decls, target, table, engine)) * times
+            acc[engine] = acc.get(engine, 0.0) + ns
+            if engine == "dma" and any(a.tensor in tiles for a in s.outs):
+                acc["load"] = acc.get("load", 0.0) + max(0.0, ns - table.dma_fixed_ns * times)
+    return acc
+
+
+def buffers_wanted(loop: Loop, decls, target) -> int:
+    """k = 1 + ceil(L / C): enough buffers that the k - 1 iterations computing
+    ahead of a load hide its latency L (one DMA fixed latency plus the
+    transfer time of the body's loads), C being the busiest compute engine's
+    time per iteration; at least 2, at most the DMA queues (more copies
+    cannot put more loads in flight) and half the trip (two rounds at
+    least: the loop stays a loop, expanded, not unrolled; unroll does that)."""
+    table = cost_table(target)
+    times = _times(loop.body, set(_allocated(loop.body)), decls, target, table)
+    compute = max((ns for e, ns in times.items() if e not in ("dma", "load")), default=0.0)
+    cap = min(loop.trip // 2, getattr(target, "dma_queues", 16))
+    if "load" not in times:
+        return 2
+    latency = table.dma_fixed_ns + times["load"]
+    k = cap if compute <= 0 else 1 + math.ceil(latency / compute)
+    return max(2, min(k, cap))
 
 
 def _uses_outside(kernel, loop: Loop) -> set[str]:
@@ -97,8 +147,9 @@ def _copy(block: Block, var: str, repl: Affine, tensors: dict[str, str], suffix:
     return walk(block)
 
 
-def _expand(kernel, loop: Loop):
-    """(statements replacing `loop`, new tensor declarations)."""
+def _expand(kernel, loop: Loop, k: int):
+    """(statements replacing `loop` by k copies per iteration and the
+    remainder's copies, new tensor declarations)."""
     decls = kernel.tensor_map()
     names = {t.name for t in kernel.tensors}
     new_decls = []
@@ -106,28 +157,31 @@ def _expand(kernel, loop: Loop):
     def renamed(tag: str) -> dict[str, str]:
         mapping = {}
         for t in _allocated(loop.body):
-            name, k = f"{t}.{tag}", 0
+            name, n = f"{t}.{tag}", 0
             while name in names:
-                k += 1
-                name = f"{t}.{tag}{k}"
+                n += 1
+                name = f"{t}.{tag}{n}"
             names.add(name)
             mapping[t] = name
             new_decls.append(dataclasses.replace(decls[t], name=name, address=None))
         return mapping
 
+    def allocs_first(copies: list[Block]) -> list:
+        stmts = [s for c in copies for s in c.stmts]
+        return [s for s in stmts if isinstance(s, Alloc)] + [s for s in stmts if not isinstance(s, Alloc)]
+
     v = loop.var
     used = {s.var for s in kernel.body.walk() if isinstance(s, Loop)}
-    copy0 = _copy(loop.body, v, Affine.var(v, 2), {}, "", used)
-    copy1 = _copy(loop.body, v, Affine.var(v, 2, 1), renamed("mb1"), ".mb1", used)
-    stmts = [s for s in copy0.stmts + copy1.stmts if isinstance(s, Alloc)]
-    stmts += [s for s in copy0.stmts + copy1.stmts if not isinstance(s, Alloc)]
-    if loop.trip // 2 == 1:  # one pair: no loop left
-        out = list(bind_block(Block(tuple(stmts)), {v: 0}).stmts)
+    copies = [_copy(loop.body, v, Affine.var(v, k), {}, "", used)]
+    copies += [_copy(loop.body, v, Affine.var(v, k, j), renamed(f"mb{j}"), f".mb{j}", used) for j in range(1, k)]
+    body = Block(tuple(allocs_first(copies)))
+    if loop.trip // k == 1:  # one round: no loop left
+        out = list(bind_block(body, {v: 0}).stmts)
     else:
-        out = [dataclasses.replace(loop, trip=loop.trip // 2, step=loop.step * 2, body=Block(tuple(stmts)))]
-    if loop.trip % 2:
-        last = _copy(loop.body, v, Affine.of(loop.trip - 1), renamed("mb2"), ".mb2", used)
-        out.extend(last.stmts)
+        out = [dataclasses.replace(loop, trip=loop.trip // k, step=loop.step * k, body=body)]
+    first = loop.trip - loop.trip % k
+    out += allocs_first([_copy(loop.body, v, Affine.of(first + j), renamed(f"mb{k + j}"), f".mb{k + j}", used)
+                         for j in range(loop.trip % k)])
     return out, new_decls
 
 
@@ -170,14 +224,18 @@ def multi_buffer(kernel, ctx):
         ctx.progress(min(considered, loops), loops)  # each try walks the kernel: the budget applies
         if not _candidate(loop, decls, _uses_outside(kernel, loop)):
             continue
-        stmts, new_decls = _expand(kernel, loop)
-        trial = dataclasses.replace(kernel, body=_replace(kernel.body, loop.var, stmts),
-                                    tensors=kernel.tensors + tuple(new_decls))
-        if count_instructions(trial).rolled > limit or not fits(trial, ctx.target):
+        for k in range(buffers_wanted(loop, decls, ctx.target), 1, -1):
+            stmts, new_decls = _expand(kernel, loop, k)
+            trial = dataclasses.replace(kernel, body=_replace(kernel.body, loop.var, stmts),
+                                        tensors=kernel.tensors + tuple(new_decls))
+            if count_instructions(trial).rolled <= limit and fits(trial, ctx.target):
+                break
+        else:
             continue
         tried.update(s.var for s in Block(tuple(stmts)).walk() if isinstance(s, Loop))
         kernel = trial
-        done.append(f"{os.path.basename(loop.loc.file)}:{loop.loc.line}" if loop.loc else loop.var)
+        where = f"{os.path.basename(loop.loc.file)}:{loop.loc.line}" if loop.loc else loop.var
+        done.append(f"{where} x{k}")
     lines = list(dict.fromkeys(done))  # a loop the tracer split is one source line, doubled per piece
     ctx.note("multi_buffered", ", ".join(lines) if lines else "none", show=bool(lines))
     return kernel
@@ -186,6 +244,6 @@ def multi_buffer(kernel, ctx):
 @hookimpl
 def nkicc_passes():
     return [Pass("multi-buffer", multi_buffer,
-                 "two buffers for tiles allocated in a loop (when they fit), so DMA overlaps compute",
+                 "k buffers for tiles allocated in a loop (k from the cost table, as many as fit), so DMA overlaps compute",
                  scope="kernel", after=("verify", "simplify", "dce", "psum-legalize", "licm", "dma-coalesce",
                                         "unroll", "global-schedule"), before=("alloc",))]

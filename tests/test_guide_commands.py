@@ -195,7 +195,7 @@ EXPECT = {
     "nkicc --help": ["compile", "simulate", "run", "passes", "explain", "reproduce", "cache"],
     "nkicc compile add.py::add": summary_format,
     "nkicc compile add.py::add --arg 'a=float32[1024,64]' --arg 'b=float32[1024,64]' --print-ir":
-        ["a: float32[1024,64]", "static[0, 4)", ".mb1", "kernel add:"],  # 8 iterations, multi-buffered
+        ["a: float32[1024,64]", "static[0, 2)", ".mb3", "kernel add:"],  # 8 iterations, four buffers
     "nkicc simulate add.py::add --inputs random --seed 1": ["simulated add on trn2", "estimated time", "dve"],
     "nkicc passes": ["name", "default", "scope", "cost", "version", "provided by",
                      "licm", "dma-coalesce", "unroll", "global-schedule"],
