@@ -35,12 +35,17 @@ iterations in an order the batched execution would swap:
   falls back to per-iteration execution, which also reports out-of-bounds
   accesses (E170) and reads past a tile (W101 semantics).
 
-The verdict is cached per loop and per value of the outer indices that change
-the relative position of two accesses (usually none: once per loop), shared by
-the simulators of one kernel (MachineSimulator(verdicts=)). Large GEMMs get
-BLAS threads and large element-wise passes two threads while a core is to
-spare (_spare_core). Timing
-and hazard checks (E171) then run per iteration without moving data
+An access through a runtime scalar offset (`.ap(scalar_offset=)`) joins a nest
+when nothing in the nest changes the offset (a register of a loop outside it,
+or a tile element the nest does not write): at each entry the offset is read
+once and the access is a static one shifted by it (_scalar_offsets).
+
+The verdict is cached per loop, per value of the outer indices that change
+the relative position of two accesses (usually none: once per loop) and per
+value of the runtime offsets, shared by the simulators of one kernel
+(MachineSimulator(verdicts=)). Large GEMMs get BLAS threads and large
+element-wise passes two threads while a core is to spare (_spare_core).
+Timing and hazard checks (E171) then run per iteration without moving data
 (`MachineSimulator._walk_timing`): times do not depend on values.
 """
 from __future__ import annotations
@@ -131,6 +136,7 @@ class Nest:
     zeroed: set = field(default_factory=set)  # private tiles made of zeros (their first op a memset of 0)
     dead: set = field(default_factory=set)   # private tiles only a fused matmul writes: never materialised
     forward: dict = field(default_factory=dict)  # tile -> (its load, the source access, its (P, F) steps)
+    scalars: dict = field(default_factory=dict)  # runtime scalar offsets -> how to read them (_scalar_offsets)
     batched: int = 0                # entries run batched
     why: str = ""                   # why an entry last had to run per iteration
     fallbacks: int = 0              # entries run per iteration
@@ -171,9 +177,8 @@ def plan(sim, loop: Loop, outer: tuple, label: str) -> Nest | None:
                 rule = ops.of(s).batched
                 if p is None or rule is None or p.collective is not None or p.is_print:
                     return f"{s.opcode} has no batched rule"
-                if any(isinstance(a, Access) and (a.scalar is not None or a.vector is not None or a.dtype is not None)
-                       for a in s.ins + s.outs):
-                    return f"{s.opcode} with a runtime offset, a gather or reinterpreted bytes"
+                if any(isinstance(a, Access) and (a.vector is not None or a.dtype is not None) for a in s.ins + s.outs):
+                    return f"{s.opcode} with a gather or reinterpreted bytes"
                 items.append(_OpItem(p, vars_, len(items), rule=rule))
         return None
 
@@ -183,6 +188,9 @@ def plan(sim, loop: Loop, outer: tuple, label: str) -> Nest | None:
         return _unbatched(sim, label, why or "no instructions")
     for it in items:
         it.preset = any(it.plan.op is op for op in zeroed.values())
+    scalars = _scalar_offsets(items, trips, private)
+    if isinstance(scalars, str):
+        return _unbatched(sim, label, scalars)
     tensors = sim.tensors
     items, dead = _rmw(items, private, tensors)
     uses: dict = {}
@@ -241,7 +249,61 @@ def plan(sim, loop: Loop, outer: tuple, label: str) -> Nest | None:
     if shared is None or shared[0] is not loop:
         shared = sim.verdicts[(id(loop), outer, sim.precise)] = (loop, {})
     return Nest(label, trips, items, private, uses, tuple(sorted(relevant)), verdicts=shared[1], fresh=fresh,
-                dead=dead, forward=forward, zeroed=set(zeroed))
+                dead=dead, forward=forward, zeroed=set(zeroed), scalars=scalars)
+
+
+def _scalar_offsets(items: list, trips: dict, private: dict):
+    """The runtime scalar offsets of the nest's accesses, {ScalarOffset: the machine's access that
+    reads it (None for a register)}, when each keeps one value through an entry of the nest (a
+    register of a loop outside it, or a tile element nothing in the nest writes, at an offset no
+    nest loop moves): each access is then a static one, shifted by value x scale at entry. Else
+    why not (a str)."""
+    found: dict = {}
+    written = {a.tensor for it in items for a in it.plan.op.outs}
+    for it in items:
+        for a in list(it.plan.op.ins) + list(it.plan.op.outs):
+            if not isinstance(a, Access) or a.scalar is None:
+                continue
+            so = a.scalar
+            if so.register is not None:
+                if so.register in trips:
+                    return f"{it.plan.op.opcode} with a runtime offset that changes inside the nest"
+                found[so] = None
+                continue
+            if so.tensor in written or so.tensor in private or any(so.offset.coeff(v) for v in trips):
+                return f"{it.plan.op.opcode} with a runtime offset that changes inside the nest"
+            acc = next(x.scalar for x in it.plan.accs if x.access == a and x.scalar is not None)
+            found.setdefault(so, (acc, it.plan.op))
+    return found
+
+
+def _scalar_values(sim, nest: Nest) -> dict | None:
+    """{ScalarOffset: its value} at this entry, or None when one was never written (NaN: per
+    iteration reports it)."""
+    values = {}
+    for so, got in nest.scalars.items():
+        if got is None:
+            values[so] = int(sim.env[so.register])
+            continue
+        acc, op = got
+        acc.cur = sim._start(acc, op, False)
+        value = sim._read_view(acc).reshape(-1)[0]
+        if value != value:
+            return None
+        values[so] = int(value)
+    return values
+
+
+def _shift(a: Access, values: dict) -> int:
+    """The elements access a's runtime scalar offset adds at this entry."""
+    return values[a.scalar] * a.scalar_scale if a.scalar is not None else 0
+
+
+def _static(a: Access, values: dict) -> Access:
+    """Access a with its runtime offset folded in (for the legality checks)."""
+    if a.scalar is None:
+        return a
+    return Access(a.tensor, a.offset + _shift(a, values), a.pattern)
 
 
 def _unbatched(sim, label: str, why: str) -> None:
@@ -321,7 +383,7 @@ def _match_rmw(tri: list, private: dict, tensors: dict):
     if x.shape != t.shape:  # the DMA matches element counts only: X[a] walked in the tile's shape
         if len(t.shape) != 2 or _split(x.pattern, *t.shape) is None:
             return None
-        x = Access(x.tensor, x.offset, tuple(zip(_split(x.pattern, *t.shape), t.shape)))
+        x = Access(x.tensor, x.offset, tuple(zip(_split(x.pattern, *t.shape), t.shape)), x.scalar, x.scalar_scale)
     ins = list(ad.ins)
     ins[k[0]] = x
     return Op("tensor_tensor", (x, t), tuple(ins))
@@ -369,7 +431,7 @@ def _forwards(items, uses, private, tensors) -> dict:
             continue
         if any(w for _, _, w in uses.get(x.tensor, ())):
             continue  # the source changes inside the nest
-        if a.offset.terms or a.offset.const or _split(a.pattern, t.P, t.F) != (t.F, 1):
+        if a.offset.terms or a.offset.const or a.scalar is not None or _split(a.pattern, t.P, t.F) != (t.F, 1):
             continue  # not the whole tile, row by row
         steps = _split(x.pattern, t.P, t.F)
         if steps is not None:
@@ -487,7 +549,7 @@ def _operand_key(a: Access, vars_: tuple, private: dict):
     mine = private.get(a.tensor, ())
     return (a.tensor, a.offset.const, tuple(a.offset.coeff(v) for v in vars_),
             tuple(sorted((v, c) for v, c in a.offset.terms if v not in vars_)), a.pattern,
-            tuple(v in mine for v in vars_))
+            tuple(v in mine for v in vars_), a.scalar, a.scalar_scale)
 
 
 def _unwritten_between(items: list, part: list) -> bool:
@@ -578,24 +640,26 @@ def _exempt(w, x, v) -> bool:
     return aw in iw.accum and ax in ix.accum and iw.plan.is_matmul == ix.plan.is_matmul
 
 
-def legal(nest: Nest, env: dict):
+def legal(nest: Nest, env: dict, values: dict):
     """None when this entry must run per iteration, else the loops each item (by order) stores
-    along in order (_legal)."""
-    key = tuple(env[v] for v in nest.relevant)
+    along in order (_legal). `values`: the runtime scalar offsets at this entry."""
+    key = tuple(env[v] for v in nest.relevant) + tuple(values.values())  # (values in nest.scalars' order)
     if key not in nest.verdicts:
-        nest.verdicts[key] = (_legal(nest, env), nest.why)
+        uses = nest.uses if not values else {
+            name: [(it, _static(a, values), w) for it, a, w in us] for name, us in nest.uses.items()}
+        nest.verdicts[key] = (_legal(nest, env, uses), nest.why)
     verdict, why = nest.verdicts[key]
     if verdict is None:
         nest.why = why
     return verdict
 
 
-def _legal(nest: Nest, env: dict):
+def _legal(nest: Nest, env: dict, uses: dict):
     budget = [CHECK_BUDGET]
     cache: dict = {}
     trips = nest.trips
     ordered: dict = {}  # tensor -> loops whose iterations overwrite each other's elements
-    for name, us in nest.uses.items():
+    for name, us in uses.items():
         mine = nest.private.get(name, ())
         overwrites = _overwrite_only(us)
         for i, w in enumerate(us):
@@ -643,8 +707,8 @@ class _Views:
     """Strided views of one entry of a nest: machine memory for shared
     tensors, private arrays for the nest's own tiles."""
 
-    def __init__(self, sim, nest: Nest, env: dict):
-        self.sim, self.nest, self.env = sim, nest, env
+    def __init__(self, sim, nest: Nest, env: dict, values: dict):
+        self.sim, self.nest, self.env, self.values = sim, nest, env, values
         self.priv: dict = {}
         for name, vars_ in nest.private.items():
             if name in nest.dead or name in nest.forward or name not in nest.uses:
@@ -661,7 +725,7 @@ class _Views:
         wraps rows or leaves its tensor (per-iteration execution handles those)."""
         sim, trips = self.sim, self.nest.trips
         t = sim.tensors[a.tensor]
-        e = a.offset.const + sum(c * self.env[v] for v, c in a.offset.terms if v not in trips)
+        e = a.offset.const + sum(c * self.env[v] for v, c in a.offset.terms if v not in trips) + _shift(a, self.values)
         dims = [(a.offset.coeff(v), trips[v]) for v in lead] + list(a.pattern)
         shape = tuple(n for _, n in dims)
         if not t.onchip:
@@ -725,8 +789,8 @@ def _forwarded_view(self, a: Access, t, lead: tuple, fw):
     _, x, (sp, sf) = fw
     xt, F = sim.tensors[x.tensor], t.F
     mine = self.nest.private[t.name]
-    e = a.offset.const + sum(c * env[v] for v, c in a.offset.terms if v not in trips)
-    base = x.offset.const + sum(c * env[v] for v, c in x.offset.terms if v not in trips)
+    e = a.offset.const + sum(c * env[v] for v, c in a.offset.terms if v not in trips) + _shift(a, self.values)
+    base = x.offset.const + sum(c * env[v] for v, c in x.offset.terms if v not in trips) + _shift(x, self.values)
     dims = [(a.offset.coeff(v), trips[v]) for v in lead] + list(a.pattern)
     strides = _window(dims, e, t.P, F, sp, sf)
     if strides is None:
@@ -744,8 +808,13 @@ def run(sim, nest: Nest) -> bool:
     """Execute one entry of the nest batched; False (nothing done) when it
     has to run per iteration."""
     env = sim.env
-    ordered = legal(nest, env)
-    views = _Views(sim, nest, env) if ordered is not None else None
+    values = _scalar_values(sim, nest)
+    if values is None:
+        nest.why = "a runtime offset that was never written (per iteration reports it)"
+        nest.fallbacks += 1
+        return False
+    ordered = legal(nest, env, values)
+    views = _Views(sim, nest, env, values) if ordered is not None else None
     plan_ = _gather(nest, views) if views is not None else None
     if plan_ is None:
         if ordered is not None:

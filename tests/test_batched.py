@@ -173,7 +173,7 @@ def test_poison_flows_through_a_batched_accumulation(rng):
 
 
 def test_out_of_bounds_runtime_offsets_still_raise():
-    """Runtime (register) offsets never run batched: E170 as before."""
+    """An offset advanced inside the loop that reads through it (no nest runs batched there): E170 as before."""
     import importlib.util
     from pathlib import Path
     path = Path(__file__).parent / "bad_kernels" / "runtime_bounds.py"
@@ -430,3 +430,61 @@ def test_mm2_batched_with_and_without_a_spare_core(rng, monkeypatch, spare):
         {k: np.abs(v) for k, v in inputs.items()})[0]["E"].astype(np.float64)
     assert frep.batched_loops
     assert np.all(np.abs(fast["E"].astype(np.float64) - slow["E"]) <= SUM_TOL * mag)
+
+
+def test_runtime_offsets_fixed_through_a_nest_run_batched(rng):
+    """mm2_dynamic's static loops read At, B and D at offsets held in SBUF tiles that only the
+    dynamic loops around them advance: those nests run batched, each entry at its own offsets,
+    with the per-instruction path's result and times; the dynamic loops, whose bodies advance
+    the offsets, do not (and the report says why)."""
+    arrays = [rng.standard_normal(s).astype(np.float32) for s in [(256, 700), (256, 1024), (1024, 256)]]
+    c = nkicc.compile(fm.mm2_dynamic, *arrays)
+    inputs = dict(zip(c.ir.args, arrays))
+    (fast, frep), (slow, srep) = both(c.ir, inputs)
+    mag = MachineSimulator(c.ir, TRN2, timing=False, batch=False).run(
+        {k: np.abs(v) for k, v in inputs.items()})[0]["E"].astype(np.float64)
+    assert np.all(np.abs(fast["E"].astype(np.float64) - slow["E"]) <= SUM_TOL * mag)
+    np.testing.assert_allclose(fast["E"], (arrays[0].T @ arrays[1]) @ arrays[2], rtol=1e-4, atol=1e-3)
+    assert frep.total_ns == srep.total_ns and frep.executed == srep.executed
+    k0 = [n for label, n in frep.batched_loops.items() if " k0 " in label]
+    assert sum(k0) == (700 // fm.MB + 1) * (1024 // (fm.NT * fm.P))  # an entry per m block (full or ragged) and n0
+    assert any("runtime offset that changes inside the nest" in why for why in frep.unbatched_loops.values())
+
+
+@nkicc.jit
+def rows_at_a_runtime_offset(a, R=64, step=128, blocks=4):
+    """Dynamic iteration r sums two R-row blocks read at row `row` (+ j * R): the offset is fixed
+    through the static j loop and advanced after it."""
+    out = nl.ndarray((R, a.shape[1]), dtype=a.dtype, buffer=nl.shared_hbm)
+    row = nl.zeros((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+    acc = nl.zeros((R, a.shape[1]), dtype=nl.float32, buffer=nl.sbuf)
+    for r in nl.dynamic_range(blocks):
+        for j in nl.static_range(2):
+            t = nl.load(a.ap([[a.shape[1], R], [1, a.shape[1]]], offset=j * R * a.shape[1],
+                             scalar_offset=row, indirect_dim=0))
+            nisa.tensor_tensor(dst=acc, data1=acc, data2=t, op=nl.add)
+        nisa.tensor_scalar(dst=row, data=row, op0=nl.add, operand0=step)
+    nl.store(out, value=acc)
+    return out
+
+
+def test_a_runtime_offset_leaving_its_tensor_in_a_batched_nest_is_still_e170(rng):
+    """The nest runs batched while its offsets stay inside `a`; the entry where they leave it runs
+    per iteration, which reports E170 at the load, as without batching."""
+    a = rng.standard_normal((512, 32)).astype(np.float32)
+    ok = nkicc.compile(rows_at_a_runtime_offset, a)
+    (fast, frep), (slow, _) = both(ok.ir, {ok.ir.args[0]: a})
+    assert any(" j " in label for label in frep.batched_loops)
+    want = sum(a[r * 128 + j * 64:r * 128 + (j + 1) * 64] for r in range(4) for j in range(2))
+    np.testing.assert_allclose(fast[ok.ir.outputs[0]], want, rtol=1e-5, atol=1e-5)
+    bad = nkicc.compile(rows_at_a_runtime_offset, a, step=160)  # iteration 3 reads rows 480-607
+    for batch in (True, False):
+        sim = MachineSimulator(bad.ir, TRN2, batch=batch)
+        with pytest.raises(NkiccError) as ei:
+            sim.run({bad.ir.args[0]: a})
+        assert ei.value.code == "E170" and "test_batched.py" in str(ei.value.loc)
+    assert [(n.batched, n.fallbacks) for n in sim.nests] == []  # (batch=False plans no nest)
+    sim = MachineSimulator(bad.ir, TRN2)
+    with pytest.raises(NkiccError):
+        sim.run({bad.ir.args[0]: a})
+    assert [(n.batched, n.fallbacks) for n in sim.nests] == [(3, 1)]
