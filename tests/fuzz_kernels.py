@@ -144,19 +144,23 @@ def transpose_ref(a, P, Q):
 
 
 @nkicc.jit
-def offset_rows(a, P=128, FACTOR=2.0):
-    """Row tiles addressed through a runtime offset in a hardware loop (the seed's pattern)."""
+def offset_rows(a, P=128, FACTOR=2.0, CB=0):
+    """Row tiles addressed through a runtime offset in a hardware loop (the seed's pattern); with
+    CB, each row tile in CB-column blocks by a static loop through which the offset stays fixed."""
     R, C = a.shape
     out = nl.ndarray((R, C), dtype=nl.float32, buffer=nl.shared_hbm)
     row = nl.zeros((1, 1), dtype=nl.int32, buffer=nl.sbuf)
     for r in nl.dynamic_range(R // P):
-        t = nl.load(a.ap([[C, P], [1, C]], scalar_offset=row, indirect_dim=0))
-        nl.store(out.ap([[C, P], [1, C]], scalar_offset=row, indirect_dim=0), value=nl.multiply(t, FACTOR))
+        for c in nl.static_range(C // CB if CB else 1):
+            w = CB or C
+            t = nl.load(a.ap([[C, P], [1, w]], offset=c * w, scalar_offset=row, indirect_dim=0))
+            nl.store(out.ap([[C, P], [1, w]], offset=c * w, scalar_offset=row, indirect_dim=0),
+                     value=nl.multiply(t, FACTOR))
         nisa.tensor_scalar(dst=row, data=row, op0=nl.add, operand0=P)
     return out
 
 
-def offset_rows_ref(a, P, FACTOR):
+def offset_rows_ref(a, P, FACTOR, CB=0):
     return a.astype(np.float64) * np.float32(FACTOR)
 
 
@@ -232,8 +236,11 @@ def transpose_cases(draw):
 @st.composite
 def offset_rows_cases(draw):
     P, n, C = draw(st.integers(1, 128)), draw(st.integers(1, 6)), draw(st.integers(1, 300))
+    CB = draw(st.sampled_from([0, 0, 1, 8, 50]))  # column blocks: a static loop inside the dynamic one
+    if CB:
+        C = CB * draw(st.integers(2, max(2, 300 // CB)))
     (a,) = _arrays(draw, (P * n, C))
-    return Case("offset_rows", offset_rows, (a,), dict(P=P, FACTOR=draw(st.sampled_from([2.0, -0.5]))),
+    return Case("offset_rows", offset_rows, (a,), dict(P=P, FACTOR=draw(st.sampled_from([2.0, -0.5])), CB=CB),
                 offset_rows_ref)
 
 
