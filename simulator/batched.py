@@ -40,9 +40,9 @@ when nothing in the nest changes the offset (a register of a loop outside it,
 or a tile element the nest does not write): at each entry the offset is read
 once and the access is a static one shifted by it (_scalar_offsets).
 
-The verdict is cached per loop, per value of the outer indices that change
-the relative position of two accesses (usually none: once per loop) and per
-value of the runtime offsets, shared by the simulators of one kernel
+The verdict is cached per loop and per value of the outer indices and runtime
+offsets that change the relative position of two accesses of a tensor the nest
+writes (usually none: once per loop), shared by the simulators of one kernel
 (MachineSimulator(verdicts=)). Large GEMMs get BLAS threads and large
 element-wise passes two threads while a core is to spare (_spare_core).
 Timing and hazard checks (E171) then run per iteration without moving data
@@ -137,6 +137,7 @@ class Nest:
     dead: set = field(default_factory=set)   # private tiles only a fused matmul writes: never materialised
     forward: dict = field(default_factory=dict)  # tile -> (its load, the source access, its (P, F) steps)
     scalars: dict = field(default_factory=dict)  # runtime scalar offsets -> how to read them (_scalar_offsets)
+    moved: tuple = ()               # those the legality depends on (the others shift every access alike)
     batched: int = 0                # entries run batched
     why: str = ""                   # why an entry last had to run per iteration
     fallbacks: int = 0              # entries run per iteration
@@ -239,17 +240,22 @@ def plan(sim, loop: Loop, outer: tuple, label: str) -> Nest | None:
             if a.name not in private or b.name not in private or not (sa[1] < sb[0] or sb[1] < sa[0]):
                 return _unbatched(sim, label, f"{a.name} and {b.name} share bytes")
     relevant = set()
+    moved = set()  # runtime offsets that move a written tensor's accesses relative to each other
     for name, us in uses.items():
         for v in outer:
             if len({a.offset.coeff(v) for _, a, _ in us}) > 1:
                 relevant.add(v)
+        shifts = {(a.scalar, a.scalar_scale) for _, a, _ in us}
+        if len(shifts) > 1 and any(w for _, _, w in us):
+            moved |= {so for so, _ in shifts if so is not None}
     # verdicts shared by the simulators of one kernel: by loop (the object itself checked, not just its
     # id) and storage precision (which decides the float32 sums)
     shared = sim.verdicts.get((id(loop), outer, sim.precise))
     if shared is None or shared[0] is not loop:
         shared = sim.verdicts[(id(loop), outer, sim.precise)] = (loop, {})
     return Nest(label, trips, items, private, uses, tuple(sorted(relevant)), verdicts=shared[1], fresh=fresh,
-                dead=dead, forward=forward, zeroed=set(zeroed), scalars=scalars)
+                dead=dead, forward=forward, zeroed=set(zeroed), scalars=scalars,
+                moved=tuple(so for so in scalars if so in moved))
 
 
 def _scalar_offsets(items: list, trips: dict, private: dict):
@@ -643,7 +649,7 @@ def _exempt(w, x, v) -> bool:
 def legal(nest: Nest, env: dict, values: dict):
     """None when this entry must run per iteration, else the loops each item (by order) stores
     along in order (_legal). `values`: the runtime scalar offsets at this entry."""
-    key = tuple(env[v] for v in nest.relevant) + tuple(values.values())  # (values in nest.scalars' order)
+    key = tuple(env[v] for v in nest.relevant) + tuple(values[so] for so in nest.moved)
     if key not in nest.verdicts:
         uses = nest.uses if not values else {
             name: [(it, _static(a, values), w) for it, a, w in us] for name, us in nest.uses.items()}

@@ -257,7 +257,8 @@ def test_an_accumulator_spilled_to_hbm_is_summed_batched(rng):
 @given(st.data())
 def test_matmuls_of_whole_loops_equal_one_matmul_per_iteration(data):
     """ir/ops/matmul.py's batched rule on operand views with broadcast loop axes (an operand the
-    loop does not move), stacked axes and summed axes, against one numpy matmul per iteration
+    loop does not move), stacked axes and summed axes (along which both, one or neither operand
+    moves), against one numpy matmul per iteration
     summed in loop order: within 1e-6 of the same sums over |terms|."""
     from nkicc.ir.ops.matmul import _matmul_batched
     nlead = data.draw(st.integers(1, 3))
@@ -265,7 +266,8 @@ def test_matmuls_of_whole_loops_equal_one_matmul_per_iteration(data):
     K, M, N = data.draw(st.integers(1, 16)), data.draw(st.integers(1, 9)), data.draw(st.integers(1, 9))
     st_moves = [data.draw(st.booleans()) for _ in range(nlead)]
     mv_moves = [data.draw(st.booleans()) for _ in range(nlead)]
-    reduce = tuple(i for i in range(nlead) if st_moves[i] and mv_moves[i] and data.draw(st.booleans()))
+    # summed axes: both operands moving, one (the other summed first) or neither (one product repeated)
+    reduce = tuple(i for i in range(nlead) if data.draw(st.booleans()))
     rng = np.random.default_rng(data.draw(st.integers(0, 2 ** 31)))
 
     def operand(moves, free):
@@ -488,3 +490,22 @@ def test_a_runtime_offset_leaving_its_tensor_in_a_batched_nest_is_still_e170(rng
     with pytest.raises(NkiccError):
         sim.run({bad.ir.args[0]: a})
     assert [(n.batched, n.fallbacks) for n in sim.nests] == [(3, 1)]
+
+
+def test_the_dynamic_seed_as_written_batched_equals_per_instruction(rng):
+    """seed_mm2_dynamic's B and D offsets leave out k0 and n1 (a bug in the kernel): each B tile is
+    the same along the k0 sum (each D tile along the n1 sum). The batched path sums the moving
+    operand first (one product, no copies of the constant one) and gives the per-instruction
+    path's (wrong) result, with the same times."""
+    from nkicc.loader import load_kernel
+    from conftest import REPO
+    kernel = load_kernel(f"{REPO / 'tests' / 'seeds_scaled_kernels.py'}::mm2_dynamic")
+    arrays = [rng.standard_normal(s).astype(np.float32) for s in [(256, 1190), (256, 512), (512, 256)]]
+    c = nkicc.compile(kernel, *arrays)
+    inputs = dict(zip(c.ir.args, arrays))
+    (fast, frep), (slow, srep) = both(c.ir, inputs)
+    name = c.ir.outputs[0]
+    mag = MachineSimulator(c.ir, TRN2, timing=False, batch=False).run(
+        {k: np.abs(v) for k, v in inputs.items()})[0][name].astype(np.float64)
+    assert np.all(np.abs(fast[name].astype(np.float64) - slow[name]) <= SUM_TOL * mag)
+    assert frep.total_ns == srep.total_ns and any(" k0 " in label for label in frep.batched_loops)

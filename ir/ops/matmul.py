@@ -139,7 +139,17 @@ def _blocks(blocks: list, shape: list, axis_u: int, axis_v: int, sizes_u: list, 
 
 
 def _matmul_stacked(st, mv, nlead: int, reduce: tuple, rows: int = 1) -> list:
-    """One GEMM per iteration left after the sum; the axes in `reduce` join the contraction."""
+    """One GEMM per iteration left after the sum; the axes in `reduce` join the contraction. Along
+    a summed axis where only one operand moves, that one is summed first (sum over r of s @ m_r is
+    s @ (sum over r of m_r)): no copy of the constant operand, one product instead of one per r."""
+    st_moves, mv_moves = moving_axes(st, nlead), moving_axes(mv, nlead)
+    first = tuple(i for i in reduce if (i in st_moves) != (i in mv_moves))
+    one = lambda x, i: x[(slice(None),) * i + (slice(0, 1),)]
+    for i in first:  # (both keep the axis, of length 1: it still joins the contraction)
+        if i in st_moves:
+            st, mv = f32(st).sum(axis=i, keepdims=True, dtype=np.float32), one(mv, i)
+        else:
+            st, mv = one(st, i), f32(mv).sum(axis=i, keepdims=True, dtype=np.float32)
     st, mv = f32(st), f32(mv)
     st = st.reshape(st.shape[:nlead] + (st.shape[nlead] * rows, -1))
     mv = mv.reshape(mv.shape[:nlead] + (mv.shape[nlead] * rows, -1))
