@@ -44,15 +44,15 @@ The verdict is cached per loop and per value of the outer indices and runtime
 offsets that change the relative position of two accesses of a tensor the nest
 writes (usually none: once per loop), shared by the simulators of one kernel
 (MachineSimulator(verdicts=)). Large GEMMs get BLAS threads and large
-element-wise passes two threads while a core is to spare (_spare_core).
+element-wise passes two threads while a core is to spare (cpushare.py).
 Timing and hazard checks (E171) then run per iteration without moving data
 (`MachineSimulator._walk_timing`): times do not depend on values.
 """
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
@@ -61,6 +61,7 @@ from ..ir.analysis import reads, runtime_guard, tensors_touched
 from ..ir.loopdeps import carried
 from . import semantics
 from ._blas import default_blas
+from .cpushare import CpuShare
 from .reference import ReferenceMachine
 
 _accumulate = ReferenceMachine._accumulate
@@ -75,17 +76,9 @@ THREADED_GEMM_FLOP = 1 << 30
 # element-wise passes over at least this many destination elements run in two halves on two threads:
 # a strided 20 MB dst += terms took 3.7-4.2 ms so against 6.6-7.1 ms on one (2 vCPUs at load 2.3)
 PARALLEL_ELEMENTS = 1 << 18
-# Both only while a core is to spare (1-minute load average below the CPU count less this): with
-# every core busy the second thread waits for a core and loses (mm2 --scale 8 at load 3-4: 0.35-0.65 s
-# with threads against 0.21-0.39 s without, best of 5, the two alternating)
-SPARE_CORE = 0.5
-
-
-def _spare_core() -> bool:
-    try:
-        return os.getloadavg()[0] < (os.cpu_count() or 1) - SPARE_CORE
-    except OSError:  # no load average (not Unix): as if busy
-        return False
+# Both only while a core is to spare (cpushare.py): with every core busy the second thread waits for
+# a core and loses (mm2 --scale 8 at load 3-4: 0.35-0.65 s with threads against 0.21-0.39 s without,
+# best of 5, the two alternating)
 
 
 @dataclass
@@ -868,6 +861,7 @@ def _execute(sim, nest: Nest, plan_: list, ordered: dict) -> None:
     # the fused matmuls' operand views (a group's GEMM may come before a member's own position)
     done, pending = {id(it): got for it, got, _ in plan_ if it.fused}, {}
     outs_of = {id(it): outs for it, _, outs in plan_}
+    mult = partial(gemm, spare=sim.cpu.spare)
     _check_groups(sim, nest, done)
     for it, got, outs in plan_:
         p = it.plan
@@ -893,7 +887,7 @@ def _execute(sim, nest: Nest, plan_: list, ordered: dict) -> None:
                 if done[once]:
                     continue
             if summed is None:
-                summed = mm.rule.run(mm.plan.op, lambda a: mm_got[id(a)], len(it.vars), it.reduce, gemm=gemm)[0][1]
+                summed = mm.rule.run(mm.plan.op, lambda a: mm_got[id(a)], len(it.vars), it.reduce, gemm=mult)[0][1]
             term = next(a for a in p.op.ins if isinstance(a, Access) and a != p.op.outs[0])
             shape = tuple(1 if i in it.reduce else nest.trips[v] for i, v in enumerate(it.vars))
             summed = summed.reshape(shape + term.shape)
@@ -907,7 +901,7 @@ def _execute(sim, nest: Nest, plan_: list, ordered: dict) -> None:
                 mask0[...] = True
             continue
         if it.rule.sums:
-            results = it.rule.run(p.op, read, len(it.vars), it.reduce, gemm=gemm)
+            results = it.rule.run(p.op, read, len(it.vars), it.reduce, gemm=mult)
         else:
             results = it.rule.run(p.op, read, len(it.vars), it.reduce)
         for index, values in results:
@@ -1024,7 +1018,8 @@ def _check_groups(sim, nest: Nest, done: dict) -> None:
         op = it.feeds.plan.op
         views = lambda parts: [done[id(a.feeds)][id(x)] for a, x in parts]
         done[id(g)] = it.feeds.rule.grouped([views(p) for p in g.sts], [views(p) for p in g.mvs], len(it.vars),
-                                            it.reduce, gemm, 2 if op.attr("double_row") else 1,
+                                            it.reduce, partial(gemm, spare=sim.cpu.spare),
+                                            2 if op.attr("double_row") else 1,
                                             lambda d, x: _halves(sim, lambda r, dd: np.copyto(dd, r(0)),
                                                                  lambda _: x, d, True))
 
@@ -1034,7 +1029,7 @@ def _halves(sim, fn, read, dst: np.ndarray, split: bool) -> None:
     thread (numpy lets go of the GIL in its loops). `split`: that axis is one of dst's own (not
     summed away), so the halves write disjoint elements (batched execution is legal only then)."""
     n = dst.shape[0] if dst.ndim else 0
-    if not split or n < 2 or dst.size < PARALLEL_ELEMENTS or not _spare_core():
+    if not split or n < 2 or dst.size < PARALLEL_ELEMENTS or not sim.cpu.spare():
         fn(read, dst)
         return
     parts = (slice(0, n // 2), slice(n // 2, n))
@@ -1048,12 +1043,12 @@ def _first_axis(x, h: slice):
     return x[h] if isinstance(x, np.ndarray) and x.ndim else x
 
 
-def gemm(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def gemm(a: np.ndarray, b: np.ndarray, spare=None) -> np.ndarray:
     """a @ b for the batched path: BLAS's own threads for a GEMM of THREADED_GEMM_FLOP or more (a
-    whole loop nest's product) while a core is to spare, else one thread (the simulator runs under
-    one BLAS thread)."""
+    whole loop nest's product) while a core is to spare (`spare()`, a CpuShare's by default), else
+    one thread (the simulator runs under one BLAS thread)."""
     flop = 2 * a.shape[-2] * a.shape[-1] * b.shape[-1] * int(np.prod(a.shape[:-2], dtype=np.int64))
-    if flop >= THREADED_GEMM_FLOP and _spare_core():
+    if flop >= THREADED_GEMM_FLOP and (spare or CpuShare().spare)():
         with default_blas():
             return np.matmul(a, b)
     return np.matmul(a, b)

@@ -37,6 +37,7 @@ from ..ir import ops
 from ..ir.ops import debug
 from ..ir.analysis import engine_of, injective, reads, runtime_guard, tensors_touched, writes, written_args
 from . import batched, numerics, periodic, semantics
+from .cpushare import CpuShare
 from ._blas import single_threaded_blas
 from .reference import ReferenceMachine, gather_index
 from .activity import DmaActivity, percent
@@ -254,6 +255,7 @@ class MachineSimulator:
         # the batched nests' legality verdicts by loop (they depend on the kernel alone: simulators of one
         # kernel may share them, as a CompiledKernel's do; batched.legal)
         self.verdicts = {} if verdicts is None else verdicts
+        self.cpu = CpuShare()  # whether the batched path's second thread has a core (cpushare.py)
         self.helper = ThreadPoolExecutor(1)  # the second core's half of large batched passes (no thread until used)
         self._check_layout()
         self.neighbours = self._neighbours()

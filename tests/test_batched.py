@@ -418,12 +418,13 @@ def test_a_compiled_kernel_reuses_its_batched_verdicts(rng):
 @pytest.mark.parametrize("spare", [True, False])
 def test_mm2_batched_with_and_without_a_spare_core(rng, monkeypatch, spare):
     """The two-thread passes (halves of dst += terms, operand copies, fills; BLAS threads) give the
-    per-instruction path's result, whatever the load: forced on for every size, and forced off."""
-    from nkicc.simulator import batched
-    monkeypatch.setattr(batched, "SPARE_CORE", -1e9 if spare else 1e9)
+    per-instruction path's result, whatever the load: forced on for every size, and forced off
+    (whether a core is spare is asked at every pass: cpushare reads SPARE_CORE each time)."""
+    from nkicc.simulator import batched, cpushare
+    monkeypatch.setattr(cpushare, "SPARE_CORE", -1e9 if spare else 1e9)
     monkeypatch.setattr(batched, "PARALLEL_ELEMENTS", 1)
     monkeypatch.setattr(batched, "THREADED_GEMM_FLOP", 1)
-    assert batched._spare_core() == spare
+    assert cpushare.CpuShare().spare() == spare
     arrays = [rng.standard_normal(s).astype(np.float32) for s in [(256, 420), (256, 512), (512, 256)]]
     c = nkicc.compile(fm.mm2, *arrays)
     inputs = dict(zip(c.ir.args, arrays))
