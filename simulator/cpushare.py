@@ -56,12 +56,12 @@ class CpuShare:
     def others(self) -> float | None:
         """Cores the other processes used since the last look (None: too soon to tell, or no
         /proc/stat)."""
+        if self._mark is None or time.monotonic() - self._mark[0] < MIN_INTERVAL_S:
+            return None
         now = self._sample()
-        if now is None or self._mark is None:
+        if now is None:
             return None
         dt = now[0] - self._mark[0]
-        if dt < MIN_INTERVAL_S:
-            return None
         used = max(0.0, (now[1] - self._mark[1]) - (now[2] - self._mark[2])) / dt
         self._mark = now
         return used
