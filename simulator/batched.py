@@ -719,9 +719,10 @@ class _Views:
             mask = np.zeros(shape, dtype=np.bool_) if t.is_psum else None
             self.priv[name] = (data, mask, vars_)
 
-    def view(self, item: _OpItem, a: Access, lead: tuple):
+    def view(self, item: _OpItem, a: Access, lead: tuple, read: bool = False):
         """(data, PSUM written-mask or None) of access a over the loops `lead`, or None if it
-        wraps rows or leaves its tensor (per-iteration execution handles those)."""
+        wraps rows or leaves its tensor (per-iteration execution handles those). A read that
+        wraps rows of a tile the nest does not write gets a gathered copy instead (_wrapped)."""
         sim, trips = self.sim, self.nest.trips
         t = sim.tensors[a.tensor]
         e = a.offset.const + sum(c * self.env[v] for v, c in a.offset.terms if v not in trips) + _shift(a, self.values)
@@ -736,6 +737,8 @@ class _Views:
         fw = self.nest.forward.get(t.name)
         if fw is not None:
             v = _forwarded_view(self, a, t, lead, fw)
+            if v is None and read:
+                return _wrapped(self, a, t, lead, e)
             return None if v is None else (v, None)
         priv = self.priv.get(t.name)
         F = t.F
@@ -743,6 +746,8 @@ class _Views:
         pb = F * item if priv is not None else sim._pb(t)
         strides = _window(dims, e, t.P, F, pb, item)
         if strides is None:
+            if read and priv is None and not any(w for _, _, w in self.nest.uses.get(t.name, ())):
+                return _wrapped(self, a, t, lead, e)
             return None
         p0, f0 = divmod(e, F)
         if priv is None:
@@ -778,6 +783,52 @@ def _window(dims, e: int, P: int, F: int, partition_step: int, free_step: int) -
     if p0 + plo < 0 or p0 + phi >= P or f0 + flo < 0 or f0 + fhi >= F:
         return None
     return strides
+
+
+def _wrapped(self, a: Access, t, lead: tuple, e: int):
+    """A read of on-chip tile t that wraps rows or runs past the tile (the static seed's ragged
+    last block reads 7 columns past its At tile), as per-iteration execution reads it: flat
+    over the tile, partition-major, poison past its end; gathered into a new array (the tile is
+    one the nest does not write, so its values are known before the nest runs: a forwarded
+    load's source or memory as the nest found it). Along loops it does not move with, the copy
+    is broadcast. None for PSUM or a start before the tile (per iteration reports those)."""
+    if t.is_psum:
+        return None
+    sim, trips, env = self.sim, self.nest.trips, self.env
+    fw = self.nest.forward.get(t.name)
+    mine = self.nest.private.get(t.name, ()) if fw is not None else ()
+    x = fw[1] if fw is not None else None
+    full, moves = [], []
+    for v in lead:
+        full.append(trips[v])
+        moves.append(a.offset.coeff(v) != 0 or (v in mine and x.offset.coeff(v) != 0))
+    dims = [(a.offset.coeff(v), trips[v] if m else 1) for v, m in zip(lead, moves)] + list(a.pattern)
+    nd = len(dims)
+    axis = lambda k, n: np.arange(n, dtype=np.int64).reshape([n if j == k else 1 for j in range(nd)])
+    idx = np.int64(e)
+    for k, (step, n) in enumerate(dims):
+        idx = idx + step * axis(k, n)
+    idx = np.broadcast_to(idx, tuple(n for _, n in dims))
+    if idx.min() < 0:
+        return None
+    inside = idx < t.P * t.F
+    p, f = np.divmod(np.where(inside, idx, 0), t.F)
+    if fw is None:
+        vals = t.footprint[p, f]
+    else:
+        _, _, (sp, sf) = fw
+        xt = sim.tensors[x.tensor]
+        src = (x.offset.const + sum(c * env[v] for v, c in x.offset.terms if v not in trips)
+               + _shift(x, self.values) + p * sp + f * sf)
+        for k, v in enumerate(lead):
+            if v in mine and moves[k]:
+                src = src + x.offset.coeff(v) * axis(k, dims[k][1])
+        src = np.broadcast_to(src, idx.shape)
+        if src.min() < 0 or src.max() >= xt.size:
+            return None
+        vals = sim._at(xt, src)
+    out = np.where(inside, vals, t.fill).astype(t.dtype, copy=False)
+    return np.broadcast_to(out, tuple(full) + out.shape[len(lead):]), None
 
 
 def _forwarded_view(self, a: Access, t, lead: tuple, fw):
@@ -842,7 +893,7 @@ def _gather(nest: Nest, views: _Views):
             if not isinstance(a, Access):
                 got[id(a)] = None
             elif a.tensor not in nest.dead or it.fused:  # else the fused matmul's product, computed instead
-                v = views.view(it, a, it.vars)
+                v = views.view(it, a, it.vars, read=True)
                 if v is None:
                     return None
                 got[id(a)] = v[0]

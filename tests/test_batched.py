@@ -510,3 +510,35 @@ def test_the_dynamic_seed_as_written_batched_equals_per_instruction(rng):
         {k: np.abs(v) for k, v in inputs.items()})[0][name].astype(np.float64)
     assert np.all(np.abs(fast[name].astype(np.float64) - slow[name]) <= SUM_TOL * mag)
     assert frep.total_ns == srep.total_ns and any(" k0 " in label for label in frep.batched_loops)
+
+
+@nkicc.jit
+def reads_past_its_rows(a, W=60, X=8, SHARED=False):
+    """Block i's [128, W] tile read as [:, X:W + X] (as the static seed's ragged block reads past
+    its At tile): each row's last X columns are the next partition's first, the last partition's
+    are past the tile (poison). SHARED: one tile loaded before the loop, read in every block."""
+    n = a.shape[1] // W
+    out = nl.ndarray((128, n * W), dtype=a.dtype, buffer=nl.shared_hbm)
+    first = nl.load(a[:, 0:W]) if SHARED else None
+    for i in nl.affine_range(n):
+        t = first if SHARED else nl.load(a[:, i * W:(i + 1) * W])
+        nl.store(out[:, i * W:(i + 1) * W], value=nl.multiply(t[:, X:W + X], 2.0))
+    return out
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_reads_that_wrap_rows_run_batched(rng, shared):
+    """A read past the end of its tile's rows in a batched nest is gathered as per-iteration
+    execution reads it (the next partition's elements, poison past the tile): bit for bit the
+    per-instruction result, and the nest runs batched."""
+    a = rng.standard_normal((128, 240)).astype(np.float32)
+    c = nkicc.compile(reads_past_its_rows, a, SHARED=shared)
+    (fast, frep), (slow, srep) = both(c.ir, {c.ir.args[0]: a})
+    got, want = fast[c.ir.outputs[0]], slow[c.ir.outputs[0]]
+    np.testing.assert_array_equal(got, want)
+    assert frep.batched_loops and not frep.unbatched_loops and frep.total_ns == srep.total_ns
+    blocks = [a[:, 0:60]] * 4 if shared else [a[:, i * 60:(i + 1) * 60] for i in range(4)]
+    for i, t in enumerate(blocks):  # the tile flat, partition-major, then poison
+        flat = np.concatenate([t.reshape(-1), np.full(8, np.nan, np.float32)])
+        want = 2 * np.stack([flat[p * 60 + 8:p * 60 + 68] for p in range(128)])
+        np.testing.assert_array_equal(got[:, i * 60:(i + 1) * 60], want)
