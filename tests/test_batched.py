@@ -33,6 +33,14 @@ def both(kernel, inputs, **kw):
             MachineSimulator(kernel, TRN2, batch=False, **kw).run(inputs))
 
 
+def assert_same_up_to_sums(kernel, inputs, fast, slow, name="E") -> None:
+    """The batched output within SUM_TOL of the per-instruction one, relative to the same sums
+    over |inputs| (what reordering a sum can change)."""
+    mag = MachineSimulator(kernel, TRN2, timing=False, batch=False).run(
+        {k: np.abs(v) for k, v in inputs.items()})[0][name].astype(np.float64)
+    assert np.all(np.abs(fast[name].astype(np.float64) - slow[name]) <= SUM_TOL * mag)
+
+
 def check_case(case) -> None:
     c = nkicc.compile(case.kernel, *case.arrays, **case.consts)
     inputs = dict(zip(c.ir.args, case.arrays))
@@ -104,9 +112,7 @@ def test_mm2_runs_batched_with_accumulations_summed(rng):
     c = nkicc.compile(fm.mm2, *arrays)
     inputs = dict(zip(c.ir.args, arrays))
     (fast, frep), (slow, srep) = both(c.ir, inputs)
-    mag = MachineSimulator(c.ir, TRN2, timing=False, batch=False).run(
-        {k: np.abs(v) for k, v in inputs.items()})[0]["E"].astype(np.float64)
-    assert np.all(np.abs(fast["E"].astype(np.float64) - slow["E"]) <= SUM_TOL * mag)
+    assert_same_up_to_sums(c.ir, inputs, fast, slow)
     assert frep.batched_loops and frep.total_ns == srep.total_ns
     # inputs the kernel does not write are read where the caller keeps them, not copied
     sim = MachineSimulator(c.ir, TRN2, timing=False)
@@ -380,9 +386,7 @@ def test_matmuls_sharing_operands_are_one_gemm(rng, rewrite):
     inputs = dict(zip(c.ir.args, (a, b)))
     (fast, frep), (slow, srep) = both(c.ir, inputs)
     name = c.ir.outputs[0]
-    mag = MachineSimulator(c.ir, TRN2, timing=False, batch=False).run(
-        {k: np.abs(v) for k, v in inputs.items()})[0][name].astype(np.float64)
-    assert np.all(np.abs(fast[name].astype(np.float64) - slow[name]) <= SUM_TOL * mag)
+    assert_same_up_to_sums(c.ir, inputs, fast, slow, name)
     x = np.abs(a).astype(np.float64).T @ np.abs(b)  # the numpy oracle, before any rewrite
     want = a.astype(np.float64).T @ b
     if rewrite:  # every product with x1 after the first is doubled
@@ -429,10 +433,8 @@ def test_mm2_batched_with_and_without_a_spare_core(rng, monkeypatch, spare):
     c = nkicc.compile(fm.mm2, *arrays)
     inputs = dict(zip(c.ir.args, arrays))
     (fast, frep), (slow, _) = both(c.ir, inputs, timing=False)
-    mag = MachineSimulator(c.ir, TRN2, timing=False, batch=False).run(
-        {k: np.abs(v) for k, v in inputs.items()})[0]["E"].astype(np.float64)
     assert frep.batched_loops
-    assert np.all(np.abs(fast["E"].astype(np.float64) - slow["E"]) <= SUM_TOL * mag)
+    assert_same_up_to_sums(c.ir, inputs, fast, slow)
 
 
 def test_runtime_offsets_fixed_through_a_nest_run_batched(rng):
@@ -444,9 +446,7 @@ def test_runtime_offsets_fixed_through_a_nest_run_batched(rng):
     c = nkicc.compile(fm.mm2_dynamic, *arrays)
     inputs = dict(zip(c.ir.args, arrays))
     (fast, frep), (slow, srep) = both(c.ir, inputs)
-    mag = MachineSimulator(c.ir, TRN2, timing=False, batch=False).run(
-        {k: np.abs(v) for k, v in inputs.items()})[0]["E"].astype(np.float64)
-    assert np.all(np.abs(fast["E"].astype(np.float64) - slow["E"]) <= SUM_TOL * mag)
+    assert_same_up_to_sums(c.ir, inputs, fast, slow)
     np.testing.assert_allclose(fast["E"], (arrays[0].T @ arrays[1]) @ arrays[2], rtol=1e-4, atol=1e-3)
     assert frep.total_ns == srep.total_ns and frep.executed == srep.executed
     k0 = [n for label, n in frep.batched_loops.items() if " k0 " in label]
@@ -506,9 +506,7 @@ def test_the_dynamic_seed_as_written_batched_equals_per_instruction(rng):
     inputs = dict(zip(c.ir.args, arrays))
     (fast, frep), (slow, srep) = both(c.ir, inputs)
     name = c.ir.outputs[0]
-    mag = MachineSimulator(c.ir, TRN2, timing=False, batch=False).run(
-        {k: np.abs(v) for k, v in inputs.items()})[0][name].astype(np.float64)
-    assert np.all(np.abs(fast[name].astype(np.float64) - slow[name]) <= SUM_TOL * mag)
+    assert_same_up_to_sums(c.ir, inputs, fast, slow, name)
     assert frep.total_ns == srep.total_ns and any(" k0 " in label for label in frep.batched_loops)
 
 
