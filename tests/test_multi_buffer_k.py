@@ -8,12 +8,11 @@ import numpy as np
 import pytest
 
 import nkicc
-import nkicc.isa as nisa
-import nkicc.language as nl
 import nkicc.plugins.multi_buffer as mb
 from nkicc.ir import Loop
 from nkicc.plugins.alloc import partition_bytes
 from conftest import EXAMPLES
+from test_multi_buffer import exp_row_tiles
 
 sys.path.insert(0, str(EXAMPLES))
 import matmul as mm  # noqa: E402
@@ -93,26 +92,15 @@ def test_remainder_iterations_follow_the_loop(rng, monkeypatch, k, trip):
     np.testing.assert_array_equal(got, a.astype(np.float64).T @ b.astype(np.float64))
 
 
-@nkicc.jit
-def wide_exp(a: "float32[768,12000]"):
+def test_fewer_buffers_where_k_do_not_fit(rng, monkeypatch):
     """48 KB tiles: the cost table wants 3 buffers (a load of 6 MB against an
     activation of 12000 elements), but three pairs (288 KB per partition) do
     not fit trn2's 224 KiB; two do."""
-    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
-    for i in nl.affine_range(6):
-        t = nl.load(a[i * 128:(i + 1) * 128, :])
-        u = nl.ndarray(t.shape, dtype=t.dtype, buffer=nl.sbuf)
-        nisa.activation(dst=u, op=nl.exp, data=t)
-        nl.store(out[i * 128:(i + 1) * 128, :], u)
-    return out
-
-
-def test_fewer_buffers_where_k_do_not_fit(rng, monkeypatch):
     wanted = []
     rule = mb.buffers_wanted
     monkeypatch.setattr(mb, "buffers_wanted", lambda *a: wanted.append(rule(*a)) or wanted[-1])
     a = rng.standard_normal((768, 12000)).astype(np.float32) * 0.1
-    c = nkicc.compile(wide_exp, a, passes=TRN2, cache=False)
+    c = nkicc.compile(exp_row_tiles, a, passes=TRN2, cache=False)
     assert wanted and wanted[0] >= 3, wanted
     tags = {t.name.split(".mb")[1] for t in c.ir.tensors if ".mb" in t.name}
     assert tags == {"1"}, tags                       # two buffers, no remainder (trip 6)
