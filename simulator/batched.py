@@ -719,13 +719,18 @@ class _Views:
             mask = np.zeros(shape, dtype=np.bool_) if t.is_psum else None
             self.priv[name] = (data, mask, vars_)
 
+    def start(self, a: Access) -> int:
+        """The element access a starts at for this entry, the nest's own loops at 0."""
+        trips = self.nest.trips
+        return a.offset.const + sum(c * self.env[v] for v, c in a.offset.terms if v not in trips) + _shift(a, self.values)
+
     def view(self, item: _OpItem, a: Access, lead: tuple, read: bool = False):
         """(data, PSUM written-mask or None) of access a over the loops `lead`, or None if it
         wraps rows or leaves its tensor (per-iteration execution handles those). A read that
         wraps rows of a tile the nest does not write gets a gathered copy instead (_wrapped)."""
         sim, trips = self.sim, self.nest.trips
         t = sim.tensors[a.tensor]
-        e = a.offset.const + sum(c * self.env[v] for v, c in a.offset.terms if v not in trips) + _shift(a, self.values)
+        e = self.start(a)
         dims = [(a.offset.coeff(v), trips[v]) for v in lead] + list(a.pattern)
         shape = tuple(n for _, n in dims)
         if not t.onchip:
@@ -736,7 +741,7 @@ class _Views:
             return np.ndarray(shape, t.dtype, sim._mv[t.key], e * t.item, tuple(s * t.item for s, _ in dims)), None
         fw = self.nest.forward.get(t.name)
         if fw is not None:
-            v = _forwarded_view(self, a, t, lead, fw)
+            v = _forwarded_view(self, a, t, lead, fw, e)
             if v is None and read:
                 return _wrapped(self, a, t, lead, e)
             return None if v is None else (v, None)
@@ -794,7 +799,7 @@ def _wrapped(self, a: Access, t, lead: tuple, e: int):
     is broadcast. None for PSUM or a start before the tile (per iteration reports those)."""
     if t.is_psum:
         return None
-    sim, trips, env = self.sim, self.nest.trips, self.env
+    sim, trips = self.sim, self.nest.trips
     fw = self.nest.forward.get(t.name)
     mine = self.nest.private.get(t.name, ()) if fw is not None else ()
     x = fw[1] if fw is not None else None
@@ -818,8 +823,7 @@ def _wrapped(self, a: Access, t, lead: tuple, e: int):
     else:
         _, _, (sp, sf) = fw
         xt = sim.tensors[x.tensor]
-        src = (x.offset.const + sum(c * env[v] for v, c in x.offset.terms if v not in trips)
-               + _shift(x, self.values) + p * sp + f * sf)
+        src = self.start(x) + p * sp + f * sf
         for k, v in enumerate(lead):
             if v in mine and moves[k]:
                 src = src + x.offset.coeff(v) * axis(k, dims[k][1])
@@ -831,16 +835,16 @@ def _wrapped(self, a: Access, t, lead: tuple, e: int):
     return np.broadcast_to(out, tuple(full) + out.shape[len(lead):]), None
 
 
-def _forwarded_view(self, a: Access, t, lead: tuple, fw):
-    """Access a of a forwarded tile as a view of its load's source: element (p, f) of the tile
-    is source element base + p * sp + f * sf; loops around the tile move the source as the load
-    does. None where a leaves the tile (per-iteration execution reports it)."""
-    sim, trips, env = self.sim, self.nest.trips, self.env
+def _forwarded_view(self, a: Access, t, lead: tuple, fw, e: int):
+    """Access a (starting at element e) of a forwarded tile as a view of its load's source:
+    element (p, f) of the tile is source element base + p * sp + f * sf; loops around the tile
+    move the source as the load does. None where a leaves the tile (per-iteration execution
+    reports it)."""
+    sim, trips = self.sim, self.nest.trips
     _, x, (sp, sf) = fw
     xt, F = sim.tensors[x.tensor], t.F
     mine = self.nest.private[t.name]
-    e = a.offset.const + sum(c * env[v] for v, c in a.offset.terms if v not in trips) + _shift(a, self.values)
-    base = x.offset.const + sum(c * env[v] for v, c in x.offset.terms if v not in trips) + _shift(x, self.values)
+    base = self.start(x)
     dims = [(a.offset.coeff(v), trips[v]) for v in lead] + list(a.pattern)
     strides = _window(dims, e, t.P, F, sp, sf)
     if strides is None:
