@@ -268,6 +268,7 @@ class MachineSimulator:
         self.closed_form = bool(closed_form) and self.timing and not self.tracing and self.hazards != "raw"
         self._facts: dict[int, periodic.LoopFacts] = {}
         self._overlaps: dict[tuple, bool] = {}  # _overlap's exact answers
+        self._timed = self.timing
         self._max_hidden = max((p.hidden for p in self.plans), default=0.0)
         # waits on rotating DMAs look at the memory boxes their executions touched (pending.py);
         # the others only at the latest finish
@@ -723,6 +724,7 @@ class MachineSimulator:
         if self.tracing:
             self.tracer = TraceRecorder(self.kernel.name, getattr(self.target, "name", "?"),
                                         self.tracer.max_events, self.decls)
+        self._timed = self.timing  # (off while a skipped period's iterations run for their data)
         with single_threaded_blas(), np.errstate(all="ignore"):  # semantics.compute's contract
             self._block(self._program)
         # and the inputs the kernel updated (once: a kernel may return an argument it wrote)
@@ -747,7 +749,7 @@ class MachineSimulator:
             elif kind == 4:
                 if self._shared or not batched.run(self, x[1]):
                     self._loop(x[0])
-                elif self.timing:  # times and hazards per iteration, without the data
+                elif self._timed:  # times and hazards per iteration, without the data
                     self._loop(x[0], self._walk_timing)
             else:
                 self._runtime_loop(x)
@@ -787,7 +789,7 @@ class MachineSimulator:
             env[var] = t
             for acc in guard.dyn_accs:
                 acc.cur = self._start(acc, guard.op, False)
-            if self.timing:
+            if self._timed:
                 self._time(guard)
             if mode == "while":
                 value = self._guard_input(guard, 0)
@@ -808,12 +810,13 @@ class MachineSimulator:
         var, trip, body, depth, label, start, step = spec
         env = self.env
         block = block or self._block
-        if self.closed_form and getattr(block, "__func__", None) is MachineSimulator._walk_timing:
+        walk = getattr(block, "__func__", None) is MachineSimulator._walk_timing
+        if self.closed_form and (walk or (block == self._block and self._timed)):
             facts = self._facts.get(id(body))
             if facts is None:
                 facts = self._facts[id(body)] = periodic.loop_facts(self, spec)
             if facts.ok:
-                skipped = periodic.run_loop(self, spec, facts, block)
+                skipped = periodic.run_loop(self, spec, facts, block, None if walk else self._replay)
                 if skipped:
                     name = f"{label[1]} {label[0]} ({var})"
                     self.closed_loops[name] = self.closed_loops.get(name, 0) + skipped
@@ -839,6 +842,21 @@ class MachineSimulator:
                 block(body)
         env.pop(var, None)
 
+    def _replay(self, body, var: str, iterations, plans) -> None:
+        """Iterations whose timing a skipped period gave (periodic.py), run for their data alone:
+        their instruction counts are in the period's already."""
+        counts, executed = [p.count for p in plans], self.executed
+        self._timed = False
+        try:
+            for t in iterations:
+                self.env[var] = t
+                self._block(body)
+        finally:
+            self._timed = True
+        for p, n in zip(plans, counts):
+            p.count = n
+        self.executed = executed
+
     def _op(self, p: _Plan) -> None:
         self.executed += 1
         p.count += 1
@@ -851,7 +869,7 @@ class MachineSimulator:
         if p.collective is not None:
             results = self._collective(p)
         else:
-            if self.timing:
+            if self._timed:
                 self._time(p)
             results = semantics.compute(op, lambda a: view(by_id[id(a)]))
         if p.is_print:  # nl.device_print: to stdout now, as the vendor's simulator, and into the report

@@ -21,11 +21,21 @@ hazard records finishing before every engine frees.
 
 Hazards (E171) in skipped iterations: every access of the loop must move by
 the same bytes per iteration within its memory group (on-chip tiles must not
-move at all, and no runtime or indirect offsets), so an iteration's hazard
-checks are its predecessor's translated in memory and time; the live records
-they run against are compared too, so a skipped check is one that already ran
-and passed. Loops that do not qualify, and loops that never become periodic,
-are timed instruction by instruction as before.
+move at all, and no indirect offsets), so an iteration's hazard checks are its
+predecessor's translated in memory and time; the live records they run against
+are compared too, so a skipped check is one that already ran and passed. A
+runtime offset qualifies where the IR shows it moving by a constant: the body
+never writes it, or advances it once per iteration by adding a constant
+(nisa.tensor_scalar, as the seed's hardware loops do); each access then moves
+by what its start moved between the two compared iterations. Loops that do not
+qualify, and loops that never become periodic, are timed instruction by
+instruction as before.
+
+Two kinds of loop: one whose data a batched run has already computed (only
+its timing is walked), and one that computes its data as it is timed (a
+hardware loop the batched path cannot take, such as one that advances the
+offset it reads). In the second, the skipped iterations still run, for their
+data alone (MachineSimulator._replay): their timing is what was skipped.
 
 Times are floats: the state is compared to within _TOL ns, and a skipped
 period adds D once per period instead of summing instruction costs, so results
@@ -33,6 +43,9 @@ agree with the instruction-level walk up to rounding (relative ~1e-12).
 """
 from __future__ import annotations
 
+import numpy as np
+
+from ..ir import Const
 from .activity import _merge
 
 _TOL = 1e-6          # ns: two times this close are the same time
@@ -45,13 +58,15 @@ _MAX_MISSES = 4      # entries of a loop without a period (in one run): stop loo
 
 class LoopFacts:
     """What a loop's iterations do to memory, worked out once per loop."""
-    __slots__ = ("ok", "why", "group_bytes", "acc_elems", "plans", "per_iter", "misses", "hits")
+    __slots__ = ("ok", "why", "group_bytes", "acc_elems", "plans", "per_iter", "misses", "hits", "accs", "groups")
 
     def __init__(self) -> None:
         self.ok = True
         self.why = ""
         self.group_bytes: dict[str, int] = {}   # memory group -> bytes its accesses move per iteration
         self.acc_elems: dict[int, int] = {}     # id(access) -> elements its start moves per iteration
+        self.accs: list = []                    # every access of the body, once
+        self.groups: list[str] = []             # the memory group of each
         self.plans: list = []                   # the plans of the body (nested loops included)
         self.per_iter = 0                       # instructions per iteration (static loops)
         self.misses = self.hits = 0             # entries of the loop without / with a period, this run
@@ -60,12 +75,15 @@ class LoopFacts:
 def loop_facts(m, spec) -> LoopFacts:
     var, trip, body = spec[0], spec[1], spec[2]
     f = LoopFacts()
+    advances = []  # the ops of the body that advance a runtime offset tile (outside nested loops)
 
     def walk(items, mult):
         for kind, x in items:
             if kind == 0:
                 f.plans.append(x)
                 f.per_iter += mult
+                if mult == 1 and _advance(x):
+                    advances.append(x)
             elif kind in (2, 4):
                 inner = x if kind == 2 else x[0]
                 walk(inner[2], mult * inner[1])
@@ -75,6 +93,8 @@ def loop_facts(m, spec) -> LoopFacts:
     walk(body, 1)
     if trip < _MIN_TRIP or f.per_iter < _MIN_BODY:
         f.ok, f.why = False, "short"
+    writes = [(p, acc.t) for p in f.plans for acc in p.hz_writes]
+    seen = set()
     for p in f.plans:
         if not f.ok:
             break
@@ -82,25 +102,64 @@ def loop_facts(m, spec) -> LoopFacts:
             f.ok, f.why = False, "a collective"
             break
         for acc in list(p.accs) + list(p.scalars) + list(p.hz_reads) + list(p.hz_writes):
-            if acc.reg is not None or acc.scalar is not None or acc.vector is not None:
-                f.ok, f.why = False, "a runtime or indirect offset"
+            if acc.vector is not None:
+                f.ok, f.why = False, "an indirect offset"
                 break
-            c = sum(k for v, k in acc.terms if v == var)
-            if c and acc.t.onchip:
+            if acc.scalar is not None:
+                writers = {id(w) for w, t in writes if _share_bytes(acc.scalar.t, t)}
+                # an offset the body never writes stays put; one it advances by a constant once per
+                # iteration moves the access by a constant (in HBM only: tiles must stay put)
+                if writers and not (writers <= {id(a) for a in advances} and len(writers) == 1
+                                    and not acc.t.onchip):
+                    f.ok, f.why = False, "a runtime offset the loop changes"
+                    break
+            if acc.t.onchip and any(v == var for v, _ in acc.terms):
                 f.ok, f.why = False, "an on-chip access moves with the loop index"
                 break
-            g = m.neighbours[acc.t.name]
-            moved = c * acc.t.item
-            if f.group_bytes.setdefault(g, moved) != moved:
-                f.ok, f.why = False, f"accesses to {g} move by different strides"
-                break
-            f.acc_elems[id(acc)] = c
+            if id(acc) not in seen:
+                seen.add(id(acc))
+                f.accs.append(acc)
+                f.groups.append(m.neighbours[acc.t.name])
     return f
+
+
+def _advance(p) -> bool:
+    """Whether the op adds a constant to a one-element tile in place (an offset's advance)."""
+    op = p.op
+    return (op.opcode == "tensor_scalar" and op.attr("op0") == "add" and op.attr("op1") is None
+            and len(op.ins) == 2 and isinstance(op.ins[1], Const) and len(p.outs) == 1
+            and p.outs[0].static and p.outs[0].count == 1 and op.ins[0] == op.outs[0]
+            and np.issubdtype(p.outs[0].t.dtype, np.integer))
+
+
+def _moves(f: LoopFacts, a: "Snapshot", b: "Snapshot", p: int) -> bool:
+    """Set the elements each access, and the bytes each memory group, moves per iteration, from
+    where the accesses were p iterations apart (their starts are affine in the iteration: the
+    loop index's terms and offsets the body leaves or advances by a constant); False when a
+    group's accesses move apart or a tile moves."""
+    f.acc_elems, f.group_bytes = {}, {}
+    for acc, g, x, y in zip(f.accs, f.groups, a.cur, b.cur):
+        d, r = divmod(y - x, p)
+        if r or (d and acc.t.onchip):
+            return False
+        if f.group_bytes.setdefault(g, d * acc.t.item) != d * acc.t.item:
+            return False
+        f.acc_elems[id(acc)] = d
+    return True
+
+
+def _share_bytes(t, u) -> bool:
+    """Whether two tensors' memory overlaps (tiles that live at different times share bytes)."""
+    if t.name == u.name:
+        return True
+    if not (t.onchip and u.onchip) or t.decl.buffer != u.decl.buffer:
+        return False
+    return t.address < u.address + u.F * u.item and u.address < t.address + t.F * t.item
 
 
 class Snapshot:
     __slots__ = ("T", "H", "Hw", "floor", "efree", "eexec", "ebusy", "ecount", "counts", "executed", "end_ns",
-                 "fin", "rot", "rf", "fab", "blocked", "act_total", "act_live", "hz", "forgotten")
+                 "fin", "rot", "rf", "fab", "blocked", "act_total", "act_live", "hz", "forgotten", "cur")
 
 
 def snapshot(m, f: LoopFacts) -> Snapshot:
@@ -130,6 +189,7 @@ def snapshot(m, f: LoopFacts) -> Snapshot:
     s.act_live = [(max(lo, s.floor), hi) for lo, hi in merged if hi > s.floor]
     s.hz = [[(k, r) for k, r in d.items() if r[5] > s.H] for d in m._hz_dicts]
     s.forgotten = m.forgotten
+    s.cur = [acc.cur for acc in f.accs]
     return s
 
 
@@ -151,7 +211,7 @@ def _rec(r, db: int, de: int, dt: float, ds: int):
 def shift_of(m, f: LoopFacts, a: Snapshot, b: Snapshot, p: int) -> float | None:
     """D when state b (p iterations after a) is state a later by D; else None."""
     D = b.T - a.T
-    if not D > 0 or a.forgotten != b.forgotten or m.forgotten:
+    if not D > 0 or a.forgotten != b.forgotten or m.forgotten or not _moves(f, a, b, p):
         return None
     if not all(_near(y - x, D) for x, y in zip(a.efree, b.efree)):
         return None
@@ -254,9 +314,10 @@ def skip(m, f: LoopFacts, a: Snapshot, b: Snapshot, p: int, D: float, k: int) ->
         d.maxfin = latest
 
 
-def run_loop(m, spec, f: LoopFacts, block) -> int:
+def run_loop(m, spec, f: LoopFacts, block, replay=None) -> int:
     """Time the loop's iterations, skipping whole periods once the state repeats;
-    returns how many iterations were skipped."""
+    returns how many iterations were skipped. replay(body, var, iterations): where `block` also
+    computes the data, what runs the skipped iterations for their data alone."""
     var, trip = spec[0], spec[1]
     env = m.env
     snaps: list[Snapshot] = []
@@ -280,6 +341,8 @@ def run_loop(m, spec, f: LoopFacts, block) -> int:
             D = shift_of(m, f, snaps[-1 - p], s, p)
             if D is not None:
                 skip(m, f, snaps[-1 - p], s, p, D, k)
+                if replay is not None:
+                    replay(spec[2], var, range(t, t + k * p), f.plans)
                 t += k * p
                 skipped = k * p
                 break

@@ -11,6 +11,8 @@ import numpy as np
 import pytest
 
 import nkicc
+import nkicc.isa as nisa
+import nkicc.language as nl
 from nkicc.ir import NkiccError, Op
 from nkicc.plugins.targets import TRN2
 from nkicc.simulator.machine import MachineSimulator
@@ -27,6 +29,39 @@ from test_machine import exp_add, matmul_acc  # noqa: E402
 from test_runtime_loops import prefix_copy  # noqa: E402
 
 REL = 1e-9  # a skipped period adds its time once instead of instruction by instruction: rounding only
+
+
+def _blocks_through_offset(a, advance):
+    """128-row blocks of a, visited by a hardware loop through a runtime offset that advance(row)
+    moves on, each block in four column quarters: x + exp(x). The loop is not batched (it
+    writes the offset it reads): data and timing per iteration."""
+    rows, cols = a.shape
+    q = cols // 4
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    row = nl.zeros((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+    for i in nl.dynamic_range(rows // 128):
+        for h in nl.static_range(4):
+            view = dict(pattern=[[cols, 128], [1, q]], offset=h * q, scalar_offset=row, indirect_dim=0)
+            x = nl.load(a.ap(**view))
+            nl.store(out.ap(**view), value=nl.add(x, nl.exp(x)))
+        advance(row)
+    return out
+
+
+@nkicc.jit
+def offset_walk(a):
+    """The offset advanced by a constant (nisa.tensor_scalar): the accesses it moves move by a
+    constant per iteration."""
+    return _blocks_through_offset(a, lambda row: nisa.tensor_scalar(dst=row, data=row, op0=nl.add, operand0=128))
+
+
+@nkicc.jit
+def offset_walk_by_data(a):
+    """The offset advanced by a value in memory (a tile set to 128 before the loop): the same
+    steps, but not a constant the IR shows."""
+    by = nl.zeros((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.tensor_scalar(dst=by, data=by, op0=nl.add, operand0=128)
+    return _blocks_through_offset(a, lambda row: nisa.tensor_tensor(dst=row, data1=row, data2=by, op=nl.add))
 
 
 def _arrays(rng, shapes, dtype=np.float32):
@@ -76,6 +111,11 @@ CASES = {
     "matmul_acc, 40 k tiles": (matmul_acc, lambda rng: _arrays(rng, [(128 * 40, 128), (128 * 40, 256)]), 0),
     "matmul_tiled": (mmx.matmul_tiled, lambda rng: _arrays(rng, [(512, 256), (512, 1024)]), 0),
     "matmul_hoisted": (mmx.matmul_hoisted, lambda rng: _arrays(rng, [(512, 256), (512, 1024)]), 0),
+    # a runtime offset the loop advances by a constant: the accesses it moves move by a constant too
+    "offset_walk, 40 blocks": (offset_walk, lambda rng: _arrays(rng, [(128 * 40, 64)]), 30),
+    # the seed's hardware loops over n0 blocks, 32 of them (the ragged block's loop repeats)
+    "mm2_dynamic, 32 n0 blocks": (fm.mm2_dynamic, lambda rng: _arrays(rng, [(512, 420), (512, 16384), (16384, 384)]),
+                                  10),
     "prefix_copy (fori)": (prefix_copy, lambda rng: [rng.standard_normal((128, 64)).astype(np.float32),
                                                       np.array([[37]], np.int32)], 0),
 }
@@ -102,13 +142,15 @@ def test_tracing_walks_every_instruction(rng, tmp_path):
     assert r1.trace_events == r0.trace_events > r1.executed
 
 
-@pytest.mark.parametrize("kernel,shape", [(scaled_tiles, (128 * 32, 64)), (exp_add, (128 * 40, 96))])
-def test_deleted_semaphores_give_the_same_verdict_in_closed_form(rng, kernel, shape):
+@pytest.mark.parametrize("kernel,make", [(scaled_tiles, lambda rng: _arrays(rng, [(128 * 32, 64)])),
+                                         (exp_add, lambda rng: _arrays(rng, [(128 * 40, 96)])),
+                                         (offset_walk, lambda rng: _arrays(rng, [(128 * 32, 64)]))])
+def test_deleted_semaphores_give_the_same_verdict_in_closed_form(rng, kernel, make):
     """Every semaphore of the loop deleted in turn: the closed form raises the
     same E171 (naming the same instructions, iteration and times) as the
     instruction-level walk, or neither raises and the estimates agree. A hazard
     in a skipped iteration would have shown in the period it copies."""
-    a = _arrays(rng, [shape])
+    a = make(rng)
     c = nkicc.compile(kernel, *a)
     k, inputs = c.ir, dict(zip(c.ir.args, a))
     caught = closed = 0
@@ -131,6 +173,17 @@ def test_deleted_semaphores_give_the_same_verdict_in_closed_form(rng, kernel, sh
                 _same_estimate(on, off)
                 closed += bool(on.closed_form_loops)
     assert caught >= 1 and closed >= 1, (caught, closed)
+
+
+def test_an_offset_advanced_by_data_gives_no_period(rng):
+    """Whether an offset moves by a constant is read from the IR (an add of a constant, once per
+    iteration), never from values seen at run time: advanced by a value from memory, the loop
+    is timed instruction by instruction, with the same estimate."""
+    a = _arrays(rng, [(128 * 24, 64)])
+    k, (out1, r1), (out0, r0) = _both(offset_walk_by_data, a)
+    assert not r1.closed_form_loops
+    _same_estimate(r1, r0)
+    np.testing.assert_allclose(out1[k.outputs[0]], a[0] + np.exp(a[0]), rtol=1e-6)
 
 
 def test_a_period_needs_the_whole_state_to_repeat(rng, monkeypatch):
