@@ -284,9 +284,7 @@ def _scalar_values(sim, nest: Nest) -> dict | None:
         if got is None:
             values[so] = int(sim.env[so.register])
             continue
-        acc, op = got
-        acc.cur = sim._start(acc, op, False)
-        value = sim._read_view(acc).reshape(-1)[0]
+        value = sim._scalar(*got)
         if value != value:
             return None
         values[so] = int(value)

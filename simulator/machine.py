@@ -551,9 +551,7 @@ class MachineSimulator:
             if acc.reg is not None:
                 e += env[acc.reg] * acc.scale
             elif acc.scalar is not None:
-                sc = acc.scalar
-                sc.cur = self._start(sc, op, False)
-                value = self._read_view(sc).reshape(-1)[0]
+                value = self._scalar(acc.scalar, op)
                 if value != value:  # NaN: a float scalar offset that nothing wrote
                     raise NkiccError("E170", f"{op.opcode}: the scalar offset {acc.access.scalar} was never "
                                              f"written", op.loc, "initialise the offset tile before using it")
@@ -564,6 +562,12 @@ class MachineSimulator:
                                      f"{t.decl.described()} (size {t.size}) at run time", op.loc,
                              "the runtime scalar offset is out of range: check how it is updated")
         return e
+
+    def _scalar(self, sc: _Acc, op: Op):
+        """The value a runtime scalar offset reads now (the element its access sc reads; NaN when
+        nothing wrote it)."""
+        sc.cur = self._start(sc, op, False)
+        return self._read_view(sc).reshape(-1)[0]
 
     def _fast(self, acc: _Acc, e: int):
         """(partition, free) start of an on-chip access that maps onto a strided
