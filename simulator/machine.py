@@ -1147,10 +1147,9 @@ class MachineSimulator:
         if not fast:
             return (np.arange(t.P), np.arange(t.address, t.address + t.F * t.item, t.item), t.item)
         part, free = acc.sets()
-        if not t.onchip:
-            return part, (free + e) * t.item, t.item
-        p0, f0 = divmod(e, t.F)
-        return part + p0, t.address + (free + f0) * t.item, t.item
+        p0, b0 = self._shift(acc, e, fast)
+        base = t.address if t.onchip else 0  # (HBM: bytes from the tensor's start)
+        return part + p0, base + free * t.item + b0, t.item
 
     def _raise(self, kind: str, p: _Plan, acc: _Acc, start: float, rec, verb: str, rec_finish: float) -> None:
         other: _Plan = rec[6]
