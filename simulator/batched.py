@@ -551,13 +551,18 @@ def _operand_key(a: Access, vars_: tuple, private: dict):
 
 def _unwritten_between(items: list, part: list) -> bool:
     """Whether no instruction between the first and the last of the group's matmuls and sums
-    writes a tensor one of its matmuls reads (a forwarded load writes nothing: its tile is read at
-    the source, which the nest does not write; a fused matmul writes only its dead PSUM tile)."""
+    writes a tensor one of its matmuls reads."""
     orders = [it.order for a in part for it in (a, a.feeds)]
     read = {x.tensor for a in part for x in a.feeds.plan.op.ins if isinstance(x, Access)}
-    lo, hi = min(orders), max(orders)
-    return not any(lo <= it.order <= hi and not it.skip and not it.fused
-                   and any(o.tensor in read for o in it.plan.op.outs) for it in items)
+    return not _writes_between(items, min(orders), max(orders), read)
+
+
+def _writes_between(items: list, lo: int, hi: int, tensors: set) -> bool:
+    """Whether an item from body position lo to hi writes one of `tensors` (a forwarded load
+    writes nothing: its tile is read at the source, which the nest does not write; a fused
+    matmul writes only its dead PSUM tile)."""
+    return any(lo <= it.order <= hi and not it.skip and not it.fused
+               and any(o.tensor in tensors for o in it.plan.op.outs) for it in items)
 
 
 def _make_group(part: list, opnd) -> None:
@@ -604,9 +609,7 @@ def _stack(items: list, groups: list, private: dict) -> None:
         ok = True
         for a in (a for g in gs for a in g.adds):  # operands as at each matmul
             read = {x.tensor for x in a.feeds.plan.op.ins if isinstance(x, Access)}
-            lo, hi = sorted((a.feeds.order, at))
-            ok = ok and not any(lo <= it.order <= hi and any(o.tensor in read for o in it.plan.op.outs)
-                                for it in others)
+            ok = ok and not _writes_between(others, *sorted((a.feeds.order, at)), read)
         for cell in cells.values():  # accumulators no one else sees between a cell's adds
             t = cell[0].plan.op.outs[0].tensor
             lo, hi = min(a.order for a in cell), max(a.order for a in cell)
@@ -915,7 +918,7 @@ def _execute(sim, nest: Nest, plan_: list, ordered: dict) -> None:
     done, pending = {id(it): got for it, got, _ in plan_ if it.fused}, {}
     outs_of = {id(it): outs for it, _, outs in plan_}
     mult = partial(gemm, spare=sim.cpu.spare)
-    _check_groups(sim, nest, done)
+    _check_groups(sim, nest, done, mult)
     for it, got, outs in plan_:
         p = it.plan
         points = _points(it.vars, nest.trips)
@@ -1061,7 +1064,7 @@ def _disjoint(shape: tuple, strides: tuple, item: int) -> bool:
     return True
 
 
-def _check_groups(sim, nest: Nest, done: dict) -> None:
+def _check_groups(sim, nest: Nest, done: dict, mult) -> None:
     """Each group's GEMM, to run (a function) or None where its operands do not line up: decided
     before any of its adds runs (one that adds nothing must know whether its product comes)."""
     for it in nest.items:
@@ -1071,7 +1074,7 @@ def _check_groups(sim, nest: Nest, done: dict) -> None:
         op = it.feeds.plan.op
         views = lambda parts: [done[id(a.feeds)][id(x)] for a, x in parts]
         done[id(g)] = it.feeds.rule.grouped([views(p) for p in g.sts], [views(p) for p in g.mvs], len(it.vars),
-                                            it.reduce, partial(gemm, spare=sim.cpu.spare),
+                                            it.reduce, mult,
                                             2 if op.attr("double_row") else 1,
                                             lambda d, x: _halves(sim, lambda r, dd: np.copyto(dd, r(0)),
                                                                  lambda _: x, d, True))
