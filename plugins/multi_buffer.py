@@ -38,7 +38,7 @@ import os
 
 from nkicc.ir import Access, Affine, Alloc, Block, Loop, Op, count_instructions, ops
 from nkicc.ir.analysis import engine_of, tensors_touched
-from nkicc.ir.ops.costs import cost_table
+from nkicc.ir.ops.costs import cost_ns, cost_table
 from nkicc.ir.rewrite import bind_block
 from nkicc.pass_api import Pass, hookimpl
 
@@ -76,7 +76,7 @@ def _times(block: Block, tiles: set[str], decls, target, table, times: int = 1, 
             _times(s.body, tiles, decls, target, table, times * s.trip, acc)
         elif isinstance(s, Op) and not ops.of(s).control:
             engine = engine_of(s, decls)
-            ns = ops.of(s).cost(s, ops.CostContext(decls, target, table, engine)) * times
+            ns = cost_ns(s, engine, decls, target, table) * times
             acc[engine] = acc.get(engine, 0.0) + ns
             if engine == "dma" and any(a.tensor in tiles for a in s.outs):
                 acc["load"] = acc.get("load", 0.0) + max(0.0, ns - table.dma_fixed_ns * times)

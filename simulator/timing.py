@@ -9,15 +9,10 @@ table's DMA engine and HBM bandwidths (docs/fidelity.md lists every constant).
 from __future__ import annotations
 
 from ..ir import Op, TensorDecl, ops
-from ..ir.ops.costs import COST_TABLES, CostTable, cost_table
+from ..ir.ops.costs import COST_TABLES, CostTable, cost_ns, cost_table
 
 # engines that run compute instructions; DMA queues are separate resources
 COMPUTE_ENGINES = ("pe", "dve", "act", "pool")
-
-
-def cost_ns(op: Op, engine: str, decls: dict[str, TensorDecl], target, table: CostTable, ranks: int = 1) -> float:
-    """Estimated time of one execution of `op` on `engine` (its definition's cost rule)."""
-    return ops.of(op).cost(op, ops.CostContext(decls, target, table, engine, ranks))
 
 
 def traffic_bytes(op: Op, decls: dict[str, TensorDecl]) -> int:

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .core import CostContext, of
+
 GIB = 1024 ** 3
 
 
@@ -112,3 +114,9 @@ COST_TABLES: dict[str, CostTable] = {
 def cost_table(target) -> CostTable:
     """The table for a Target (a generic one for targets not listed)."""
     return COST_TABLES.get(getattr(target, "name", ""), CostTable(getattr(target, "name", "generic")))
+
+
+def cost_ns(op, engine: str, decls, target, table: CostTable, ranks: int = 1) -> float:
+    """Estimated ns of one execution of `op` on `engine`: its definition's cost rule applied to
+    the table's constants (what the machine simulator times it by, and the passes plan with)."""
+    return of(op).cost(op, CostContext(decls, target, table, engine, ranks))
