@@ -75,7 +75,7 @@ class LoopFacts:
 def loop_facts(m, spec) -> LoopFacts:
     var, trip, body = spec[0], spec[1], spec[2]
     f = LoopFacts()
-    advances = []  # the ops of the body that advance a runtime offset tile (outside nested loops)
+    advancing = set()  # id() of the body's ops that advance a runtime offset tile (outside nested loops)
 
     def walk(items, mult):
         for kind, x in items:
@@ -83,7 +83,7 @@ def loop_facts(m, spec) -> LoopFacts:
                 f.plans.append(x)
                 f.per_iter += mult
                 if mult == 1 and _advance(x):
-                    advances.append(x)
+                    advancing.add(id(x))
             elif kind in (2, 4):
                 inner = x if kind == 2 else x[0]
                 walk(inner[2], mult * inner[1])
@@ -109,8 +109,7 @@ def loop_facts(m, spec) -> LoopFacts:
                 writers = {id(w) for w, t in writes if _share_bytes(acc.scalar.t, t)}
                 # an offset the body never writes stays put; one it advances by a constant once per
                 # iteration moves the access by a constant (in HBM only: tiles must stay put)
-                if writers and not (writers <= {id(a) for a in advances} and len(writers) == 1
-                                    and not acc.t.onchip):
+                if writers and not (writers <= advancing and len(writers) == 1 and not acc.t.onchip):
                     f.ok, f.why = False, "a runtime offset the loop changes"
                     break
             if acc.t.onchip and any(v == var for v, _ in acc.terms):
