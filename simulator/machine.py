@@ -59,13 +59,48 @@ _OVERLAP_CACHE = 1 << 16  # exact overlap answers kept (two accesses and where t
 _MAX_RECORDS = 4096      # per buffer and kind; beyond this the oldest are forgotten (reported)
 
 
-def _combos(pairs, scale=1) -> np.ndarray:
-    """Sorted unique values of sum(i_k * step_k) over the pairs, times scale."""
-    vals = np.zeros(1, dtype=np.int64)
-    for step, num in pairs:
-        if num > 1 and step:
-            vals = (vals[:, None] + np.arange(num, dtype=np.int64)[None, :] * step).reshape(-1)
-    return np.unique(vals * scale)
+def _nested(pairs) -> tuple[int, list] | None:
+    """(lowest value, [(step, num)] by decreasing step, all steps positive) of the values
+    sum(i_k * step_k) over the (step, num) pairs, when every step clears the span of the
+    smaller ones: then each value has one index tuple, and the indices walked with the
+    largest step outermost give the values in increasing order. None otherwise."""
+    live = sorted((abs(s), n) for s, n in pairs if n > 1 and s)
+    span = 0
+    for step, num in live:
+        if step <= span:
+            return None
+        span += step * (num - 1)
+    return sum(s * (n - 1) for s, n in pairs if n > 1 and s < 0), live[::-1]
+
+
+def _combos(pairs) -> np.ndarray:
+    """Sorted unique values of sum(i_k * step_k) over the (step, num) pairs."""
+    nested = _nested(pairs)
+    if nested is None:  # pairs that overlap (a sliding window): sort out the repeats
+        vals = np.zeros(1, dtype=np.int64)
+        for step, num in pairs:
+            if num > 1 and step:
+                vals = (vals[:, None] + np.arange(num, dtype=np.int64)[None, :] * step).reshape(-1)
+        return np.unique(vals)
+    low, live = nested
+    vals = np.full(1, low, dtype=np.int64)
+    for step, num in live:
+        vals = (vals[:, None] + np.arange(num, dtype=np.int64)[None, :] * step).reshape(-1)
+    return vals
+
+
+def _dense_pairs(pairs) -> bool | None:
+    """Whether the values of the pairs (as _combos) are one run of consecutive integers,
+    from the steps alone; None where that needs the values."""
+    nested = _nested(pairs)
+    if nested is None:
+        return None
+    run = 1
+    for step, num in reversed(nested[1]):
+        if step != run:
+            return False
+        run *= num
+    return True
 
 
 class _Records(dict):
@@ -403,8 +438,10 @@ class MachineSimulator:
         acc = _Acc(a, t, self._pb(t))
         self._all_accs.append(acc)
         if self.timing:  # hazard checks need to know whether the access is a dense box
-            part, free = acc.sets()
-            acc.dense = _dense(part) and _dense(free)
+            dense = [_dense_pairs(pairs) for pairs in acc.pairs]
+            if None in dense:
+                dense = [_dense(vals) for vals in acc.sets()]
+            acc.dense = all(dense)
         if a.scalar is not None and a.scalar.tensor:
             acc.scalar = self._acc(Access(a.scalar.tensor, a.scalar.offset, ((1, 1),)))
         if a.vector is not None:

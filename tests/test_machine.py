@@ -13,6 +13,8 @@ import sys
 import ml_dtypes
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import nkicc
 import nkicc.isa as nisa
@@ -430,6 +432,37 @@ def strided_columns(a):
     nisa.tensor_copy(u, t[0:32:2, 0:16:2])
     nl.store(out, u)
     return out
+
+
+_PAIRS = st.lists(st.tuples(st.integers(-40, 40), st.integers(1, 7)), max_size=4)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True, database=None)
+@given(_PAIRS)
+def test_access_element_sets_without_sorting_match_the_sorted_product(pairs):
+    """The element offsets of an access's (step, num) pairs: the shortcut for pairs that
+    nest (no np.unique) against every index combination summed, sorted and deduplicated;
+    the density read from the steps against the values (hazard checks trust both)."""
+    from nkicc.simulator.machine import _combos, _dense, _dense_pairs, _nested
+    vals = np.zeros(1, dtype=np.int64)
+    for step, num in pairs:
+        vals = (vals[:, None] + np.arange(num, dtype=np.int64)[None, :] * step).reshape(-1)
+    want = np.unique(vals)
+    np.testing.assert_array_equal(_combos(pairs), want)
+    dense = _dense_pairs(pairs)
+    assert dense is None or dense == _dense(want)
+    if _nested(pairs) is not None:  # each value from one index tuple
+        assert want.size == vals.size
+
+
+def test_nesting_steps_skip_the_sort():
+    """Pairs that nest (a tile's rows and columns, a negative step included) take the
+    shortcut; a sliding window (a step inside the span of a smaller one) does not."""
+    from nkicc.simulator.machine import _dense_pairs, _nested
+    assert _nested([(512, 128), (1, 300), (-70000, 2)]) is not None
+    assert _dense_pairs([(300, 128), (1, 300)]) is True
+    assert _dense_pairs([(512, 128), (1, 300)]) is False
+    assert _nested([(1, 10), (5, 3)]) is None and _dense_pairs([(1, 10), (5, 3)]) is None
 
 
 def test_exact_overlap_answers_kept_per_relative_position(rng):
