@@ -12,6 +12,11 @@ of a rolled loop spread over all queues as an unrolled stream would. Such a
 DMA is ordered by semaphores only, also against DMAs that happen to share its
 queue. A DMA whose executions overlap keeps one queue, which orders them.
 
+A wait on a rotating DMA stands for its executions that touched the
+waiter's memory only (the simulator narrows it so, simulator/pending.py),
+so it implies nothing else: every dependence through such a DMA is named
+in full (_Tracker).
+
 Dependences come from the memory each op touches, by physical bytes for SBUF
 and PSUM (two tensors the allocator gave the same bytes conflict) and by
 element range for HBM. A loop body is visited twice, so that an op also sees
@@ -51,10 +56,16 @@ def _resources(op: Op, decls, trips):
 class _Tracker:
     """Recent accesses per resource; a new access depends on every earlier
     overlapping one where either side writes. An access that a later write
-    covers is dropped, since the later write already orders after it."""
+    covers is dropped, since a wait on the later write implies it; except
+    where a wait is narrowed: a wait on a rotating DMA covers only its
+    executions that touched the waiter's memory (the per-tile semaphores of
+    an unrolled program; the machine simulator times it so), which implies
+    neither its other executions nor what they waited for. So a rotating
+    DMA's write drops nothing, and its own accesses are never dropped."""
 
-    def __init__(self) -> None:
+    def __init__(self, rotating: set[int]) -> None:
         self.recent: dict[str, list[tuple[int, int, int, bool]]] = {}
+        self.rotating = rotating
 
     def visit(self, op_id: int, resources) -> set[int]:
         deps = set()
@@ -62,11 +73,15 @@ class _Tracker:
             for other, lo2, hi2, w2 in self.recent.get(res, ()):
                 if other != op_id and (is_write or w2) and lo <= hi2 and lo2 <= hi:
                     deps.add(other)
+        covers = op_id not in self.rotating
         for res, lo, hi, is_write in resources:
             entries = self.recent.setdefault(res, [])
-            if is_write:
-                entries[:] = [e for e in entries if not (lo <= e[1] and e[2] <= hi) or e[0] == op_id]
-            entries.append((op_id, lo, hi, is_write))
+            if is_write and covers:
+                entries[:] = [e for e in entries
+                              if not (lo <= e[1] and e[2] <= hi) or e[0] == op_id or e[0] in self.rotating]
+            entry = (op_id, lo, hi, is_write)
+            if entry not in entries:  # (a loop body is visited twice: kept once)
+                entries.append(entry)
         return deps
 
     def snapshot(self) -> dict:
@@ -135,7 +150,7 @@ def schedule(kernel, ctx):
             else:
                 lane[s.attr("id")] = (s.attr("engine"), s.attr("queue"))
     waits: dict[int, set[int]] = {i: set() for i in lane}
-    tracker = _Tracker()
+    tracker = _Tracker({i for i, (_, q) in lane.items() if q == f"op{i}"})
     visited = [0]
 
     def visit(block: Block, trips) -> None:
@@ -194,4 +209,4 @@ def _per_engine(lane) -> dict:
 @hookimpl
 def nkicc_passes():
     return [Pass("schedule", schedule, "engine per instruction, dependences and semaphores (rolled, with back-edges)",
-                 required=True, scope="kernel", version="2", after=("alloc",))]
+                 required=True, scope="kernel", version="3", after=("alloc",))]

@@ -96,3 +96,51 @@ def test_memory_stays_bounded_when_the_horizon_is_stuck():
     # the newest boxes are exact; an old one is bounded by what was dropped, never below its finish
     assert rf.latest([(0, 0, 0, 49990, 50000)], -1.0) == 4999.0
     assert rf.latest([(0, 0, 0, 0, 10)], -1.0) >= 0.0
+
+
+@nkicc.jit
+def zeroed_then_loaded(f):
+    """A tile zeroed, then filled row block by row block by rotating DMAs (the NKI Library's
+    conv1d stacks its filters so: the memset orders before each DMA only through the DMA
+    before it), then read whole."""
+    R3, C = f.shape
+    R = R3 // 3
+    out = nl.ndarray((R3, C), dtype=nl.float32, buffer=nl.shared_hbm)
+    t = nl.ndarray((R3, C), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.memset(dst=t, value=0.0)
+    nisa.dma_copy(dst=t[0:R, :], src=f[0:R, :])  # three instructions, as the library's unrolled loop makes
+    nisa.dma_copy(dst=t[R:2 * R, :], src=f[R:2 * R, :])
+    nisa.dma_copy(dst=t[2 * R:R3, :], src=f[2 * R:R3, :])
+    res = nl.ndarray((R3, C), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_scalar(dst=res, data=t, op0=nl.multiply, operand0=2.0)
+    nisa.dma_copy(dst=out, src=res)
+    return out
+
+
+@nkicc.jit
+def loaded_then_overwritten_beside(f):
+    """Rows 0..R of a tile loaded by a rotating DMA; an engine writes the other rows (it
+    waits for the DMA: they share the tile); then a read of the loaded rows, which the
+    schedule must not order after the DMA only through that engine write."""
+    R, C = f.shape
+    out = nl.ndarray((R, C), dtype=nl.float32, buffer=nl.shared_hbm)
+    t = nl.ndarray((2 * R, C), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t[0:R, :], src=f)
+    nisa.dma_copy(dst=t[0:R, :], src=f)  # (a second execution: the DMA's rows stay busy longer)
+    nisa.memset(dst=t[R:2 * R, :], value=1.0)
+    res = nl.ndarray((R, C), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_scalar(dst=res, data=t[0:R, :], op0=nl.multiply, operand0=3.0)
+    nisa.dma_copy(dst=out, src=res)
+    return out
+
+
+@pytest.mark.parametrize("kernel,scale", [(zeroed_then_loaded, 2.0), (loaded_then_overwritten_beside, 3.0)])
+def test_waits_that_a_rotating_dma_only_implied_are_kept(kernel, scale, rng):
+    """A wait on a rotating DMA covers only its executions that touched the waiter's memory,
+    so it implies nothing about what those executions themselves waited for: the schedule
+    must name every dependence through one itself. Oracle: the hazard checker (E171 on any
+    access before its writer finished) and numpy."""
+    f = rng.standard_normal((96 if kernel is zeroed_then_loaded else 32, 32)).astype(np.float32)
+    c = nkicc.compile(kernel, f, passes={"target": "trn2"}, cache=False)
+    out, _ = MachineSimulator(c.ir, TRN2).run({"f": f})
+    np.testing.assert_allclose(out[c.ir.outputs[0]], scale * f, rtol=1e-6)
