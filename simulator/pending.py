@@ -9,6 +9,10 @@ compiler emits does (one semaphore per tile); a rolled wait on "every
 execution so far" would serialize the loads of a whole loop before the
 first use of any of them.
 
+Narrowing a wait so drops what a wait on the whole DMA would have implied
+(its other executions, and what they waited for); plugins/schedule.py
+therefore names every dependence through a rotating DMA in full.
+
 `RegionFinishes` keeps, per DMA, the latest finish for each memory box
 (group of tensors sharing bytes, partition range, byte range) its executions
 read or wrote; a box is a superset of the bytes touched, so a wait computed
