@@ -164,6 +164,48 @@ def offset_rows_ref(a, P, FACTOR, CB=0):
     return a.astype(np.float64) * np.float32(FACTOR)
 
 
+@nkicc.jit
+def staged_tile(a, ZERO=True, WRITERS=(0,), ORDER=(0,), PER_BLOCK=False, FILL=0.5):
+    """One tile assembled from 32-row blocks, each written by its own instruction (a DMA from its
+    own rows or from block 0's rows of the input, an engine op, a memset), after an optional
+    memset of the whole tile; then read whole or block by block. The DMAs rotate over the queues
+    and their waits are narrowed to the memory they touched, so every order between a block's
+    writers and readers must be a semaphore of its own (the hazard checker is on in every run)."""
+    R, C = a.shape
+    out = nl.ndarray((R, C), dtype=nl.float32, buffer=nl.shared_hbm)
+    t = nl.ndarray((R, C), dtype=nl.float32, buffer=nl.sbuf)
+    if ZERO:
+        nisa.memset(dst=t, value=0.0)
+    for j in ORDER:  # a tuple: traced as it runs, one instruction per block
+        blk = t[j * 32:(j + 1) * 32, :]
+        if WRITERS[j] == 0:
+            nisa.dma_copy(dst=blk, src=a[j * 32:(j + 1) * 32, :])
+        elif WRITERS[j] == 1:
+            nisa.dma_copy(dst=blk, src=a[0:32, :])
+        elif WRITERS[j] == 2:
+            src = nl.load(a[j * 32:(j + 1) * 32, :])
+            nisa.tensor_scalar(dst=blk, data=src, op0=nl.multiply, operand0=-1.0)
+        else:
+            nisa.memset(dst=blk, value=FILL)
+    res = nl.ndarray((R, C), dtype=nl.float32, buffer=nl.sbuf)
+    if PER_BLOCK:
+        for j in ORDER[::-1]:
+            nisa.tensor_scalar(dst=res[j * 32:(j + 1) * 32, :], data=t[j * 32:(j + 1) * 32, :],
+                               op0=nl.multiply, operand0=2.0)
+    else:
+        nisa.tensor_scalar(dst=res, data=t, op0=nl.multiply, operand0=2.0)
+    nisa.dma_copy(dst=out, src=res)
+    return out
+
+
+def staged_tile_ref(a, ZERO, WRITERS, ORDER, PER_BLOCK, FILL):
+    t = np.zeros(a.shape, dtype=np.float64)
+    for j in ORDER:
+        rows = slice(j * 32, (j + 1) * 32)
+        t[rows] = (a[rows], a[0:32], -a[rows], np.full((32, a.shape[1]), FILL))[WRITERS[j]]
+    return 2.0 * t
+
+
 @dataclass
 class Case:
     family: str
@@ -244,8 +286,18 @@ def offset_rows_cases(draw):
                 offset_rows_ref)
 
 
+@st.composite
+def staged_tile_cases(draw):
+    nb, C = draw(st.integers(1, 4)), draw(st.integers(1, 200))
+    order = tuple(draw(st.permutations(range(nb))))
+    consts = dict(ZERO=draw(st.booleans()), WRITERS=tuple(draw(st.integers(0, 3)) for _ in range(nb)),
+                  ORDER=order, PER_BLOCK=draw(st.booleans()), FILL=draw(st.sampled_from([0.5, -3.0])))
+    (a,) = _arrays(draw, (32 * nb, C))
+    return Case("staged_tile", staged_tile, (a,), consts, staged_tile_ref)
+
+
 VALID = {"elementwise": elementwise_cases, "row_reduce": row_reduce_cases, "matmul": matmul_cases,
-         "transpose": transpose_cases, "offset_rows": offset_rows_cases}
+         "transpose": transpose_cases, "offset_rows": offset_rows_cases, "staged_tile": staged_tile_cases}
 
 
 def check_valid(case: Case) -> None:
