@@ -141,16 +141,16 @@ def schedule(kernel, ctx):
 
     kernel = dataclasses.replace(kernel, body=number(kernel.body, ()))
     lane = {}
-    rotating = 0
+    rotating: set[int] = set()
     for s in kernel.body.walk():
         if isinstance(s, Op):
             if s.attr("rotate"):  # shares no in-order stream with anything: a lane of its own
                 lane[s.attr("id")] = ("dma", f"op{s.attr('id')}")
-                rotating += 1
+                rotating.add(s.attr("id"))
             else:
                 lane[s.attr("id")] = (s.attr("engine"), s.attr("queue"))
     waits: dict[int, set[int]] = {i: set() for i in lane}
-    tracker = _Tracker({i for i, (_, q) in lane.items() if q == f"op{i}"})
+    tracker = _Tracker(rotating)
     visited = [0]
 
     def visit(block: Block, trips) -> None:
@@ -194,7 +194,7 @@ def schedule(kernel, ctx):
 
     kernel = dataclasses.replace(kernel, body=attach(kernel.body))
     ctx.note("semaphores", sum(len(w) for w in waits.values()))
-    ctx.note("rotating_dmas", rotating)
+    ctx.note("rotating_dmas", len(rotating))
     ctx.note("instructions_per_engine", _per_engine(lane))
     return kernel
 

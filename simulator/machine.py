@@ -73,20 +73,21 @@ def _nested(pairs) -> tuple[int, list] | None:
     return sum(s * (n - 1) for s, n in pairs if n > 1 and s < 0), live[::-1]
 
 
+def _sums(low: int, pairs) -> np.ndarray:
+    """low + sum(i_k * step_k) for every index tuple, the first pair's index outermost."""
+    vals = np.full(1, low, dtype=np.int64)
+    for step, num in pairs:
+        if num > 1 and step:
+            vals = (vals[:, None] + np.arange(num, dtype=np.int64)[None, :] * step).reshape(-1)
+    return vals
+
+
 def _combos(pairs) -> np.ndarray:
     """Sorted unique values of sum(i_k * step_k) over the (step, num) pairs."""
     nested = _nested(pairs)
     if nested is None:  # pairs that overlap (a sliding window): sort out the repeats
-        vals = np.zeros(1, dtype=np.int64)
-        for step, num in pairs:
-            if num > 1 and step:
-                vals = (vals[:, None] + np.arange(num, dtype=np.int64)[None, :] * step).reshape(-1)
-        return np.unique(vals)
-    low, live = nested
-    vals = np.full(1, low, dtype=np.int64)
-    for step, num in live:
-        vals = (vals[:, None] + np.arange(num, dtype=np.int64)[None, :] * step).reshape(-1)
-    return vals
+        return np.unique(_sums(0, pairs))
+    return _sums(*nested)
 
 
 def _dense_pairs(pairs) -> bool | None:
