@@ -420,7 +420,7 @@ def _hammer(url: str, writer: int, rounds: int, keys: list[str], results) -> Non
 
 def test_eight_processes_writing_the_same_keys_read_only_whole_entries(redis_server):
     keys = [f"nkicc-kernel-{i:064x}" for i in range(4)]
-    ctx = multiprocessing.get_context("fork")
+    ctx = multiprocessing.get_context("forkserver")  # not fork: the test process may hold JAX's threads
     results = ctx.Queue()
     procs = [ctx.Process(target=_hammer, args=(redis_server.url, w, 15, keys, results)) for w in range(8)]
     for p in procs:
