@@ -1,6 +1,7 @@
 """Run the vendor's NKI Library kernels unchanged on nkicc and write docs/conformance.md.
 
     python bench/conformance.py LIBRARY_DIR [--only NAME]... [--timeout S] [--out FILE]
+    python bench/conformance.py LIBRARY_DIR --compare docs/conformance.md --out /tmp/now.md   # after a change
 
 LIBRARY_DIR is a checkout (or extracted snapshot) of aws-neuron/nki-library; the
 `nkilib` package is found under it. Every public kernel of its core/ and
@@ -357,6 +358,10 @@ def write_report(results: list[Result], out: str, library_dir: str, snapshot: st
         command,
         "```",
         "",
+        "After a change to nkicc, `python bench/conformance.py LIBRARY_DIR --compare docs/conformance.md "
+        "--out /tmp/now.md` names every kernel that passed here and does not now (and exits 1): none of the "
+        "tests runs the library, so this is the check.",
+        "",
         f"**{len(results)} kernels: " + ", ".join(f"{status[s]} {s}" for s in ("pass", "mismatch", "error", "not run")
                                                if status[s]) + ".**"
         + (f" ({variants} of the rows are variants, `kernel[mx]`: another configuration of a kernel listed "
@@ -449,6 +454,27 @@ def write_report(results: list[Result], out: str, library_dir: str, snapshot: st
         f.write("\n".join(lines))
 
 
+def recorded_statuses(path: str) -> dict[str, str]:
+    """kernel -> status in the Kernels table of a report this script wrote."""
+    out, in_table = {}, False
+    with open(path) as f:
+        for line in f:
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if cells[:5] == ["kernel", "module", "shapes", "dtype", "status"]:
+                in_table = True
+            elif in_table and line.startswith("|") and len(cells) >= 5 and not cells[0].startswith("---"):
+                out[cells[0]] = cells[4]
+            elif in_table and not line.startswith("|"):
+                break
+    return out
+
+
+def regressions(results: list[Result], recorded: dict[str, str]) -> list[str]:
+    """One line per kernel that passed in `recorded` and does not now."""
+    return [f"{r.name}: passed, now {r.status}: {r.first_error}" for r in results
+            if recorded.get(r.name) == "pass" and r.status != "pass"]
+
+
 def _snapshot(library_dir: str) -> str:
     try:
         out = subprocess.run(["git", "-C", library_dir, "log", "-1", "--format=%s (%h)"], capture_output=True,
@@ -473,6 +499,9 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per kernel (default 300)")
     ap.add_argument("--out", default=os.path.join(ROOT, "docs", "conformance.md"))
     ap.add_argument("--snapshot", default=None, help="the library's version, for the report's header")
+    ap.add_argument("--compare", metavar="REPORT", default=None,
+                    help="a report this script wrote (docs/conformance.md): name every kernel that passed there "
+                         "and does not now, and exit 1 if there is one")
     ap.add_argument("--no-stand-ins", action="store_true",
                     help="skip the second run with stand-ins for names being added elsewhere (the projection)")
     args = ap.parse_args(argv)
@@ -505,15 +534,21 @@ def main(argv=None) -> int:
         print(f"{r.name:34s} {r.status:8s} {r.first_error[:150]}", flush=True)
         if r.projected is not None:
             print(f"{'  with stand-ins':34s} {r.projected.status:8s} {r.projected.first_error[:150]}", flush=True)
+    worse = regressions(results, recorded_statuses(args.compare)) if args.compare else []
+    if args.compare:
+        print(f"against {args.compare}: " + (f"{len(worse)} kernel(s) passed there and do not now"
+                                             if worse else "every kernel that passed there passes"))
+        for line in worse:
+            print("  " + line[:300])
     command = "python bench/conformance.py LIBRARY_DIR" + "".join(f" --only {o}" for o in args.only)
     if args.only and os.path.exists(args.out):
         print(f"(--only: {args.out} left as it is)")
-        return 0
+        return 1 if worse else 0
     stand_ins = [] if args.no_stand_ins else install_stand_ins(dry_run=True)
     write_report(results, args.out, args.library_dir, args.snapshot or _snapshot(args.library_dir), command,
                  stand_ins)
     print(f"wrote {args.out}")
-    return 0
+    return 1 if worse else 0
 
 
 if __name__ == "__main__":

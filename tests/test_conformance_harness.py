@@ -90,3 +90,19 @@ def test_typed_mx_inputs_run_against_numpy(trn3, tmp_path, monkeypatch):
         assert res.shapes.startswith("st[32,4] mv[32,8]")
     for mod in [mod for mod in sys.modules if mod == "nkilib" or mod.startswith("nkilib.")]:
         del sys.modules[mod]  # our small library, imported by the child
+
+
+def test_compare_names_the_kernels_that_stopped_passing(tmp_path):
+    """--compare reads the statuses back from a report the script wrote and names each kernel that
+    passed there and does not now (what a change to nkicc broke); the others are not named."""
+    conf = _load("conformance")
+    R = conf.Result
+    before = [R("a", "core/a.py", "a", status="pass"), R("b", "core/b.py", "b", status="pass"),
+              R("c", "core/c.py", "c", status="error", first_error="E999 old"),
+              R("d[mx]", "core/d.py", "d", status="not run")]
+    report = tmp_path / "report.md"
+    conf.write_report(before, str(report), str(tmp_path), "a snapshot", "python bench/conformance.py X", [])
+    assert conf.recorded_statuses(str(report)) == {"a": "pass", "b": "pass", "c": "error", "d[mx]": "not run"}
+    now = [R("a", "core/a.py", "a", status="pass"), R("b", "core/b.py", "b", status="error", first_error="E171 x"),
+           R("c", "core/c.py", "c", status="pass"), R("d[mx]", "core/d.py", "d", status="error")]
+    assert conf.regressions(now, conf.recorded_statuses(str(report))) == ["b: passed, now error: E171 x"]
