@@ -37,49 +37,89 @@ _CHECK_EVERY = 1024
 
 
 def _resources(op: Op, decls, trips):
-    """(resource, lo, hi, is_write) for every memory range the op touches."""
+    """(resource, lo, hi, is_write, box, exact) for every memory range the op touches: lo..hi
+    the bytes of the tensor's rows on chip, the elements it can touch in HBM; box (first
+    partition, last, lo, hi) bounds what it touches, exactly so (`exact`) for a dense box
+    an op that runs once touches whole."""
+    once = all(t == 1 for t in trips.values())
     out = []
     for accesses, is_write in ((reads(op), False), (writes(op), True)):
         for a in accesses:
             d = decls[a.tensor]
             if d.on_chip and d.address is not None:
-                row = itemsize(d.dtype)
+                item = itemsize(d.dtype)
+                row = item
                 for dim in d.shape[1:]:
                     row *= dim
-                out.append((d.buffer, d.address, d.address + row - 1, is_write))
+                exact = _dense_box(a, row // item, item, d.address) if once else None
+                box = exact or (0, (d.shape[0] if d.shape else 1) - 1, d.address, d.address + row - 1)
+                out.append((d.buffer, d.address, d.address + row - 1, is_write, box, exact is not None))
             else:
                 lo, hi = extent(a, trips, d)
-                out.append((a.tensor, lo, hi, is_write))
+                exact = once and a.dtype is None and _dense_box(a, d.size, 1, 0) == (0, 0, lo, hi)
+                out.append((a.tensor, lo, hi, is_write, (0, 0, lo, hi), exact))
     return out
+
+
+def _dense_box(a: Access, F: int, item: int, base: int):
+    """(first partition, last, first byte, last byte) of a static access that touches exactly
+    that box of a tensor with F elements per partition row (starting at byte `base`), or None."""
+    if a.scalar is not None or a.vector is not None or a.dtype is not None or a.offset.terms:
+        return None
+    parts, free = [], []
+    for step, num in a.pattern:
+        if num > 1:
+            (parts if step % F == 0 else free).append((step // F if step % F == 0 else step, num))
+    rows, cols = _run(parts), _run(free)
+    p0, f0 = divmod(a.offset.const, F)
+    if rows is None or cols is None or f0 + cols > F:
+        return None
+    return p0, p0 + rows - 1, base + f0 * item, base + (f0 + cols) * item - 1
+
+
+def _run(pairs) -> int | None:
+    """How many consecutive values the (step, num) pairs walk from 0, or None if they do not
+    walk one run (a negative step, a gap, a repeat)."""
+    run = 1
+    for step, num in sorted(pairs):
+        if step != run:
+            return None
+        run *= num
+    return run
 
 
 class _Tracker:
     """Recent accesses per resource; a new access depends on every earlier
     overlapping one where either side writes. An access that a later write
-    covers is dropped, since a wait on the later write implies it; except
-    where a wait is narrowed: a wait on a rotating DMA covers only its
+    covers is dropped, since a wait on the later write implies it.
+
+    Except where a wait is narrowed: a wait on a rotating DMA covers only its
     executions that touched the waiter's memory (the per-tile semaphores of
     an unrolled program; the machine simulator times it so), which implies
-    neither its other executions nor what they waited for. So a rotating
-    DMA's write drops nothing, and its own accesses are never dropped."""
+    neither its other executions nor what they waited for. Where the writer
+    or the access is a rotating DMA, the access is dropped only when the
+    writer runs once and touches all of a box that holds the access: then
+    whoever touches the access's memory touches the writer's, whose one
+    execution waited for every execution of the access (and a wait on it
+    implies them). Elsewhere it stays: the dependence is named in full."""
 
     def __init__(self, rotating: set[int]) -> None:
-        self.recent: dict[str, list[tuple[int, int, int, bool]]] = {}
+        self.recent: dict[str, list[tuple]] = {}
         self.rotating = rotating
 
     def visit(self, op_id: int, resources) -> set[int]:
         deps = set()
-        for res, lo, hi, is_write in resources:
-            for other, lo2, hi2, w2 in self.recent.get(res, ()):
+        for res, lo, hi, is_write, _, _ in resources:
+            for other, lo2, hi2, w2, _ in self.recent.get(res, ()):
                 if other != op_id and (is_write or w2) and lo <= hi2 and lo2 <= hi:
                     deps.add(other)
-        covers = op_id not in self.rotating
-        for res, lo, hi, is_write in resources:
+        narrowed = op_id in self.rotating
+        for res, lo, hi, is_write, box, exact in resources:
             entries = self.recent.setdefault(res, [])
-            if is_write and covers:
-                entries[:] = [e for e in entries
-                              if not (lo <= e[1] and e[2] <= hi) or e[0] == op_id or e[0] in self.rotating]
-            entry = (op_id, lo, hi, is_write)
+            if is_write:
+                entries[:] = [e for e in entries if e[0] == op_id or not (lo <= e[1] and e[2] <= hi) or (
+                    (narrowed or e[0] in self.rotating) and not (exact and _within(e[4], box)))]
+            entry = (op_id, lo, hi, is_write, box)
             if entry not in entries:  # (a loop body is visited twice: kept once)
                 entries.append(entry)
         return deps
@@ -91,6 +131,10 @@ class _Tracker:
         for res, entries in other.items():
             mine = self.recent.setdefault(res, [])
             mine.extend(e for e in entries if e not in mine)
+
+
+def _within(inner: tuple, outer: tuple) -> bool:
+    return outer[0] <= inner[0] and inner[1] <= outer[1] and outer[2] <= inner[2] and inner[3] <= outer[3]
 
 
 def _alloc_depths(block: Block, depth: int = 0, out=None) -> dict[str, int]:
@@ -209,4 +253,4 @@ def _per_engine(lane) -> dict:
 @hookimpl
 def nkicc_passes():
     return [Pass("schedule", schedule, "engine per instruction, dependences and semaphores (rolled, with back-edges)",
-                 required=True, scope="kernel", version="3", after=("alloc",))]
+                 required=True, scope="kernel", version="4", after=("alloc",))]

@@ -144,3 +144,29 @@ def test_waits_that_a_rotating_dma_only_implied_are_kept(kernel, scale, rng):
     c = nkicc.compile(kernel, f, passes={"target": "trn2"}, cache=False)
     out, _ = MachineSimulator(c.ir, TRN2).run({"f": f})
     np.testing.assert_allclose(out[c.ir.outputs[0]], scale * f, rtol=1e-6)
+
+
+def test_a_rotating_write_drops_only_what_its_one_execution_covers():
+    """The schedule's tracker (plugins/schedule.py) forgets an access that a later write covers,
+    when the writer or the access is a rotating DMA, only if the writer runs once and touches
+    all of a box that holds the access: loads into one tile, unrolled, keep one access each,
+    not one per load ever made (a quadratic schedule on an unrolled program); a write of part
+    of a tile keeps what it does not cover."""
+    from nkicc.plugins.schedule import _Tracker
+    row = (0, 4095)
+    whole = ("sbuf", *row, True, (0, 127, *row), True)          # a write of the whole tile, once
+    tr = _Tracker(rotating=set(range(1000)))
+    deps = []
+    for i in range(500):
+        deps.append(tr.visit(i, [whole]))
+    assert len(tr.recent["sbuf"]) == 1 and deps[-1] == {498}
+    part = ("sbuf", *row, True, (0, 31, *row), True)            # rows 0..31 only
+    tr.visit(500, [part])
+    assert sorted(e[0] for e in tr.recent["sbuf"]) == [499, 500]
+    in_loop = ("sbuf", *row, True, (0, 127, *row), False)       # the whole tile, but not exactly known
+    tr.visit(1000, [in_loop])                                   # (not rotating, inside a loop)
+    assert sorted(e[0] for e in tr.recent["sbuf"]) == [499, 500, 1000]
+    plain = _Tracker(rotating=set())                            # no rotating DMA: covered is dropped
+    plain.visit(1, [part])
+    plain.visit(2, [in_loop])
+    assert [e[0] for e in plain.recent["sbuf"]] == [2]
