@@ -88,6 +88,17 @@ def overlaps(a: tuple[int, int], b: tuple[int, int]) -> bool:
     return a[0] <= b[1] and b[0] <= a[1]
 
 
+def run_length(pairs) -> int | None:
+    """How many consecutive values sum(i_k * step_k) over the (step, count) pairs walks from 0,
+    or None when they are not one run (a negative step, a gap, a repeat)."""
+    run = 1
+    for step, num in sorted(pairs):
+        if step != run:
+            return None
+        run *= num
+    return run
+
+
 def injective(pattern) -> bool:
     """Whether no two index tuples of (step, count) pairs address the same
     element: sorted by step, each step must clear the span of the smaller ones

@@ -29,7 +29,7 @@ import dataclasses
 import itertools
 
 from nkicc.ir import Access, Alloc, Block, Loop, Op
-from nkicc.ir.analysis import engine_of, extent, injective, reads, runtime_guard, writes
+from nkicc.ir.analysis import engine_of, extent, injective, reads, run_length, runtime_guard, writes
 from nkicc.ir.dtypes import itemsize
 from nkicc.pass_api import Pass, hookimpl
 
@@ -70,22 +70,11 @@ def _dense_box(a: Access, F: int, item: int, base: int):
     for step, num in a.pattern:
         if num > 1:
             (parts if step % F == 0 else free).append((step // F if step % F == 0 else step, num))
-    rows, cols = _run(parts), _run(free)
+    rows, cols = run_length(parts), run_length(free)
     p0, f0 = divmod(a.offset.const, F)
     if rows is None or cols is None or f0 + cols > F:
         return None
     return p0, p0 + rows - 1, base + f0 * item, base + (f0 + cols) * item - 1
-
-
-def _run(pairs) -> int | None:
-    """How many consecutive values the (step, num) pairs walk from 0, or None if they do not
-    walk one run (a negative step, a gap, a repeat)."""
-    run = 1
-    for step, num in sorted(pairs):
-        if step != run:
-            return None
-        run *= num
-    return run
 
 
 class _Tracker:

@@ -35,7 +35,7 @@ from ..ir import Access, Alloc, Const, Kernel, Loop, NkiccError, Op, TensorDecl
 from ..ir import dtypes
 from ..ir import ops
 from ..ir.ops import debug
-from ..ir.analysis import engine_of, injective, reads, runtime_guard, tensors_touched, writes, written_args
+from ..ir.analysis import engine_of, injective, reads, run_length, runtime_guard, tensors_touched, writes, written_args
 from . import batched, numerics, periodic, semantics
 from .cpushare import CpuShare
 from ._blas import single_threaded_blas
@@ -61,16 +61,14 @@ _MAX_RECORDS = 4096      # per buffer and kind; beyond this the oldest are forgo
 
 def _nested(pairs) -> tuple[int, list] | None:
     """(lowest value, [(step, num)] by decreasing step, all steps positive) of the values
-    sum(i_k * step_k) over the (step, num) pairs, when every step clears the span of the
-    smaller ones: then each value has one index tuple, and the indices walked with the
-    largest step outermost give the values in increasing order. None otherwise."""
-    live = sorted((abs(s), n) for s, n in pairs if n > 1 and s)
-    span = 0
-    for step, num in live:
-        if step <= span:
-            return None
-        span += step * (num - 1)
-    return sum(s * (n - 1) for s, n in pairs if n > 1 and s < 0), live[::-1]
+    sum(i_k * step_k) over the (step, num) pairs, when the pairs that move (a step, more than
+    one index) are injective (every step clears the span of the smaller ones): then each value
+    comes from one index tuple of those, and their indices walked with the largest step
+    outermost give the values in increasing order. None otherwise."""
+    live = [(s, n) for s, n in pairs if n > 1 and s]
+    if not injective(live):
+        return None
+    return sum(s * (n - 1) for s, n in live if s < 0), sorted(((abs(s), n) for s, n in live), reverse=True)
 
 
 def _sums(low: int, pairs) -> np.ndarray:
@@ -94,14 +92,7 @@ def _dense_pairs(pairs) -> bool | None:
     """Whether the values of the pairs (as _combos) are one run of consecutive integers,
     from the steps alone; None where that needs the values."""
     nested = _nested(pairs)
-    if nested is None:
-        return None
-    run = 1
-    for step, num in reversed(nested[1]):
-        if step != run:
-            return False
-        run *= num
-    return True
+    return None if nested is None else run_length(nested[1]) is not None
 
 
 class _Records(dict):

@@ -13,7 +13,7 @@ import sys
 import ml_dtypes
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import nkicc
@@ -439,6 +439,8 @@ _PAIRS = st.lists(st.tuples(st.integers(-40, 40), st.integers(1, 7)), max_size=4
 
 @settings(max_examples=300, deadline=None, derandomize=True, database=None)
 @given(_PAIRS)
+@example([(0, 3), (1, 4)])      # a step of 0: its indices repeat every value
+@example([(-5, 3), (1, 5)])     # a negative step that nests
 def test_access_element_sets_without_sorting_match_the_sorted_product(pairs):
     """The element offsets of an access's (step, num) pairs: the shortcut for pairs that
     nest (no np.unique) against every index combination summed, sorted and deduplicated;
@@ -451,8 +453,12 @@ def test_access_element_sets_without_sorting_match_the_sorted_product(pairs):
     np.testing.assert_array_equal(_combos(pairs), want)
     dense = _dense_pairs(pairs)
     assert dense is None or dense == _dense(want)
-    if _nested(pairs) is not None:  # each value from one index tuple
-        assert want.size == vals.size
+    if _nested(pairs) is not None:  # each value from one index tuple of the pairs that move
+        moving = np.zeros(1, dtype=np.int64)
+        for step, num in pairs:
+            if step:
+                moving = (moving[:, None] + np.arange(num, dtype=np.int64)[None, :] * step).reshape(-1)
+        assert want.size == moving.size
 
 
 def test_nesting_steps_skip_the_sort():
