@@ -313,6 +313,7 @@ def resolve_target(name: str | None, reg) -> Target:
 
 def build_report(c: CompiledKernel, pipeline: PipelineResult) -> dict:
     counts = count_instructions(c.traced_ir) if c.trace.counts is None else Counts(*c.trace.counts)
+    compiled = count_instructions(c.ir)
     return {
         "kernel": c.name,
         "args": {k: str(v) for k, v in c.specs.items()},
@@ -330,7 +331,8 @@ def build_report(c: CompiledKernel, pipeline: PipelineResult) -> dict:
         "target": c.target,
         "pipeline": pipeline.pipeline,
         "passes": pipeline.timings,
-        "instructions_compiled": count_instructions(c.ir).rolled,
+        "instructions_compiled": compiled.rolled,
+        "instructions_compiled_executed": compiled.executed,
         # static loops in the IR as traced and as compiled: a pass that unrolls
         # (unroll) or merges loops changes the second, and the summary says so
         "static_loops": {"traced": _static_loops(c.traced_ir), "compiled": _static_loops(c.ir)},

@@ -26,10 +26,19 @@ def summary_lines(report: dict) -> list[str]:
         f"total {report['total_s'] * 1000:.1f} ms, peak RSS {report['peak_rss_mb']:.0f} MB",
         f"  instructions: {report['instructions_rolled']:,} rolled, "
         f"{report['instructions_unrolled']:,} if static loops were unrolled, "
-        f"{report['instructions_executed']:,} executed",
+        f"{report['instructions_executed']:,} executed" + _executed_after_passes(report),
         f"  loops: {loops['rolled']} rolled, {loops['split']} split, {loops['concrete']} traced concretely, "
         f"{loops['dynamic']} dynamic" + _after_passes(report),
     ] + cache_lines(report)
+
+
+def _executed_after_passes(report: dict) -> str:
+    """The counts above are of the program as traced; passes fuse, add and delete
+    instructions, and the simulator counts the compiled program's: say both."""
+    n = report.get("instructions_compiled_executed")
+    if n is None or n == report["instructions_executed"]:
+        return ""
+    return f" as traced, {n:,} after the passes"
 
 
 def _after_passes(report: dict) -> str:
