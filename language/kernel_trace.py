@@ -24,6 +24,7 @@ from . import ranges
 from .tensor import Tensor, row_major
 from .tracing import GRID, Builder, LoopPlan, LoopSite, TraceRetry, is_nkicc_file
 from .loop_effects import EffectChecker, for_node_at
+from .objects import FORWARDING_CODE
 
 if TYPE_CHECKING:  # the driver's argument specs; language/ does not import the driver at run time
     from ..specs import TensorSpec
@@ -158,10 +159,10 @@ def _library_roots() -> tuple[str, ...]:
 
 
 def _innermost_is_nkicc(tb) -> bool:
-    last = None
-    for frame, _ in traceback.walk_tb(tb):
-        last = frame
-    return last is not None and is_nkicc_file(os.path.abspath(last.f_code.co_filename))
+    frames = [frame for frame, _ in traceback.walk_tb(tb)]
+    while frames and frames[-1].f_code in FORWARDING_CODE:
+        frames.pop()
+    return bool(frames) and is_nkicc_file(os.path.abspath(frames[-1].f_code.co_filename))
 
 
 def trace_kernel(fn, tensor_args: dict[str, TensorSpec], constants: dict, name: str | None = None,

@@ -30,6 +30,12 @@ class _NKIObjectType(type):
         return obj
 
 
+# Frames that only pass a kernel's call on: an exception raised at one of them
+# (Dims(a=1) missing `b` fails binding the arguments, in __call__) is the caller's
+# mistake, not nkicc's (kernel_trace._innermost_is_nkicc).
+FORWARDING_CODE = frozenset({_NKIObjectType.__call__.__code__})
+
+
 def _class_attribute(cls, name: str) -> bool:
     return any(name in vars(base) for base in cls.__mro__ if base is not object)
 

@@ -142,6 +142,28 @@ def test_nkiobject_dataclass_takes_unannotated_attributes_as_keywords():
         Section(no_such_attribute=1)
 
 
+@dataclasses.dataclass
+class Dims(nl.NKIObject):
+    rows: int
+    cols: int
+
+
+def test_a_wrong_nkiobject_call_is_the_kernels_error(rng):
+    """A call that leaves out a field (the NKI Library's moe_block_tkg builds a dims dataclass
+    without one) fails binding its arguments inside NKIObject's constructor, which only passes
+    the call on: E001 at the kernel's line, not an internal error."""
+    @nkicc.jit
+    def k(a):
+        Dims(rows=1)  # MISSING
+        return a
+
+    with pytest.raises(nkicc.NkiccError) as e:
+        k(rand(rng, (4, 4)))
+    line = next(i for i, text in enumerate(open(__file__).read().splitlines(), 1) if text.endswith("# MISSING"))
+    assert e.value.code == "E001" and e.value.loc.file == __file__ and e.value.loc.line == line, e.value
+    assert "missing 1 required positional argument: 'cols'" in e.value.message
+
+
 # --- the neuronxcc and constants import paths under `nkicc run` ----------------------
 
 def test_neuronxcc_paths_serve_nkicc(tmp_path):
