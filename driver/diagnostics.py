@@ -19,9 +19,11 @@ CODES: dict[str, tuple[str, str]] = {
              "loops. nkicc checks every access over the whole loop range (it knows the trip counts), so the "
              "error names the first line whose access can leave the tensor. Reading past the end of an on-chip "
              "tile's free dimension is a warning (W101) instead: the hardware reads whatever lies next."),
-    "E102": ("size depends on a loop index",
-             "Tile shapes and slice sizes must be compile-time constants. Allocate the largest tile and slice "
-             "it, or split the ragged end with min() so that each piece has a fixed size."),
+    "E102": ("size depends on a hardware loop's index",
+             "A dynamic_range loop runs one instruction stream on the device, so its tile shapes and slice "
+             "sizes cannot move with its index. Allocate the largest tile and slice it, or split the ragged "
+             "end off with min() so that each piece has a fixed size. (A static loop's index may move a size: "
+             "NKI's static loops are Python ranges, and nkicc traces such a loop concretely.)"),
     "E103": ("bad index, argument or pattern",
              "An argument has the wrong type (for example a float where an index is needed), or an access "
              "pattern is malformed ([step, num] pairs, num >= 1)."),

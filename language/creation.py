@@ -81,8 +81,8 @@ def concrete_shape(shape, loc) -> tuple[int, ...]:
     out = []
     for d in shape:
         if isinstance(d, SymInt):
-            raise NkiccError("E102", f"tensor shape {tuple(str(x) for x in shape)} depends on a loop index", loc,
-                             "shapes must be compile-time constants; allocate the largest tile and slice it")
+            d = d.builder.constant_size(d.expr, f"tensor shape {tuple(str(x) for x in shape)}",
+                                        "allocate the largest tile and slice it")
         try:
             d = operator.index(d)
         except TypeError:

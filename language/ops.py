@@ -110,6 +110,16 @@ def copy(x, dtype=None, name="", **_hints) -> Tensor:
 
 # --- element-wise -----------------------------------------------------------------
 
+COMPARISONS = frozenset({"equal", "not_equal", "less", "less_equal", "greater", "greater_equal"})
+
+
+def _compared(out: Tensor, op: str) -> Tensor:
+    """A comparison's result tile is marked: its truth in an `if` is a mistake (NkiTensor.__bool__)."""
+    if op in COMPARISONS:
+        out.builder.compared.add(out.decl.name)
+    return out
+
+
 def _binary(op: str):
     def fn(x, y, dtype=None, mask=None, name="", **_hints) -> Tensor:
         loc = user_loc(2)
@@ -118,13 +128,13 @@ def _binary(op: str):
             shape = _broadcast_shape(x, y, loc)
             out = new_tensor(shape, _out_dtype(dtype, x, y), "sbuf", name, loc)
             isa.tensor_tensor(out, broadcast_view(x, shape, loc), broadcast_view(y, shape, loc), op)
-            return out
+            return _compared(out, op)
         if not (xt or yt):
             raise NkiccError("E103", f"nl.{op} needs at least one tile operand", loc)
         tile, scalar = (x, y) if xt else (y, x)
         out = new_tensor(tile.shape, _out_dtype(dtype, tile), "sbuf", name, loc)
         isa.tensor_scalar(out, tile, op, scalar, reverse0=not xt)
-        return out
+        return _compared(out, op)
     fn.__name__ = op
     fn.__doc__ = (f"Element-wise {op} of x and y into a new SBUF tile: two tiles (broadcast against "
                   f"each other), or a tile and a number.")

@@ -32,11 +32,10 @@ class DynSlice:
 
 def ds(start, size) -> DynSlice:
     """A slice of `size` elements from `start` (which may depend on loop indices): `t[nl.ds(i * 128, 128), :]`."""
-    size = as_affine(size, "nl.ds size")
-    if not size.is_const:
-        raise NkiccError("E102", "nl.ds size must be a compile-time constant", user_loc(2),
-                         "use a fixed tile size; handle the ragged end with min() in a separate slice")
-    return DynSlice(start, size.const)
+    if isinstance(size, SymInt):
+        return DynSlice(start, size.builder.constant_size(
+            size.expr, "the nl.ds size", "use a fixed tile size; handle the ragged end with min() in a separate slice"))
+    return DynSlice(start, as_affine(size, "nl.ds size").const)
 
 
 class NkiTensor(TileOperators, TensorOperand):
@@ -145,13 +144,15 @@ class NkiTensor(TileOperators, TensorOperand):
                          "index it with a loop: for i in nl.affine_range(t.shape[0])")
 
     def __bool__(self):
-        # An HBM tensor is there or not: `if outs.extra:` checks an optional
-        # output (as library kernels do). A tile's truth would be its values,
-        # known only on the device (`if t > 0:`): that stays an error.
-        if not self.decl.on_chip and self.decl.buffer != "reg":
-            return True
-        raise NkiccError("E103", "a tile has no truth value at trace time", user_loc(2),
-                         "compare values on the device with nl.where or nl.greater")
+        # NKI's tensors are Python objects, so `if t:` is true: kernels test an
+        # optional tensor or tile that way (the NKI Library: `if params.expert_index:`).
+        # A comparison's result in an `if` (`if t > 0:`) asks for the device's
+        # values, and a register's truth is its run-time value: both are mistakes.
+        if self.decl.buffer == "reg" or self.decl.name in self.builder.compared:
+            raise NkiccError("E103", f"{self.shown} has no truth value at trace time: its values are known only "
+                                     "on the device", user_loc(2),
+                             "decide on the device with nl.where or a mask; `if t is not None:` tests presence")
+        return True
 
     # views
     def _view(self, access: Access, overflow: str | None = None) -> "NkiTensor":
@@ -598,12 +599,9 @@ def _slice_bounds(k, num: int, dim: int, loc, t: NkiTensor) -> tuple[Affine, int
         start = Affine.of(start.const + num)
     if stop.is_const and stop.const < 0:
         stop = Affine.of(stop.const + num)
-    extent = stop - start
-    if not extent.is_const:
-        raise NkiccError("E102", f"slice [{k.start}:{k.stop}] on dimension {dim} has a size that depends on "
-                                 f"a loop index ({extent})", loc,
-                         "slice sizes must be compile-time constants; use nl.ds(start, size)")
-    size = -(-extent.const // stride)
+    extent = t.builder.constant_size(stop - start, f"the size of slice [{k.start}:{k.stop}] on dimension {dim}",
+                                     "slice sizes in a hardware loop are constants; use nl.ds(start, size)")
+    size = -(-extent // stride)
     if size <= 0:
         raise NkiccError("E101", f"slice [{k.start}:{k.stop}] on dimension {dim} is empty", loc)
     return start, size, stride

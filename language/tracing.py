@@ -132,6 +132,7 @@ class Builder:
         self._vars = itertools.count()
         self.loop_stats = {"rolled": 0, "split": 0, "concrete": 0, "dynamic": 0}
         self.affine_vars: set[str] = set()  # rolled loops from affine_range: iterations must be independent
+        self.compared: set[str] = set()  # tiles holding comparison results: `if t > 0:` is a mistake (__bool__)
         self.emitted = itertools.count()  # instruction handles' order (depends_on)
         # id(op) -> (op, its replacement) for ops edited after their loop ended (depends_on)
         self.late_edits: dict[int, tuple[Op, Op]] = {}
@@ -393,6 +394,20 @@ class Builder:
         var = min(expr.vars, key=lambda v: trips[v])
         raise TraceRetry(self.var_frame[var].key, concrete=True,
                          why=f"`{describe}` depends on several loop indices")
+
+    def constant_size(self, expr: Affine, what: str, hint: str) -> int:
+        """A size that must be one number (a slice's, an nl.ds's, a tensor
+        dimension): NKI's static loops are Python ranges, so where a size moves
+        with a static loop's index that loop is traced concretely; a hardware
+        loop (dynamic_range) has one instruction stream, so there it is E102."""
+        if expr.is_const:
+            return expr.const
+        loc = user_loc(3)
+        self.check_vars(expr, loc)
+        dyn = [v for v in expr.vars if self.var_frame[v].kind == "dynamic"]
+        if dyn:
+            raise NkiccError("E102", f"{what} depends on the dynamic_range index {dyn[0]} ({expr})", loc, hint)
+        self.need_concrete(expr, f"{what} moves with the loop index")
 
     def need_concrete(self, expr: Affine, why: str) -> None:
         loc = user_loc(3)

@@ -174,7 +174,9 @@ def _expect(rng, body, code, shape=(8, 8)):
 
 MISTAKES = {
     "iterate": (lambda a: list(iter(a)), "E103"),
-    "truth": (lambda a: bool(nl.load(a)), "E103"),
+    "truth_of_a_comparison": (lambda a: bool(nl.load(a) > 0.0), "E103"),
+    "truth_of_nl_less": (lambda a: bool(nl.less(nl.load(a), 0.0)), "E103"),
+    "truth_of_a_compared_slice": (lambda a: bool(nl.equal(nl.load(a), nl.load(a))[0:2, :]), "E103"),
     "two_ellipses": (lambda a: a[..., ...], "E103"),
     "too_many_indices": (lambda a: a[0, 0, 0], "E103"),
     "tensor_index": (lambda a: a[nl.load(a)], "E160"),
@@ -223,10 +225,12 @@ def test_view_and_creation_mistakes(rng, name):
 
 
 @pytest.mark.parametrize("what", ["slice", "ds", "shape"])
-def test_sizes_that_depend_on_a_loop_index(rng, what):
+def test_sizes_that_depend_on_a_hardware_loop_index(rng, what):
+    """A dynamic_range loop is one instruction stream on the device: a size that moves with its
+    index is E102, at the kernel's line."""
     @nkicc.jit
     def k(a):
-        for i in nl.affine_range(1, 3):
+        for i in nl.dynamic_range(1, 3):
             if what == "slice":
                 a[i:2 * i]  # SIZE
             elif what == "ds":
@@ -238,6 +242,59 @@ def test_sizes_that_depend_on_a_loop_index(rng, what):
     with pytest.raises(nkicc.NkiccError) as e:
         k(rand(rng, (8, 8)))
     assert e.value.code == "E102" and e.value.loc.file.endswith("test_language_edges.py")
+    assert "dynamic_range index" in e.value.message
+
+
+@pytest.mark.parametrize("loop", ["static_range", "affine_range", "sequential_range"])
+@pytest.mark.parametrize("what", ["slice", "ds", "shape"])
+def test_sizes_that_move_with_a_static_loop_index(rng, loop, what):
+    """NKI's static loops are Python ranges (the API reference: an alias for range()), so a size
+    may move with the index, as the NKI Library's rotational_topk slices a growing prefix: nkicc
+    traces that loop concretely, one size per iteration."""
+    @nkicc.jit
+    def k(a):
+        out = nl.ndarray((a.shape[0], 3), dtype=nl.float32, buffer=nl.shared_hbm)
+        res = nl.ndarray((a.shape[0], 3), dtype=nl.float32, buffer=nl.sbuf)
+        for i in getattr(nl, loop)(3):
+            width = 16 + 8 * i
+            if what == "slice":
+                t = nl.load(a[:, 0:width])
+            elif what == "ds":
+                t = nl.load(a[:, nl.ds(0, width)])
+            else:
+                t = nl.ndarray((a.shape[0], width), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.dma_copy(dst=t, src=a[:, 0:width])
+            nisa.tensor_reduce(dst=res[:, i:i + 1], data=t, op=nl.add, axis=1)
+        nisa.dma_copy(dst=out, src=res)
+        return out
+
+    a = rand(rng, (128, 64))
+    want = np.stack([a[:, :16 + 8 * i].sum(axis=1) for i in range(3)], axis=1)
+    close(k(a), want)
+    assert nkicc.compile(k, a).report["loops"]["concrete"] == 1
+
+
+def test_an_optional_tile_is_true(rng):
+    """`if tile:` tests presence, as NKI's Python objects answer it and the NKI Library's MoE
+    kernels write it: the kernel takes the branch. (A comparison's truth is E103: MISTAKES.)"""
+    def add_if_given(dst, src, maybe=None):
+        if maybe:
+            nisa.tensor_tensor(dst=dst, data1=src, data2=maybe, op=nl.add)
+        else:
+            nisa.tensor_copy(dst=dst, src=src)
+
+    @nkicc.jit
+    def k(a, given):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        t = nl.load(a)
+        res = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+        add_if_given(res, t, nl.exp(t) if given else None)
+        nl.store(out, value=res)
+        return out
+
+    a = rand(rng, (128, 32))
+    close(k(a, True), a + np.exp(a))
+    close(k(a, False), a)
 
 
 def test_outside_a_kernel():

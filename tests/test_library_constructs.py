@@ -375,3 +375,23 @@ def test_vector_offset_gathers_in_a_loop(rng, simulator):
     ck = nkicc.compile(gather_tiles, table, idx)
     ck.simulator = simulator
     close(ck.run(table, idx), table[idx[:, 0]])
+
+
+@pytest.mark.parametrize("upper, lower", [(None, None), (0.5, None), (None, -0.25), (0.5, -0.25)])
+def test_optional_clamps_pass_none_as_the_op(rng, upper, lower):
+    """The NKI Library's MoE kernels clamp with `op0=nl.minimum if upper is not None else None`:
+    a stage whose op is None is skipped, so no limits at all is a copy."""
+    @nkicc.jit
+    def clamp(a):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=a)
+        nisa.tensor_scalar(dst=t, data=t, op0=nl.minimum if upper is not None else None, operand0=upper,
+                           op1=nl.maximum if lower is not None else None, operand1=lower)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    a = rand(rng, (128, 64))
+    want = np.minimum(a, upper) if upper is not None else a
+    want = np.maximum(want, lower) if lower is not None else want
+    np.testing.assert_array_equal(clamp(a), want)

@@ -112,9 +112,12 @@ def _tensor_scalar(op: Op, read):
 def tensor_scalar(dst, data, op0, operand0, reverse0=False, op1=None, operand1=None, reverse1=False,
                   engine=enums.engine.unknown, name=None, dtype=None, **_hw_hints):
     """dst = (data op0 operand0) op1 operand1; operands are numbers or [P, 1]
-    tiles; reverse swaps an op's operands."""
+    tiles; reverse swaps an op's operands. An op of None is that stage skipped
+    (op0=None, operand0=None: dst = data, as nl.bypass does)."""
     dst, data = on_chip_tensors({"dst": dst, "data": data}, "tensor_scalar")
     same_layout(dst, data, "tensor_scalar")
+    if op0 is None:  # no first stage: a pass-through, as the NKI Library's optional clamps write it
+        op0, operand0 = "bypass", 0.0 if operand0 is None else operand0
     ins = [data, per_partition(operand0, dst, "operand0")]
     attrs = {"op0": alu.op_name(op0, alu.BINARY, "tensor_scalar"), "reverse0": bool(reverse0)}
     if op1 is not None:

@@ -1,5 +1,6 @@
 """Mistakes in how the kernel uses loops, indices and results: sizes that
-depend on a loop index (E102), values of the wrong kind (E103), bad return
+depend on a hardware loop's index (E102; a static loop's index may move a size: that loop is
+traced concretely, as NKI's static loops are Python ranges), values of the wrong kind (E103), bad return
 values (E104), Python decisions on a hardware loop's index (E150, E151)."""
 import nkicc
 import nkicc.isa as nisa
@@ -9,7 +10,7 @@ import nkicc.language as nl
 @nkicc.jit
 def slice_size_grows_with_index(a: "float32[128,512]"):
     out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
-    for i in nl.affine_range(4):
+    for i in nl.dynamic_range(4):
         t = nl.load(a[:, 0:(i + 1) * 128])  # EXPECT: E102
         nl.store(out[:, 0:(i + 1) * 128], value=t)
     return out
@@ -18,7 +19,7 @@ def slice_size_grows_with_index(a: "float32[128,512]"):
 @nkicc.jit
 def tile_shape_from_index(a: "float32[128,512]"):
     out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
-    for i in nl.affine_range(1, 4):
+    for i in nl.dynamic_range(1, 4):
         t = nl.ndarray((128, i * 128), dtype=nl.float32, buffer=nl.sbuf)  # EXPECT: E102
         nisa.memset(t, 0.0)
     return out
