@@ -46,6 +46,9 @@ def __getattr__(name: str):
         return dtypes.__getattr__(name)  # (a numpy dtype object)
     if name == "bool":
         return bool_
+    if name == "range":  # the NKI Library writes nl.range: a static loop. Not a module global, so that
+        from .ranges import range as static_loop  # `from nl import *` keeps Python's own range
+        return static_loop
     if name.startswith("_"):
         raise AttributeError(f"module 'nkicc.language' has no attribute {name!r}")
     raise _unsupported_name("nl", name)

@@ -22,6 +22,25 @@ def test_iterators_outside_a_trace_are_ranges(it):
     assert list(it(np.int64(3))) == [0, 1, 2]
 
 
+def test_nl_range_is_a_static_loop_and_star_imports_keep_pythons(rng):
+    """The NKI Library writes `for k in nl.range(n)`: a static loop, kept rolled. `from nl import *`
+    does not rebind Python's range."""
+    @nkicc.jit
+    def k(a):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        for i in nl.range(a.shape[0] // 32):
+            nl.store(out[i * 32:(i + 1) * 32, :], value=nl.multiply(nl.load(a[i * 32:(i + 1) * 32, :]), 2.0))
+        return out
+
+    a = rand(rng, (128, 16))
+    close(k(a), 2 * a)
+    compiled = nkicc.compile(k, a)
+    assert compiled.report["loops"]["rolled"] == 1 and compiled.report["instructions_rolled"] == 3
+    scope = {}
+    exec("from nkicc.language import *", scope)
+    assert "range" not in scope and nl.range(2, 8, 3)[1] == 5
+
+
 def test_iterator_mistakes():
     with pytest.raises(nkicc.NkiccError) as e:
         nl.affine_range(2.5)
