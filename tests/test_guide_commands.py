@@ -161,9 +161,11 @@ def _summary_templates():
     for line in m.group(1).strip().splitlines():
         line = re.sub(r"^kernel \S+:", "kernel \0:", line.strip())
         line = re.sub(r"\(\d+ attempts[^)]*\)", "\2", line)  # "(1 attempt)" has no explanation
+        line = re.sub(r" as traced, [\d,]+ after the passes", "\3", line)  # said only where passes changed it
         pat = re.escape(re.sub(r"\d[\d,]*(?:\.\d+)?", "\1", line))
         pat = pat.replace("\0", r"\S+").replace("\1", r"\d[\d,]*(?:\.\d+)?")
         pat = pat.replace("\2", r"\(\d+ attempts?(?:: [^)]*)?\)")
+        pat = pat.replace("\3", r"(?: as traced, \d[\d,]* after the passes)?$")
         out.append(pat)
     return m.group(1).strip().splitlines(), out
 
