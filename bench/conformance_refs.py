@@ -347,6 +347,28 @@ def topk(rng, m):
                   host=lambda: m.topk[1](inp=x, k=K))
 
 
+def rotational_topk(rng, m):
+    """The jit kernel under `topk`, launched directly on 2 logical cores (each takes half the rows) with the
+    configuration its factories build: the K largest values of each row of [BxS, V], sorted, largest first,
+    and their indices."""
+    BxS, V, K = 4, 4096, 16
+    x = _rand(rng, (BxS, V))  # float32 draws: no ties
+    order = np.argsort(-x, axis=-1, kind="stable")[:, :K]
+    vals = np.take_along_axis(x, order, axis=-1)
+
+    def host():
+        import nki.language as nl
+        tc = m.create_topk_config(inp_shape=x.shape, inp_dtype=nl.float32, k=K, sorted=True, num_programs=2)
+        cfg = m.prepare_rotational_constants(m.create_rotational_topk_config(inp_shape=x.shape, topk_config=tc))
+        assert cfg.n_stages > 1, "the shape must take the rotational path, not the single-stage scan"
+        try:
+            return m.rotational_topk[2](inp=x, config=cfg)
+        finally:
+            m.cleanup_rotational_constants()  # the constants' temporary .npy files
+
+    return Inputs({"inp": x, "k": K}, [vals, order.astype(np.uint32)], tol=(0, 0), host=host)
+
+
 def conv1d(rng, m):
     B, Cin, Cout, L, K = 1, 16, 32, 32, 3
     x, f = _rand(rng, (B, Cin, L)), _rand(rng, (K, Cin, Cout), lo=-0.3, hi=0.3)
@@ -607,6 +629,71 @@ def bwmm_shard_on_block(rng, m):
     kwargs, check = _moe_inputs(rng, m)
     return Inputs(kwargs, check=check, grid=2)
 
+def moe_cte(rng, m):
+    """The MoE context-encoding dispatcher, spec shard_on_i: the I-sharded blockwise kernel's case."""
+    kwargs, check = _moe_inputs(rng, m)
+    kwargs["spec"] = m.MoECTESpec(implementation=m.MoECTEImplementation.shard_on_i)
+    return Inputs(kwargs, check=check, grid=2)
+
+
+def moe_block_tkg(rng, m):
+    """The MoE block for token generation (LNC=2, selective experts, bf16): RMS norm, router logits
+    y @ Wr, sigmoid affinities (router_pre_norm), the top K experts of each token, and out[t] = sum over them
+    of affinity[t, e] * (silu(y Wg_e) * (y Wu_e)) Wd_e (POST_SCALE); returns (out [T, H], router logits
+    [T, E]). The router weights are drawn so that each token's K-th and K+1-th logits are at least 0.1 apart:
+    the kernel's bf16 router matmul must not be able to pick another expert than the reference.
+    At this snapshot the path stops at the library's own MLPTKGConstantsDimensionSizes(...) call, which leaves
+    out its field remainderIFused (a TypeError on any compiler), so this reference has not been compared with
+    a run; moe_block_tkg[mx], the same computation with MX weights, runs and matches."""
+    B, S, H, I, E, K = 1, 4, 256, 256, 8, 2  # E >= 8: the router's max8 takes 8 or more values per row
+    T = B * S
+    types = _common_types(m)
+    x, g = _rand(rng, (B, S, H), BF16), _rand(rng, (1, H), BF16, lo=0.5, hi=1.5)
+    y = _rms_norm(x, g, 1e-6).reshape(T, H)
+    while True:
+        wr = _rand(rng, (H, E), BF16, lo=-0.1, hi=0.1)
+        logits = y @ _f(wr)
+        srt = -np.sort(-logits, axis=-1)
+        if (srt[:, K - 1] - srt[:, K]).min() >= 0.1:
+            break
+    gup = _rand(rng, (E, H, 2, I), BF16, lo=-0.1, hi=0.1)
+    down = _rand(rng, (E, I, H), BF16, lo=-0.1, hi=0.1)
+    aff = 1.0 / (1.0 + np.exp(-logits))
+    top = np.argsort(-logits, axis=-1, kind="stable")[:, :K]
+    out = np.zeros((T, H))
+    for t in range(T):
+        for e in top[t]:
+            inter = _silu(y[t] @ _f(gup[e, :, 0, :])) * (y[t] @ _f(gup[e, :, 1, :]))
+            out[t] += aff[t, e] * (inter @ _f(down[e]))
+    kwargs = {"inp": x, "gamma": g, "router_weights": wr, "expert_gate_up_weights": gup, "expert_down_weights": down,
+              "top_k": K, "router_act_fn": types.RouterActFnType.SIGMOID, "router_pre_norm": True,
+              "expert_affinities_scaling_mode": types.ExpertAffinityScaleMode.POST_SCALE}
+    return Inputs(kwargs, [out, logits], tol=(3e-2, 3e-2 * max(np.abs(out).max(), np.abs(logits).max())), grid=2)
+
+
+def _allgather_case(m, func, rng, R, shape):
+    """An all-gather over R ranks (a multi-rank simulation, nkicc.run_ranks): rank r holds [rows, W]; every
+    rank gets the concatenation along the last axis, rank 0's columns first."""
+    xs = [_rand(rng, shape) for _ in range(R)]
+    want = np.concatenate(xs, axis=1)
+
+    def host():
+        import nki.collectives as ncc
+        import nkicc
+        return tuple(nkicc.run_ranks(getattr(m, func), R, xs, replica_groups=ncc.ReplicaGroup([list(range(R))]),
+                                     tp_degree=R))
+
+    return Inputs({"inp": xs[0], "tp_degree": R}, [want] * R, tol=(0, 0), host=host)
+
+
+def allgather_sb2sb(rng, m):
+    return _allgather_case(m, "allgather_sb2sb", rng, 4, (128, 64))
+
+
+def allgather_sb2sb_tiled(rng, m):
+    return _allgather_case(m, "allgather_sb2sb_tiled", rng, 4, (256, 32))  # two tiles of 128 rows
+
+
 CASES: dict[str, Case] = {
     "cumsum": Case("core/cumsum/cumsum.py", "cumsum", cumsum),
     "cascaded_max": Case("core/max/cascaded_max.py", "cascaded_max", cascaded_max),
@@ -627,6 +714,7 @@ CASES: dict[str, Case] = {
     "attention_cte": Case("core/attention/attention_cte.py", "attention_cte", attention_cte),
     "attention_tkg": Case("core/attention/attention_tkg.py", "attention_tkg", attention_tkg),
     "topk": Case("core/topk/rotational_topk.py", "topk", topk),
+    "rotational_topk": Case("core/topk/rotational_topk.py", "rotational_topk", rotational_topk),
     "conv1d": Case("experimental/conv/conv1d.py", "conv1d", conv1d),
     "cross_entropy_forward": Case("experimental/loss/cross_entropy.py", "cross_entropy_forward",
                                   cross_entropy_forward),
@@ -653,6 +741,11 @@ CASES: dict[str, Case] = {
                                                "blockwise_mm_baseline_shard_hidden", bwmm_shard_on_H),
     "blockwise_mm_bwd": Case("experimental/moe/bwd/blockwise_mm_backward.py", "blockwise_mm_bwd", blockwise_mm_bwd),
     "bwmm_shard_on_block": Case("core/moe/moe_cte/bwmm_shard_on_block.py", "bwmm_shard_on_block", bwmm_shard_on_block),
+    "moe_cte": Case("core/moe/moe_cte/moe_cte.py", "moe_cte", moe_cte),
+    "allgather_sb2sb": Case("experimental/collectives/sb2sb_allgather.py", "allgather_sb2sb", allgather_sb2sb),
+    "allgather_sb2sb_tiled": Case("experimental/collectives/sb2sb_allgather.py", "allgather_sb2sb_tiled",
+                                  allgather_sb2sb_tiled),
+    "moe_block_tkg": Case("core/moe_block/moe_block_tkg.py", "moe_block_tkg", moe_block_tkg),
 }
 
 
@@ -899,20 +992,160 @@ def blockwise_mm_shard_intermediate_mx(rng, m):
     tpid = np.concatenate([rng.permutation(T) for _ in range(N)]).astype(np.int32)  # every token once per block
     b2e = np.array([[0], [1]], np.int32)
     aff = _rand(rng, (T * E, 1), BF16, lo=0.1, hi=1.0)
+    # the biases, documented optional, are read unconditionally: gate/up bias [E, 128, 2, I/512, 4], element
+    # (p, g, j, l) for intermediate column j*512 + l*128 + p of gate (g=0) / up (g=1); down bias [E, H], zero
+    # here (each core's partial sum is documented to take it once, the I-sharded sum must not double it)
+    gub = _rand(rng, (E, 128, 2, I // 512, 4), BF16, lo=-0.5, hi=0.5)
+    gub_cols = _f(gub).transpose(0, 2, 3, 4, 1).reshape(E, 2, I)
+    dnb = np.zeros((E, H), BF16)
     xs = _f(x).astype(np.float64)
     want = np.zeros((T, H))
     for blk in range(N):
         e = int(b2e[blk, 0])
-        inter = (lambda g: g / (1.0 + np.exp(-g)))(xs @ G[e, 0]) * (xs @ G[e, 1])
-        y = inter @ D[e]
+        inter = _silu(xs @ G[e, 0] + gub_cols[e, 0]) * (xs @ G[e, 1] + gub_cols[e, 1])
+        y = inter @ D[e] + _f(dnb[e])
         toks = tpid[blk * B:(blk + 1) * B]
         want[toks] += _f(aff).reshape(T, E)[toks, e:e + 1] * y[toks]
     kwargs = {"hidden_states": x, "expert_affinities_masked": aff, "gate_up_proj_weight": gu,
               "down_proj_weight": dn, "token_position_to_id": tpid, "block_to_expert": b2e,
+              "gate_and_up_proj_bias": gub, "down_proj_bias": dnb,
               "gate_up_proj_scale": gu_sc, "down_proj_scale": dn_sc, "block_size": B,
               "expert_affinities_scaling_mode": m.ExpertAffinityScaleMode.POST_SCALE}
     return Inputs(kwargs, [want], tol=(0.08, 0.04 * np.abs(want).max()), grid=2,
                   dtypes={"gate_up_proj_weight": "float4_e2m1fn_x4", "down_proj_weight": "float4_e2m1fn_x4"})
+
+
+def _moe_mx_inputs(rng, m, T, H, I, E, B, topk, dtype="float4_e2m1fn_x4", down_bias=True, clamp=None):
+    """The blockwise MX MoE kernels' inputs (the layouts of _moe_mx_weights, biases as
+    blockwise_mm_shard_intermediate_mx takes them) with _moe_routing's blocks: T tokens, row T of the
+    hidden states the padding token (affinity zero). Returns (kwargs, want [T+1, H], where row T is scratch).
+    out[t] = sum over the blocks holding t of affinity[t, e] * ((silu(g) * u) D_e + bd_e), g = x G_e + bg_e and
+    u = x U_e + bu_e, each clamped to [lower, upper] where `clamp` gives
+    (gate_lower, gate_upper, up_lower, up_upper) (the kernels' *_clamp_*_limit arguments)."""
+    gu, gu_sc, dn, dn_sc, G, D = _moe_mx_weights(rng, E, H, I, dtype)
+    pos, blk, aff = _moe_routing(rng, T, E, B, topk)
+    x = _rand(rng, (T + 1, H), BF16)
+    aff = aff.astype(BF16)
+    gub = _rand(rng, (E, 128, 2, I // 512, 4), BF16, lo=-0.5, hi=0.5)  # (p, g, j, l): column j*512 + l*128 + p
+    gub_cols = _f(gub).transpose(0, 2, 3, 4, 1).reshape(E, 2, I)
+    dnb = _rand(rng, (E, H), BF16, lo=-4, hi=4) if down_bias else np.zeros((E, H), BF16)
+    want = np.zeros((T + 1, H))
+    for n, e in enumerate(blk.reshape(-1)):
+        toks = pos[n * B:(n + 1) * B]
+        xs = _f(x)[toks]
+        g, u = xs @ G[e, 0] + gub_cols[e, 0], xs @ G[e, 1] + gub_cols[e, 1]
+        if clamp is not None:
+            g, u = np.clip(g, clamp[0], clamp[1]), np.clip(u, clamp[2], clamp[3])
+        y = (_silu(g) * u) @ D[e] + _f(dnb[e])
+        np.add.at(want, toks, _f(aff)[toks, e][:, None] * y)
+    types = _common_types(m)
+    kwargs = {"hidden_states": x, "expert_affinities_masked": aff.reshape(-1, 1), "gate_up_proj_weight": gu,
+              "down_proj_weight": dn, "token_position_to_id": pos, "block_to_expert": blk,
+              "gate_and_up_proj_bias": gub, "down_proj_bias": dnb, "gate_up_proj_scale": gu_sc,
+              "down_proj_scale": dn_sc, "block_size": B,
+              "expert_affinities_scaling_mode": types.ExpertAffinityScaleMode.POST_SCALE}
+    if clamp is not None:
+        kwargs.update(gate_clamp_lower_limit=clamp[0], gate_clamp_upper_limit=clamp[1],
+                      up_clamp_lower_limit=clamp[2], up_clamp_upper_limit=clamp[3])
+    return kwargs, want
+
+
+def _mx_moe_tol(want):
+    return (0.08, 0.04 * np.abs(want).max())  # hidden states and intermediates quantized to MXFP8 on device
+
+
+def blockwise_mm_shard_intermediate_mx_hybrid(rng, m):
+    """The hybrid variant: a static loop over the first blocks, then a dynamic loop while `conditions`
+    marks the block active (1); N+1 conditions, the last 0. 383 tokens, top-2 of 2 experts: 4 full blocks,
+    then a fifth all padding (0), never computed. The static count N - E = 3 is odd: the kernel takes 2,
+    the other 2 active blocks run in the dynamic loop."""
+    T, H, I, E, B = 383, 512, 1024, 2, 256
+    kwargs, want = _moe_mx_inputs(rng, m, T, H, I, E, B, topk=2, down_bias=False)  # I-sharded: see above
+    kwargs["token_position_to_id"] = np.concatenate([kwargs["token_position_to_id"], np.full(B, T, np.int32)])
+    kwargs["block_to_expert"] = np.concatenate([kwargs["block_to_expert"], np.zeros((1, 1), np.int32)])
+    N = kwargs["block_to_expert"].shape[0]
+    assert N == 5
+    conditions = np.array([1] * (N - 1) + [0, 0], np.int32)
+
+    def check(outs):  # the padding row T is scratch
+        return compare(np.asarray(outs[0]).reshape(T + 1, H)[:T], want[:T], _mx_moe_tol(want))
+
+    return Inputs({"conditions": conditions, **kwargs}, check=check, grid=2,
+                  dtypes={"gate_up_proj_weight": "float4_e2m1fn_x4", "down_proj_weight": "float4_e2m1fn_x4"})
+
+
+def bwmm_shard_on_block_mx(rng, m):
+    """MoE context encoding sharded on blocks (LNC=2): each core runs whole blocks (full I) and
+    accumulates into its own half of the output [2, T+1, H], then the halves are summed into output[0]
+    (output[1] zeroed). MXFP8 weights here; 255 tokens, top-2 of 4 experts, a block of 256 each, padded.
+    With clamps on gate and up (each binds on a few percent of the values, x G ~ +-3.5 at the 5th/95th
+    percentile); without limits the kernel passes op0=None to tensor_scalar, a skipped stage
+    (tests/test_library_constructs.py covers that form)."""
+    T, H, I, E, B = 255, 512, 512, 4, 256
+    kwargs, want = _moe_mx_inputs(rng, m, T, H, I, E, B, topk=2, dtype="float8_e4m3fn_x4",
+                                  clamp=(-3.0, 4.0, -4.0, 3.0))
+    assert kwargs["block_to_expert"].shape[0] == 4
+
+    def check(outs):
+        got = np.asarray(outs[0])
+        if got.size != 2 * (T + 1) * H:
+            return False, float("inf"), f"output shape {list(got.shape)}, expected [2, {T + 1}, {H}]"
+        got = got.reshape(2, T + 1, H)
+        ok, err, msg = compare(got[0, :T], want[:T], _mx_moe_tol(want))  # row T (padding) is scratch
+        if not ok:
+            return ok, err, "output[0]: " + msg
+        ok, err2, msg = compare(got[1, :T], np.zeros((T, H)), (0, 0))
+        return ok, max(err, err2), ("" if ok else "output[1] (the reduced-away half): " + msg)
+
+    return Inputs(kwargs, check=check, grid=2,
+                  dtypes={"gate_up_proj_weight": "float8_e4m3fn_x4", "down_proj_weight": "float8_e4m3fn_x4"})
+
+
+def moe_block_tkg_mx(rng, m):
+    """The MoE block for token generation, all-expert MX mode (LNC=2): RMS norm, fused with the MXFP8
+    quantization of its output, router logits y @ Wr, sigmoid affinities (router_pre_norm), top K, then every
+    expert on every token with the affinities of the unselected experts masked to zero: out[t] = sum over the
+    K selected e of affinity[t, e] * (silu(y G_e + bg_e) * (y U_e + bu_e)) D_e + bd_e) (POST_SCALE), MXFP4
+    expert weights (the layouts of _moe_mx_weights). Returns (out [T, H], router logits [T, E]). The router
+    weights are drawn so that each token's K-th and K+1-th logits are at least 0.1 apart."""
+    B, S, H, I, E, K = 1, 4, 512, 512, 8, 2  # E >= 8: the router's max8; T % 4 == 0 (all-expert MX)
+    T = B * S
+    types = _common_types(m)
+    x, g = _rand(rng, (B, S, H), BF16), _rand(rng, (1, H), BF16, lo=0.5, hi=1.5)
+    y = _rms_norm(x, g, 1e-6).reshape(T, H)
+    while True:
+        wr = _rand(rng, (H, E), BF16, lo=-0.1, hi=0.1)
+        logits = y @ _f(wr)
+        srt = -np.sort(-logits, axis=-1)
+        if (srt[:, K - 1] - srt[:, K]).min() >= 0.1:
+            break
+    gu, gu_sc, dn, dn_sc, G, D = _moe_mx_weights(rng, E, H, I, "float4_e2m1fn_x4")
+    gub = _rand(rng, (E, 128, 2, I // 512, 4), BF16, lo=-0.5, hi=0.5)  # (p, g, j, l): column j*512 + l*128 + p
+    gub_cols = _f(gub).transpose(0, 2, 3, 4, 1).reshape(E, 2, I)
+    dnb = _rand(rng, (E, H), BF16, lo=-1, hi=1)
+    aff = 1.0 / (1.0 + np.exp(-logits))
+    top = np.argsort(-logits, axis=-1, kind="stable")[:, :K]
+    out = np.zeros((T, H))
+    for t in range(T):
+        for e in top[t]:
+            inter = _silu(y[t] @ G[e, 0] + gub_cols[e, 0]) * (y[t] @ G[e, 1] + gub_cols[e, 1])
+            out[t] += aff[t, e] * (inter @ D[e] + _f(dnb[e]))
+    kwargs = {"inp": x, "gamma": g, "router_weights": wr, "expert_gate_up_weights": gu, "expert_down_weights": dn,
+              "expert_gate_up_weights_scale": gu_sc, "expert_down_weights_scale": dn_sc,
+              "expert_gate_up_bias": gub, "expert_down_bias": dnb,
+              "top_k": K, "router_act_fn": types.RouterActFnType.SIGMOID, "router_pre_norm": True,
+              "expert_affinities_scaling_mode": types.ExpertAffinityScaleMode.POST_SCALE,
+              "is_all_expert": True, "rank_id": np.zeros((1, 1), np.int32)}
+
+    def check(outs):
+        ok, err, msg = compare(outs[0], out, _mx_moe_tol(out))
+        if not ok:
+            return ok, err, "out: " + msg
+        ok, err2, msg = compare(outs[1], logits, (2e-2, 2e-2))
+        return ok, max(err, err2), ("" if ok else "router_logits: " + msg)
+
+    return Inputs(kwargs, check=check, grid=2,
+                  dtypes={"expert_gate_up_weights": "float4_e2m1fn_x4", "expert_down_weights": "float4_e2m1fn_x4"})
 
 
 def output_projection_cte_mx(rng, m):
@@ -966,6 +1199,12 @@ CASES.update({
     "blockwise_mm_shard_intermediate_mx": Case("core/moe/moe_cte/bwmm_shard_on_I_mx.py",
                                                "blockwise_mm_shard_intermediate_mx",
                                                blockwise_mm_shard_intermediate_mx, target="trn3"),
+    "blockwise_mm_shard_intermediate_mx_hybrid": Case("core/moe/moe_cte/bwmm_shard_on_I_mx.py",
+                                                      "blockwise_mm_shard_intermediate_mx_hybrid",
+                                                      blockwise_mm_shard_intermediate_mx_hybrid, target="trn3"),
+    "moe_block_tkg[mx]": Case("core/moe_block/moe_block_tkg.py", "moe_block_tkg", moe_block_tkg_mx, target="trn3"),
+    "bwmm_shard_on_block_mx": Case("core/moe/moe_cte/bwmm_shard_on_block_mx.py", "bwmm_shard_on_block_mx",
+                                   bwmm_shard_on_block_mx, target="trn3"),
     "load_gate_up_weight_scale_bias": Case("core/moe/moe_tkg/gate_up_projection_mx.py",
                                            "load_gate_up_weight_scale_bias", load_gate_up_weight_scale_bias, target="trn3"),
     "load_broadcast_down_weight_scale_bias": Case("core/moe/moe_tkg/down_projection_mx.py",
@@ -976,4 +1215,109 @@ CASES.update({
     "gate_up_projection_mx_shard_I": Case("core/moe/moe_tkg/gate_up_projection_mx.py", "gate_up_projection_mx_shard_I",
                                           gate_up_projection_mx_shard_I, target="trn3"),
     "down_projection_mx": Case("core/moe/moe_tkg/down_projection_mx.py", "down_projection_mx", down_projection_mx, target="trn3"),
+})
+
+
+# --- more collectives and MX loads -------------------------------------------------------------------
+# (a block of their own: other sessions add cases above)
+
+def _ring_ranks(kernel, R, per_rank_args, **consts):
+    """A host driver: the jit `kernel` (launched on its grid) on R ranks (nkicc.run_ranks), each rank its own
+    arrays, the constants shared."""
+    def host():
+        import nkicc
+        return tuple(nkicc.run_ranks(kernel, R, *per_rank_args, **consts))
+    return host
+
+
+def fine_grained_allgather(rng, m):
+    """A ring all-gather over R ranks (one replica group) on 2 logical cores each: rank r holds rows [m, K];
+    every rank gets all R ranks' rows, rank 0's first: [R, ...] with rank r's m rows at index r (the
+    documented shape between, [R, LNC, channels, m/(LNC*channels), K] on this SBUF path, splits those rows in
+    order). K = 256: two 128-column transpose tiles (the kernel reads whole 128-column tiles, so K is a
+    multiple of 128 or below it)."""
+    R, rows, K = 4, 32, 256  # LNC=2 at tp_degree 4: 2 channels, rows % (LNC * channels) == 0
+    xs = [_rand(rng, (rows, K)) for _ in range(R)]
+    want = np.stack(xs)  # [R, rows, K]
+    host = _ring_ranks(m.fine_grained_allgather[2], R, [xs], tp_degree=R, num_groups=1)
+    return Inputs({"lhs": xs[0], "tp_degree": R, "num_groups": 1}, [want] * R, tol=(0, 0), host=host)
+
+
+def allgather_compute_matmul(rng, m):
+    """All-gather of the row-sharded lhs over R ranks, then times each rank's own column shard of rhs:
+    rank r gets concat(lhs_0..lhs_{R-1}) @ rhs_r, [R, ...] with the rows of rank j's lhs at index j (split in
+    order as for fine_grained_allgather). LNC=2 (2 channels), K = 256: two 128-row contraction tiles."""
+    R, rows, K, N = 4, 32, 256, 128
+    xs = [_rand(rng, (rows, K)) for _ in range(R)]
+    ws = [_rand(rng, (K, N)) for _ in range(R)]
+    x = np.concatenate(xs).astype(np.float64)  # [R * rows, K]
+    want = [(x @ _f(w)).reshape(R, rows, N) for w in ws]
+    host = _ring_ranks(m.allgather_compute_matmul[2], R, [xs, ws], tp_degree=R, num_groups=1)
+    return Inputs({"lhs": xs[0], "rhs": ws[0], "tp_degree": R, "num_groups": 1}, want,
+                  tol=(1e-4, 1e-4 * max(np.abs(w).max() for w in want)), host=host)
+
+
+def topk_reduce(rng, m):
+    """The MoE top-K reduction after a sparse all_to_all_v (LNC=2, H split between the cores): input rows
+    [n_src_ranks * T, H + 2] bf16, the last two columns one int32 (little-endian) global token index; out[t]
+    = the sum of the first H columns of the rows whose index is t. Each token has K rows; the padding rows'
+    indices are 2^16 + t' (t' < T): only their high half differs from a real token's, so the kernel must
+    compare the whole int32."""
+    n_src, T, K, H = 4, 16, 3, 256
+    rows = n_src * T
+    idx = np.concatenate([np.repeat(np.arange(T), K), (1 << 16) + rng.integers(0, T, rows - T * K)])
+    idx = idx[rng.permutation(rows)].astype(np.int32)
+    x = _rand(rng, (rows, H), BF16)
+    inp = np.concatenate([x, idx.view(np.uint16).view(BF16).reshape(rows, 2)], axis=1)
+    want = np.stack([_f(x)[idx == t].sum(axis=0) for t in range(T)])
+    # bf16 accumulation: K - 1 roundings of partial sums below K in magnitude
+    return Inputs({"input": inp, "T": T, "K": K}, [want], tol=(0, K * K * 2.0 ** -8), grid=2)
+
+
+def mxfp_load_performance_wrapper(rng, m):
+    """A bf16 [128, K] HBM tensor loaded K-major and quantized to MXFP8 (trn3): data [128, K/512 * 128]
+    float8_e4m3fn_x4, the K/512 blocks of 512 columns side by side, element (p, kb*128 + r) lane l holding
+    tensor[r, kb*512 + 4p + l] (512 columns onto 128 partitions x 4 lanes, the contraction layout the MX
+    matmul reads); uint8 scales [128, K/512 * 128] on rows 0..3 of each quadrant, one per 8 partitions x 4
+    lanes (32 consecutive columns of one row). The values span 2^-6 .. 2^6 between those 32-column groups.
+    The other 112 scale rows are documented unused and never written, and nkicc refuses an output that
+    holds never-written memory (E173), so a top kernel of ours calls the jit kernel and returns its data and
+    the 16 scale rows."""
+    M, K = 128, 1024
+    mag = 2.0 ** rng.integers(-6, 7, size=(M, K // 32))
+    x = (rng.standard_normal((M, K)) * np.repeat(mag, 32, axis=1)).astype(BF16)
+    want = _f(x).reshape(M, K // 512, 128, 4).transpose(2, 1, 0, 3).reshape(128, K // 512 * M, 4)
+    group_max = np.abs(want).reshape(16, 8, -1, 4).max(axis=(1, 3))         # [16, K/512 * M]
+    bound = np.repeat(group_max, 8, axis=0)[..., None] * 2.0 ** -14         # fp8 e4m3's subnormal steps
+
+    def mxfp_load_top(tensor):
+        import nki.isa as nisa
+        import nki.language as nl
+        data, scale = m.mxfp_load_performance_wrapper(tensor)
+        return _to_hbm(nl, nisa, data), _scale_rows_out(nl, nisa, scale)
+
+    def check(outs):
+        got = _mx_decode(outs[0], outs[1], "float8_e4m3fn_x4")
+        if got.shape != want.shape:
+            return False, float("inf"), f"data {list(outs[0].shape)}, expected [128, {K // 512 * M}]"
+        err = np.abs(got - want)
+        bad = err > 2.0 ** -4 * np.abs(want) + bound  # e4m3: 3 mantissa bits, half an ulp
+        if bad.any():
+            i = tuple(int(v) for v in np.argwhere(bad)[0])
+            return False, float(err.max()), f"{int(bad.sum())} of {bad.size} values differ, first at {list(i)}: " \
+                                             f"got {got[i]:.6g}, expected {want[i]:.6g}"
+        return True, float(err.max()), ""
+
+    return Inputs({"tensor": x}, check=check, kernel=mxfp_load_top)
+
+
+CASES.update({
+    "fine_grained_allgather": Case("experimental/collectives/fg_allgather.py", "fine_grained_allgather",
+                                   fine_grained_allgather),
+    "allgather_compute_matmul": Case("experimental/collectives/fgcc.py", "allgather_compute_matmul",
+                                     allgather_compute_matmul),
+    "topk_reduce": Case("experimental/collectives/topk_reduce.py", "topk_reduce", topk_reduce),
+    "mxfp_load_performance_wrapper": Case("experimental/mxfp_subkernels/mxfp_load_utils.py",
+                                          "mxfp_load_performance_wrapper", mxfp_load_performance_wrapper,
+                                          target="trn3"),
 })
