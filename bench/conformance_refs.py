@@ -636,6 +636,20 @@ def moe_cte(rng, m):
     return Inputs(kwargs, check=check, grid=2)
 
 
+def _tkg_router(rng, B, S, H, E, K):
+    """The MoE token-generation block's input x [B, S, H], RMS-norm gamma g, the normed tokens y [T, H],
+    router weights wr [H, E] and their logits y @ wr [T, E], drawn so that each token's K-th and K+1-th
+    logits are at least 0.1 apart: the kernel's bf16 router matmul cannot pick other experts."""
+    x, g = _rand(rng, (B, S, H), BF16), _rand(rng, (1, H), BF16, lo=0.5, hi=1.5)
+    y = _rms_norm(x, g, 1e-6).reshape(B * S, H)
+    while True:
+        wr = _rand(rng, (H, E), BF16, lo=-0.1, hi=0.1)
+        logits = y @ _f(wr)
+        srt = -np.sort(-logits, axis=-1)
+        if (srt[:, K - 1] - srt[:, K]).min() >= 0.1:
+            return x, g, y, wr, logits
+
+
 def moe_block_tkg(rng, m):
     """The MoE block for token generation (LNC=2, selective experts, bf16): RMS norm, router logits
     y @ Wr, sigmoid affinities (router_pre_norm), the top K experts of each token, and out[t] = sum over them
@@ -648,14 +662,7 @@ def moe_block_tkg(rng, m):
     B, S, H, I, E, K = 1, 4, 256, 256, 8, 2  # E >= 8: the router's max8 takes 8 or more values per row
     T = B * S
     types = _common_types(m)
-    x, g = _rand(rng, (B, S, H), BF16), _rand(rng, (1, H), BF16, lo=0.5, hi=1.5)
-    y = _rms_norm(x, g, 1e-6).reshape(T, H)
-    while True:
-        wr = _rand(rng, (H, E), BF16, lo=-0.1, hi=0.1)
-        logits = y @ _f(wr)
-        srt = -np.sort(-logits, axis=-1)
-        if (srt[:, K - 1] - srt[:, K]).min() >= 0.1:
-            break
+    x, g, y, wr, logits = _tkg_router(rng, B, S, H, E, K)
     gup = _rand(rng, (E, H, 2, I), BF16, lo=-0.1, hi=0.1)
     down = _rand(rng, (E, I, H), BF16, lo=-0.1, hi=0.1)
     aff = 1.0 / (1.0 + np.exp(-logits))
@@ -1111,14 +1118,7 @@ def moe_block_tkg_mx(rng, m):
     B, S, H, I, E, K = 1, 4, 512, 512, 8, 2  # E >= 8: the router's max8; T % 4 == 0 (all-expert MX)
     T = B * S
     types = _common_types(m)
-    x, g = _rand(rng, (B, S, H), BF16), _rand(rng, (1, H), BF16, lo=0.5, hi=1.5)
-    y = _rms_norm(x, g, 1e-6).reshape(T, H)
-    while True:
-        wr = _rand(rng, (H, E), BF16, lo=-0.1, hi=0.1)
-        logits = y @ _f(wr)
-        srt = -np.sort(-logits, axis=-1)
-        if (srt[:, K - 1] - srt[:, K]).min() >= 0.1:
-            break
+    x, g, y, wr, logits = _tkg_router(rng, B, S, H, E, K)
     gu, gu_sc, dn, dn_sc, G, D = _moe_mx_weights(rng, E, H, I, "float4_e2m1fn_x4")
     gub = _rand(rng, (E, 128, 2, I // 512, 4), BF16, lo=-0.5, hi=0.5)  # (p, g, j, l): column j*512 + l*128 + p
     gub_cols = _f(gub).transpose(0, 2, 3, 4, 1).reshape(E, 2, I)
