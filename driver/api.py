@@ -450,7 +450,7 @@ def run_ranks(kernel, ranks: int, *args, simulator: str = "machine", timing: boo
     for r in range(ranks):
         per_rank.append([_rank_value(a, r, ranks) for a in args])
     jk = kernel if isinstance(kernel, JitKernel) else JitKernel(inspect_unwrap(kernel))
-    compiled = compile(jk, *per_rank[0], **named)
+    compiled = jk.compile(*per_rank[0], **named)  # the jit's options, and its variants kept as a call keeps them
     inputs = [dict(zip(compiled.ir.args, values)) for values in per_rank]
     settings = RUN_SETTINGS.get()  # under `nkicc run --timeline`: a picture of every rank
     drawing = settings is not None and settings.timeline and timing and simulator == "machine"

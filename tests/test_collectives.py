@@ -77,6 +77,27 @@ def test_all_gather_and_reduce_scatter(rng, ranks):
         np.testing.assert_allclose(s, total[8 * r:8 * (r + 1)], rtol=1e-5, atol=1e-5)
 
 
+def test_run_ranks_keeps_the_jits_variant_and_options(rng):
+    """run_ranks compiles as a call does: with the jit's own options (here the unroll pass), and once
+    per signature, kept in kernel.compiled (a second run does not compile again)."""
+    @nkicc.jit(passes={"enable": ["unroll"]})
+    def k(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        for i in nl.affine_range(x.shape[0] // 32):
+            t = nl.load(x[i * 32:(i + 1) * 32, :])
+            r = nl.ndarray(t.shape, dtype=t.dtype, buffer=nl.sbuf)
+            cc.all_reduce(srcs=[t], dsts=[r], replica_group=cc.ReplicaGroup(), op=nl.add)
+            nl.store(out[i * 32:(i + 1) * 32, :], value=r)
+        return out
+
+    xs = per_rank(rng, 2, (64, 16))
+    for _ in range(2):
+        for g in nkicc.run_ranks(k, 2, xs):
+            np.testing.assert_allclose(g, xs[0] + xs[1], rtol=1e-6)
+    assert len(k.compiled) == 1
+    assert "unroll" in k.compiled[0].report["pipeline"] and k.compiled[0].report["static_loops"]["compiled"] == 0
+
+
 def test_subgroups_all_to_all_and_permutes(rng):
     ranks = 4
     xs = per_rank(rng, ranks, (8, 4))
