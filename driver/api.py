@@ -85,6 +85,7 @@ class CompiledKernel:
     trace_path: str | bool | None = None
     sim: object = None
     sim_ranks: list | None = None
+    running: object = field(default=None, repr=False, compare=False)  # the MachineSimulator now running
     target_spec: Target | None = field(default=None, repr=False)
     # a multi-core launch: one compiled program per core (kernel[2] whose
     # programs meet at sendrecv / core_barrier / collectives), run at once
@@ -140,7 +141,11 @@ class CompiledKernel:
         timing = self.timing if timing is None else timing
         sim = MachineSimulator(self.ir, target, timing=timing, trace=(trace or self.trace_path or False),
                                verdicts=self._verdicts)
-        outputs, self.sim = sim.run(inputs)
+        self.running = sim  # (how far it is: driver/sim_progress.py reads sim.executed)
+        try:
+            outputs, self.sim = sim.run(inputs)
+        finally:
+            self.running = None
         self.sim_ranks = None
         self.report["sim"] = self.sim.to_dict()
         return outputs, self.sim
@@ -419,7 +424,9 @@ class JitKernel:
         if settings.timeline and settings.timing:
             compiled.trace_path = compiled.trace_path or True
         t0 = time.perf_counter()
-        result = compiled.run(**arrays)
+        from .sim_progress import simulation_progress
+        with simulation_progress(compiled):  # under `nkicc run`: a long simulation shows how far it is
+            result = compiled.run(**arrays)
         settings.records.append({"kernel": compiled.name, "compiled_now": fresh, "compile_s": compiled.compile_s,
                                  "run_s": time.perf_counter() - t0, "peak_rss_mb": peak_rss_mb(),
                                  "report": compiled.report})

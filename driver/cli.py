@@ -345,7 +345,9 @@ def simulate_cmd(
         _warn(compiled)
         compiled.simulator, compiled.timing = simulator, timing == "on"
         compiled.trace_path = trace_file or bool(timeline)  # --timeline alone: the trace stays in memory
-        result = compiled.run(**arrays)
+        from .sim_progress import simulation_progress
+        with simulation_progress(compiled):
+            result = compiled.run(**arrays)
         if timeline and compiled.sim is not None:
             compiled.plot_timeline(timeline)
     except NkiccError as err:

@@ -242,3 +242,34 @@ def test_compile_counts_what_the_simulator_executes():
     line = next(s for s in summary_lines(r) if s.strip().startswith("instructions:"))
     assert (f"{r['instructions_executed']:,} executed as traced, {sim.executed:,} after the passes"
             in line), line
+
+
+def test_simulation_progress_draws_the_running_count_on_a_terminal():
+    """`nkicc simulate` shows, on a terminal, how many instructions the running simulation has
+    executed (read from its counter by a thread) and for how long; nothing when the output is not
+    a terminal, and nothing for a run shorter than `after`."""
+    import io
+    import threading
+    import time
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from nkicc.sim_progress import simulation_progress
+
+    sim = SimpleNamespace(executed=0)
+    compiled = SimpleNamespace(name="mm2", report={"instructions_compiled_executed": 1000}, running=sim)
+
+    def run(console, after):
+        with simulation_progress(compiled, console=console, after=after, every=0.01):
+            for n in (250, 500, 750):
+                sim.executed = n
+                time.sleep(0.05)
+        return console.file.getvalue()
+
+    term = Console(file=io.StringIO(), force_terminal=True, width=120)
+    drawn = run(term, after=0.0)
+    assert "simulating mm2" in drawn and "750/1000" in drawn, drawn
+    assert run(Console(file=io.StringIO(), force_terminal=True, width=120), after=5.0) == ""
+    assert run(Console(file=io.StringIO(), force_terminal=False), after=0.0) == ""
+    assert not [t for t in threading.enumerate() if t.name == "nkicc-sim-progress"]
