@@ -38,6 +38,9 @@ def ds(start, size) -> DynSlice:
     return DynSlice(start, as_affine(size, "nl.ds size").const)
 
 
+MAX_TRUTH_TESTS = 100_000  # of one tensor in one trace (NkiTensor.__bool__)
+
+
 class NkiTensor(TileOperators, TensorOperand):
     """A kernel-visible tensor or a zero-copy view of one (`nl.NkiTensor`).
     Every view (slice, permute, reshape, select, `.ap`, ...) is the same base
@@ -152,6 +155,12 @@ class NkiTensor(TileOperators, TensorOperand):
             raise NkiccError("E103", f"{self.shown} has no truth value at trace time: its values are known only "
                                      "on the device", user_loc(2),
                              "decide on the device with nl.where or a mask; `if t is not None:` tests presence")
+        tests = self.builder.truth_tests
+        tests[self.decl.name] = n = tests.get(self.decl.name, 0) + 1
+        if n > MAX_TRUTH_TESTS:  # a presence test is asked a few times; `while t:` would never end
+            raise NkiccError("E103", f"{self.shown} was tested for truth {MAX_TRUTH_TESTS:,} times: `while t:` on "
+                                     "a tensor never ends at trace time (a tensor is always true)", user_loc(2),
+                             "loop on device values with nl.while_loop")
         return True
 
     # views

@@ -133,6 +133,7 @@ class Builder:
         self.loop_stats = {"rolled": 0, "split": 0, "concrete": 0, "dynamic": 0}
         self.affine_vars: set[str] = set()  # rolled loops from affine_range: iterations must be independent
         self.compared: set[str] = set()  # tiles holding comparison results: `if t > 0:` is a mistake (__bool__)
+        self.truth_tests: dict[str, int] = {}  # per tensor: `while t:` never ends at trace time (__bool__)
         self.emitted = itertools.count()  # instruction handles' order (depends_on)
         # id(op) -> (op, its replacement) for ops edited after their loop ended (depends_on)
         self.late_edits: dict[int, tuple[Op, Op]] = {}

@@ -316,6 +316,22 @@ def test_an_optional_tile_is_true(rng):
     close(k(a, False), a)
 
 
+def test_while_on_a_tile_is_an_error_not_a_hang(rng):
+    """A tile is always true, so `while t:` would trace forever: after MAX_TRUTH_TESTS tests of one
+    tensor it is E103 at the loop's line."""
+    @nkicc.jit
+    def k(a):
+        t = nl.load(a)
+        while t:  # WHILE
+            pass
+        return a
+
+    with pytest.raises(nkicc.NkiccError) as e:
+        k(rand(rng, (8, 8)))
+    check_error(e, "E103", "# WHILE", "test_language_edges.py")
+    assert "nl.while_loop" in e.value.hint
+
+
 def test_outside_a_kernel():
     with pytest.raises(nkicc.NkiccError) as e:
         nl.ndarray((2, 2), nl.float32)
