@@ -37,19 +37,21 @@ def simulation_progress(compiled, console=None, after: float = 1.0, every: float
 
 
 def _draw(compiled, console, after: float, every: float, stop: threading.Event) -> None:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn
+    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn
 
     start = time.monotonic()
     if stop.wait(after):
         return
     total = compiled.report.get("instructions_compiled_executed")
-    columns = (SpinnerColumn(), TextColumn("simulating {task.description}"), BarColumn(), MofNCompleteColumn(),
-               TextColumn("instructions, {task.fields[seconds]:.0f} s"))
+    columns = (SpinnerColumn(), TextColumn("simulating {task.description}"), BarColumn(),
+               TextColumn("{task.fields[count]}{task.fields[seconds]:.0f} s"))
     with Progress(*columns, console=console, transient=True) as bar:
-        task = bar.add_task(compiled.name, total=total, seconds=0.0)
+        task = bar.add_task(compiled.name, total=None, count="", seconds=0.0)
         while True:
-            sim = getattr(compiled, "running", None)
-            done = sim.executed if sim is not None else 0
-            bar.update(task, completed=min(done, total) if total else done, seconds=time.monotonic() - start)
+            sim = getattr(compiled, "running", None)  # None: a multi-core launch, whose count is not kept here
+            if sim is not None and total:
+                done = min(sim.executed, total)
+                bar.update(task, total=total, completed=done, count=f"{done:,}/{total:,} instructions, ")
+            bar.update(task, seconds=time.monotonic() - start)
             if stop.wait(every):
                 return

@@ -269,7 +269,11 @@ def test_simulation_progress_draws_the_running_count_on_a_terminal():
 
     term = Console(file=io.StringIO(), force_terminal=True, width=120)
     drawn = run(term, after=0.0)
-    assert "simulating mm2" in drawn and "750/1000" in drawn, drawn
+    assert "simulating mm2" in drawn and "750/1,000 instructions" in drawn, drawn
+    compiled.running = None  # a multi-core launch: the time alone, no count
+    drawn = run(Console(file=io.StringIO(), force_terminal=True, width=120), after=0.0)
+    assert "simulating mm2" in drawn and "instructions" not in drawn, drawn
+    compiled.running = sim
     assert run(Console(file=io.StringIO(), force_terminal=True, width=120), after=5.0) == ""
     assert run(Console(file=io.StringIO(), force_terminal=False), after=0.0) == ""
     assert not [t for t in threading.enumerate() if t.name == "nkicc-sim-progress"]
