@@ -45,7 +45,8 @@ def _draw(compiled, console, after: float, every: float, stop: threading.Event) 
     total = compiled.report.get("instructions_compiled_executed")
     columns = (SpinnerColumn(), TextColumn("simulating {task.description}"), BarColumn(),
                TextColumn("{task.fields[count]}{task.fields[seconds]:.0f} s"))
-    with Progress(*columns, console=console, transient=True) as bar:
+    # (no redirection: what the kernel or the script prints meanwhile stays on its own stream)
+    with Progress(*columns, console=console, transient=True, redirect_stdout=False, redirect_stderr=False) as bar:
         task = bar.add_task(compiled.name, total=None, count="", seconds=0.0)
         while True:
             sim = getattr(compiled, "running", None)  # None: a multi-core launch, whose count is not kept here

@@ -261,10 +261,13 @@ def test_simulation_progress_draws_the_running_count_on_a_terminal():
     compiled = SimpleNamespace(name="mm2", report={"instructions_compiled_executed": 1000}, running=sim)
 
     def run(console, after):
+        import sys
+        streams = (sys.stdout, sys.stderr)
         with simulation_progress(compiled, console=console, after=after, every=0.01):
             for n in (250, 500, 750):
                 sim.executed = n
                 time.sleep(0.05)
+                assert (sys.stdout, sys.stderr) == streams  # what the run prints stays on its own stream
         return console.file.getvalue()
 
     term = Console(file=io.StringIO(), force_terminal=True, width=120)
