@@ -33,7 +33,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 FOLDERS = ("core", "experimental")
 RESULT_TAG = "CONFORMANCE-RESULT "
-# the kernels issue 13 requires to run (names as the scan finds them; qkv is both qkv_tkg and qkv_cte)
 # kernels that fail on any compiler at the snapshot this page was made from, and why (checked by hand)
 LIBRARY_FAULTS = {
     "mlp": "`core/mlp/mlp.py` does not parse (a syntax error in the vendor's file: a docstring closed too early).",
@@ -44,6 +43,7 @@ LIBRARY_FAULTS = {
                            "nkicc neither needs nor installs.",
 }
 
+# the kernels issue 13 requires to run (names as the scan finds them; qkv is both qkv_tkg and qkv_cte)
 MUST_RUN = ("cumsum", "cascaded_max", "rmsnorm_tkg", "layernorm_tkg", "RoPE", "rope_hf", "router_topk",
             "find_nonzero_indices", "indexed_flatten", "rmsnorm_quant_kernel", "qkv_tkg", "qkv_cte",
             "output_projection_tkg", "attention_cte", "attention_tkg", "topk", "conv1d", "cross_entropy_forward",

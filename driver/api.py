@@ -27,6 +27,7 @@ from .pass_api import BudgetExceeded, Target
 from .cached import CachePlan
 from .passes import PassOptions, PipelineResult, registry
 from .report import peak_rss_mb
+from .sim_progress import simulation_progress
 from .specs import TensorSpec, bind_call, constant_key
 from .language.tracing import current_builder
 from .language.kernel_trace import TraceResult, caller_loc, inspect_unwrap, trace_kernel
@@ -424,7 +425,6 @@ class JitKernel:
         if settings.timeline and settings.timing:
             compiled.trace_path = compiled.trace_path or True
         t0 = time.perf_counter()
-        from .sim_progress import simulation_progress
         with simulation_progress(compiled):  # under `nkicc run`: a long simulation shows how far it is
             result = compiled.run(**arrays)
         settings.records.append({"kernel": compiled.name, "compiled_now": fresh, "compile_s": compiled.compile_s,
