@@ -3,8 +3,10 @@ for issue 14's "functional <= 1.5x numpy", measured, not estimated.
 
     python bench/sim_floor.py [--scale 8] [--repeat 9]
 
-Three simulators of examples/fused_matmul.py::mm2 (as bench/sim_throughput.py builds it), each
-against numpy's `(At.T @ B) @ D` in the same loop: as shipped; with the copies of operands into
+Four simulators of examples/fused_matmul.py::mm2 (as bench/sim_throughput.py builds it), each
+against numpy's `(At.T @ B) @ D` in the same loop: as shipped; with every private tile stored
+(partition, free), as before tiles a matmul reads were stored partition-innermost
+(`batched._columns` returns nothing); with the copies of operands into
 GEMM order skipped (`_blocks` returns an uninitialised array); and with the adds of the products
 into their accumulators skipped too (`_one_add` does nothing). The last two compute wrong values
 on purpose: only their time means anything. It shows how much of the gap to numpy those two
@@ -67,6 +69,8 @@ def measure(scale: int, repeat: int) -> list[tuple[str, float, float, float, flo
 
     no_copy = lambda blocks, shape, *a, **k: np.empty(shape, np.float32)  # noqa: E731
     rows = [run("as shipped")]
+    with _patched(batched, "_columns", lambda *a: set()):
+        rows.append(run("private tiles (partition, free), as at fd5a23e"))
     with _patched(matmul, "_blocks", no_copy):
         rows.append(run("operand copies skipped"))
         with _patched(batched, "_one_add", lambda *a: True):

@@ -129,6 +129,9 @@ class Nest:
     zeroed: set = field(default_factory=set)  # private tiles made of zeros (their first op a memset of 0)
     dead: set = field(default_factory=set)   # private tiles only a fused matmul writes: never materialised
     forward: dict = field(default_factory=dict)  # tile -> (its load, the source access, its (P, F) steps)
+    # private tiles a matmul reads, stored partition-innermost (_Views): the contraction runs
+    # along the partitions, so a tile's rows of K elements are then contiguous, as BLAS reads them
+    columns: set = field(default_factory=set)
     scalars: dict = field(default_factory=dict)  # runtime scalar offsets -> how to read them (_scalar_offsets)
     moved: tuple = ()               # those the legality depends on (the others shift every access alike)
     batched: int = 0                # entries run batched
@@ -208,6 +211,7 @@ def plan(sim, loop: Loop, outer: tuple, label: str) -> Nest | None:
     dead |= _fuse(items, uses, private, tensors)
     forward = _forwards(items, uses, private, tensors)
     _groups(items, trips, private, tensors)
+    columns = _columns(items, private, tensors)
     # sizes: private copies and per-op results must stay small
     total = 0
     for name, vars_ in private.items():
@@ -247,8 +251,16 @@ def plan(sim, loop: Loop, outer: tuple, label: str) -> Nest | None:
     if shared is None or shared[0] is not loop:
         shared = sim.verdicts[(id(loop), outer, sim.precise)] = (loop, {})
     return Nest(label, trips, items, private, uses, tuple(sorted(relevant)), verdicts=shared[1], fresh=fresh,
-                dead=dead, forward=forward, zeroed=set(zeroed), scalars=scalars,
+                dead=dead, forward=forward, zeroed=set(zeroed), columns=columns, scalars=scalars,
                 moved=tuple(so for so in scalars if so in moved))
+
+
+def _columns(items: list, private: dict, tensors: dict) -> set:
+    """Private SBUF tiles a matmul reads: stored partition-innermost, so that a GEMM reads their
+    K rows (the partitions) contiguously, with no transposing copy into GEMM order, and a GEMM
+    whose product adds into one computes it transposed (_check_groups)."""
+    return {a.tensor for it in items if it.rule.sums for a in it.plan.op.ins[:2]
+            if isinstance(a, Access) and a.tensor in private and not tensors[a.tensor].is_psum}
 
 
 def _scalar_offsets(items: list, trips: dict, private: dict):
@@ -714,9 +726,13 @@ class _Views:
             if name in nest.dead or name in nest.forward or name not in nest.uses:
                 continue
             t = sim.tensors[name]
-            shape = tuple(nest.trips[v] for v in vars_) + (t.P, t.F)
+            lead = tuple(nest.trips[v] for v in vars_)
+            column = name in nest.columns
+            shape = lead + ((t.F, t.P) if column else (t.P, t.F))
             data = (np.zeros(shape, dtype=t.dtype) if name in nest.zeroed else np.empty(shape, dtype=t.dtype)
                     if name in nest.fresh else np.full(shape, t.fill, dtype=t.dtype))
+            if column:
+                data = data.swapaxes(-1, -2)  # indexed (partition, free) like the others
             mask = np.zeros(shape, dtype=np.bool_) if t.is_psum else None
             self.priv[name] = (data, mask, vars_)
 
@@ -748,8 +764,10 @@ class _Views:
             return None if v is None else (v, None)
         priv = self.priv.get(t.name)
         F = t.F
-        item = t.dtype.itemsize if priv is not None else t.item  # private copies are dense typed arrays
-        pb = F * item if priv is not None else sim._pb(t)
+        if priv is not None:  # private copies are typed arrays, (partition, free) either way round
+            pb, item = priv[0].strides[-2:]
+        else:
+            pb, item = sim._pb(t), t.item
         strides = _window(dims, e, t.P, F, pb, item)
         if strides is None:
             if read and priv is None and not any(w for _, _, w in self.nest.uses.get(t.name, ())):
@@ -766,7 +784,7 @@ class _Views:
             if v in mine:
                 strides[k] += arr.strides[mine.index(v)]
         off = p0 * pb + f0 * item
-        data = np.ndarray(shape, t.dtype, arr.view(np.uint8), off, tuple(strides))
+        data = np.ndarray(shape, t.dtype, arr.base if arr.base is not None else arr, off, tuple(strides))
         if marr is None:
             return data, None
         mstrides = tuple(s // item for s in strides)  # the mask: one byte per element
@@ -918,7 +936,7 @@ def _execute(sim, nest: Nest, plan_: list, ordered: dict) -> None:
     done, pending = {id(it): got for it, got, _ in plan_ if it.fused}, {}
     outs_of = {id(it): outs for it, _, outs in plan_}
     mult = partial(gemm, spare=sim.cpu.spare)
-    _check_groups(sim, nest, done, mult)
+    _check_groups(sim, nest, done, mult, outs_of)
     for it, got, outs in plan_:
         p = it.plan
         points = _points(it.vars, nest.trips)
@@ -1064,20 +1082,25 @@ def _disjoint(shape: tuple, strides: tuple, item: int) -> bool:
     return True
 
 
-def _check_groups(sim, nest: Nest, done: dict, mult) -> None:
+def _check_groups(sim, nest: Nest, done: dict, mult, outs_of: dict) -> None:
     """Each group's GEMM, to run (a function) or None where its operands do not line up: decided
-    before any of its adds runs (one that adds nothing must know whether its product comes)."""
+    before any of its adds runs (one that adds nothing must know whether its product comes). Its
+    product is laid out as its first sum's destination is: M contiguous there (a tile a matmul
+    reads, stored partition-innermost) makes the GEMM compute the transposed product."""
     for it in nest.items:
         g = it.group
         if g is None or id(g) in done:
             continue
         op = it.feeds.plan.op
         views = lambda parts: [done[id(a.feeds)][id(x)] for a, x in parts]
+        first = next(a for a in g.adds if id(a) in g.applies)
+        dst = outs_of[id(first)][0][0]
+        transposed = dst.ndim >= 2 and dst.shape[-2] > 1 and abs(dst.strides[-2]) < abs(dst.strides[-1])
         done[id(g)] = it.feeds.rule.grouped([views(p) for p in g.sts], [views(p) for p in g.mvs], len(it.vars),
                                             it.reduce, mult,
                                             2 if op.attr("double_row") else 1,
                                             lambda d, x: _halves(sim, lambda r, dd: np.copyto(dd, r(0)),
-                                                                 lambda _: x, d, True))
+                                                                 lambda _: x, d, True), transposed)
 
 
 def _halves(sim, fn, read, dst: np.ndarray, split: bool) -> None:

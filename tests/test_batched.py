@@ -540,3 +540,51 @@ def test_reads_that_wrap_rows_run_batched(rng, shared):
         flat = np.concatenate([t.reshape(-1), np.full(8, np.nan, np.float32)])
         want = 2 * np.stack([flat[p * 60 + 8:p * 60 + 68] for p in range(128)])
         np.testing.assert_array_equal(got[:, i * 60:(i + 1) * 60], want)
+
+
+
+@nkicc.jit
+def scaled_products(a, b):
+    """Per k tile, a computed SBUF tile (3 a) as a matmul's stationary operand, the products summed
+    into an SBUF accumulator."""
+    T = a.shape[0] // 128
+    out = nl.ndarray((64, 96), dtype=nl.float32, buffer=nl.shared_hbm)
+    acc = nl.zeros((64, 96), dtype=nl.float32, buffer=nl.sbuf)
+    for k in nl.static_range(T):
+        s = nl.multiply(nl.load(a[k * 128:(k + 1) * 128, :]), 3.0)
+        x = nl.load(b[k * 128:(k + 1) * 128, :])
+        p = nl.ndarray((64, 96), dtype=nl.float32, buffer=nl.psum)
+        nisa.nc_matmul(p, s, x, accumulate=False)
+        nisa.tensor_tensor(dst=acc, data1=acc, data2=p, op=nl.add)
+    nl.store(out, acc)
+    return out
+
+
+def test_tiles_a_matmul_reads_are_stored_partition_innermost(rng):
+    """A private tile a matmul reads is kept partition-innermost in the batched path (its K rows
+    contiguous, as BLAS reads them): the products equal the per-instruction path's (up to the
+    order of the sums) and numpy's."""
+    a = rng.standard_normal((128 * 6, 64)).astype(np.float32)
+    b = rng.standard_normal((128 * 6, 96)).astype(np.float32)
+    c = nkicc.compile(scaled_products, a, b)
+    inputs = dict(zip(c.ir.args, (a, b)))
+    (fast, frep), (slow, srep) = both(c.ir, inputs)
+    out = c.ir.outputs[0]
+    assert frep.batched_loops and not srep.batched_loops
+    sim = MachineSimulator(c.ir, TRN2, timing=False)
+    assert any(n.columns for n in sim.nests)  # the layout under test is the one the run used
+    assert_same_up_to_sums(c.ir, inputs, fast, slow, out)
+    want = (3 * a.astype(np.float64)).T @ b
+    assert np.all(np.abs(slow[out] - want) <= 1e-5 * (3 * np.abs(a).astype(np.float64)).T @ np.abs(b))
+
+
+def test_sim_floor_still_measures_what_it_says(monkeypatch):
+    """bench/sim_floor.py replaces batched._columns, matmul._blocks and batched._one_add to time
+    the simulator without them: a rename there would break the bench, not the suite, without
+    this (its four variants run)."""
+    from conftest import REPO
+    monkeypatch.syspath_prepend(str(REPO / "bench"))
+    import sim_floor
+    rows = sim_floor.measure(32, 1)
+    assert [r[0] for r in rows][0] == "as shipped" and len(rows) == 4
+    assert all(r[1] > 0 and r[3] > 0 for r in rows)

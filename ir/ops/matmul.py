@@ -48,7 +48,7 @@ def _matmul_batched(op: Op, read, nlead: int, reduce: tuple, gemm=np.matmul) -> 
 
 
 def _matmul_grouped(sts: list, mvs: list, nlead: int, reduce: tuple, gemm=np.matmul, rows: int = 1,
-                    copy=np.copyto):
+                    copy=np.copyto, transposed: bool = False):
     """The products of every stationary view in `sts` with every moving view in `mvs` (each with
     `nlead` leading loop axes, as _matmul_batched reads them) as one GEMM: the stationaries side
     by side along M, the movings along N (the copies into GEMM order that one product makes
@@ -60,7 +60,9 @@ def _matmul_grouped(sts: list, mvs: list, nlead: int, reduce: tuple, gemm=np.mat
     computes that (the checks need only their shapes: a caller may check before the operands
     hold their values); or None when the operands do not move along the same loop axes, one is
     constant along a summed axis, or the parts do not line up. `copy(dst, src)`: how the simulator
-    copies operands into their GEMM blocks."""
+    copies operands into their GEMM blocks. `transposed`: out is a view of an array laid out
+    (N, M), the product computed as mv.T @ st.T (for a destination that stores M contiguously,
+    so that adding the product into it reads and writes both in memory order)."""
     sts = [x if isinstance(x, list) else [x] for x in sts]
     mvs = [x if isinstance(x, list) else [x] for x in mvs]
     nparts = len(sts[0])
@@ -76,10 +78,10 @@ def _matmul_grouped(sts: list, mvs: list, nlead: int, reduce: tuple, gemm=np.mat
     Ms, Ns = [k_free(xs[0])[1] for xs in sts], [k_free(xs[0])[1] for xs in mvs]
     if any(k_free(x) != (k, k_free(xs[0])[1]) for xs in sts + mvs for x, k in zip(xs, Ks)):
         return None
-    return lambda: _grouped_gemm(sts, mvs, nlead, reduce, gemm, rows, ms, mm, Ks, Ms, Ns, copy)
+    return lambda: _grouped_gemm(sts, mvs, nlead, reduce, gemm, rows, ms, mm, Ks, Ms, Ns, copy, transposed)
 
 
-def _grouped_gemm(sts, mvs, nlead, reduce, gemm, rows, ms, mm, Ks, Ms, Ns, copy):
+def _grouped_gemm(sts, mvs, nlead, reduce, gemm, rows, ms, mm, Ks, Ms, Ns, copy, transposed):
     """_matmul_grouped's product, once its checks passed."""
     sizes = sts[0][0].shape[:nlead]
     ns, nm = len(ms), len(mm)
@@ -110,7 +112,11 @@ def _grouped_gemm(sts, mvs, nlead, reduce, gemm, rows, ms, mm, Ks, Ms, Ns, copy)
         mv = _blocks([list(p) for p in zip(*mvs)], stack + [sum(rks)] + [sizes[i] for i in only_mv] + [N],
                      len(stack), len(stack) + 1 + len(only_mv), rks, Ns, copy)
         st, mv = st.reshape(stack + [-1, sum(rks)]), mv.reshape(stack + [sum(rks), -1])
-    out = gemm(st, mv).reshape(stack + [sizes[i] for i in only_st] + [M] + [sizes[i] for i in only_mv] + [N])
+    if transposed:  # BLAS reads the transposed operands in place
+        out = gemm(mv.swapaxes(-1, -2), st.swapaxes(-1, -2)).swapaxes(-1, -2)
+    else:
+        out = gemm(st, mv)
+    out = out.reshape(stack + [sizes[i] for i in only_st] + [M] + [sizes[i] for i in only_mv] + [N])
     # to the destination's order: the kept loop axes, then (M, N)
     cur = both + only_st + ["M"] + only_mv + ["N"]
     keep = [i for i in range(nlead) if i not in reduce]
