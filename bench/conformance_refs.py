@@ -1280,9 +1280,9 @@ def mxfp_load_performance_wrapper(rng, m):
     tensor[r, kb*512 + 4p + l] (512 columns onto 128 partitions x 4 lanes, the contraction layout the MX
     matmul reads); uint8 scales [128, K/512 * 128] on rows 0..3 of each quadrant, one per 8 partitions x 4
     lanes (32 consecutive columns of one row). The values span 2^-6 .. 2^6 between those 32-column groups.
-    The other 112 scale rows are documented unused and never written, and nkicc refuses an output that
-    holds never-written memory (E173), so a top kernel of ours calls the jit kernel and returns its data and
-    the 16 scale rows."""
+    The other 112 scale rows are documented unused and never written: a top kernel of ours calls the
+    sub-kernel (it returns SBUF tiles) and returns its data and the 16 scale rows (the whole scale tile
+    would be E173, or under undefined="poison" hold the integer poison 4 in those rows)."""
     M, K = 128, 1024
     mag = 2.0 ** rng.integers(-6, 7, size=(M, K // 32))
     x = (rng.standard_normal((M, K)) * np.repeat(mag, 32, axis=1)).astype(BF16)

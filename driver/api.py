@@ -36,11 +36,28 @@ from .language.kernel_trace import TraceResult, caller_loc, inspect_unwrap, trac
 DEFAULT_TARGET = "trn2"
 
 
+UNDEFINED_MODES = ("error", "poison")
+
+
+def undefined_mode(chosen: str | None = None, where: str = "undefined=") -> str:
+    """What a kernel call does when never-written memory reaches an output: "error" (E173/E174,
+    the default) or "poison" (return it holding the poison, NaN for floats and 4 for ints, as the
+    vendor's simulator does). `chosen` (a jit option or `nkicc run --undefined`), else the
+    NKICC_UNDEFINED environment variable, else "error"."""
+    if chosen is None:
+        chosen, where = os.environ.get("NKICC_UNDEFINED") or "error", "NKICC_UNDEFINED="
+    if chosen not in UNDEFINED_MODES:
+        raise NkiccError("E201", f"{where}{chosen!r}", caller_loc(),
+                         "undefined is 'error' (E173/E174, the default) or 'poison' (NaN where nothing wrote)")
+    return chosen
+
+
 @dataclass
 class RunSettings:
     """What `nkicc run` asks of the jit kernels a script calls: simulate with
     or without timing, and keep a record of every call (`records`)."""
     timing: bool = True
+    undefined: str | None = None  # --undefined: overrides every kernel's own choice
     records: list = field(default_factory=list)
     timeline: str | None = None  # --timeline: draw each kernel call's engine timeline here (PNG)
     pictures: list = field(default_factory=list)  # the timeline files written so far
@@ -87,6 +104,9 @@ class CompiledKernel:
     sim: object = None
     sim_ranks: list | None = None
     running: object = field(default=None, repr=False, compare=False)  # the MachineSimulator now running
+    # never-written memory in an output: "error" (E173/E174) or "poison" (returned as it is, NaN for
+    # floats); None: NKICC_UNDEFINED, else "error" (undefined_mode)
+    undefined: str | None = None
     target_spec: Target | None = field(default=None, repr=False)
     # a multi-core launch: one compiled program per core (kernel[2] whose
     # programs meet at sendrecv / core_barrier / collectives), run at once
@@ -112,8 +132,9 @@ class CompiledKernel:
                              caller_loc(self.ir.loc))
         for name in self.ir.args:
             check_array(name, inputs[name], self.specs[name], caller_loc(self.ir.loc))
+        mode = undefined_mode(self.undefined)  # (a bad NKICC_UNDEFINED fails before the simulation)
         outputs = self.simulate(inputs)[0]
-        if self.cores is None:  # (the multi-core run has no single-program reference to compare with)
+        if self.cores is None and mode == "error":  # (a multi-core run has no single-program reference)
             check_defined(self.ir, inputs, outputs)  # E173/E174: never-written memory reached an output
         in_place = set()  # the caller's arrays that hold the kernel's result for an argument
         for name in written_args(self.ir):  # an input the kernel wrote is updated in place, as on the device
@@ -354,11 +375,14 @@ class JitKernel:
     """`@nkicc.jit`: call with numpy arrays, get numpy arrays back. Compiled
     once per argument signature (shapes, dtypes and constant values).
     Options: enable_passes=[...], disable_passes=[...], opt_level=N,
-    target="trn2", passes=PassOptions(...), unroll=False, cache=None (False: no compile cache)."""
+    target="trn2", passes=PassOptions(...), unroll=False, cache=None (False: no compile cache),
+    undefined=None ("poison": an output that never-written memory reached comes back holding NaN
+    there, as from the vendor's simulator, instead of E173/E174; None: NKICC_UNDEFINED, else "error")."""
 
     def __init__(self, fn, enable_passes=(), disable_passes=(), opt_level=None, target=None, passes=None,
-                 unroll=False, cache=None) -> None:
+                 unroll=False, cache=None, undefined=None) -> None:
         self.fn = fn
+        self.undefined = None if undefined is None else undefined_mode(undefined)
         base = PassOptions.coerce(passes)
         changes = {}
         if enable_passes:
@@ -419,6 +443,7 @@ class JitKernel:
             compiled = self._compiled[key] = _compile(inspect_unwrap(self.fn), specs, constants, None,
                                                       grid=self.grid, **self.options)
         settings = RUN_SETTINGS.get()
+        compiled.undefined = (settings and settings.undefined) or self.undefined
         if settings is None:
             return compiled.run(**arrays)
         compiled.timing = settings.timing

@@ -403,6 +403,10 @@ def run_cmd(
     cluster: Optional[str] = typer.Option(None, "--cluster", help="With --shards: an existing Dask scheduler, "
                                                                   "tcp://HOST:PORT"),
     timeout: Optional[float] = typer.Option(None, "--timeout", help="With --shards: seconds per shard"),
+    undefined: Optional[str] = typer.Option(None, "--undefined", help="error: a kernel call whose output holds "
+                                            "never-written memory fails (E173/E174, the default); poison: it "
+                                            "returns NaN (ints: 4) there, as the vendor's simulator does "
+                                            "(default: NKICC_UNDEFINED, else error)"),
 ):
     """Run an NKI script unchanged, with nkicc behind `import nki` (a real installed nki is never shadowed).
     Options go before the script; everything after it is the script's own arguments."""
@@ -413,6 +417,8 @@ def run_cmd(
         _fail(NkiccError("E200", f"no such script: {script}", None, "give the path to a .py file"))
     try:
         _choice("--timing", timing, ("on", "off"))
+        if undefined is not None:
+            _choice("--undefined", undefined, ("error", "poison"))
         if timeline and (timing == "off" or shards is not None):
             raise NkiccError("E201", "--timeline needs --timing on, and one process (not --shards)", None)
     except NkiccError as err:
@@ -420,7 +426,7 @@ def run_cmd(
     _check_timeline(timeline)
     _remote_cache(remote_cache)
     if shards is not None:
-        _run_shards(script, ctx.args, shards, timing == "on", workers, cluster, timeout, report)
+        _run_shards(script, ctx.args, shards, timing == "on", workers, cluster, timeout, report, undefined)
         return
     if workers or cluster or timeout:
         _fail(NkiccError("E201", "--workers, --cluster and --timeout go with --shards", None, "add --shards N"))
@@ -428,7 +434,7 @@ def run_cmd(
     sys.argv = [script, *ctx.args]
     folder = os.path.dirname(os.path.abspath(script))
     sys.path.insert(0, folder)
-    settings = RunSettings(timing=timing == "on", timeline=timeline)
+    settings = RunSettings(timing=timing == "on", timeline=timeline, undefined=undefined)
     token = RUN_SETTINGS.set(settings)
     try:
         runpy.run_path(script, run_name="__main__")
@@ -443,14 +449,14 @@ def run_cmd(
                 json.dump(settings.records, f, indent=1, default=str)
 
 
-def _run_shards(script, args, shards, timing, workers, cluster, timeout, report) -> None:
+def _run_shards(script, args, shards, timing, workers, cluster, timeout, report, undefined=None) -> None:
     from . import sweep_view
     from .shards import run_shards
 
     console = sweep_view.console()
     try:
         result = run_shards(script, shards, args, timing=timing, workers=workers, cluster=cluster,
-                            timeout=timeout, progress=True)
+                            timeout=timeout, progress=True, undefined=undefined)
     except NkiccError as err:
         _fail(err)
     except KeyboardInterrupt:

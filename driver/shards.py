@@ -79,10 +79,12 @@ class ShardsResult:
 
 def run_shards(script: str, nshards: int, args: Sequence[str] = (), *, timing: bool = True,
                workers: int | None = None, cluster: str | None = None, timeout: float | None = None,
-               progress: bool | Callable[[Counts], None] | None = None) -> ShardsResult:
+               progress: bool | Callable[[Counts], None] | None = None,
+               undefined: str | None = None) -> ShardsResult:
     """Run `script` once per shard 0..nshards-1 on a Dask cluster (a local one of
     `workers` processes, or the scheduler at `cluster`); `timeout` is per shard;
-    progress: True for a live progress bar, or a function given the counts."""
+    progress: True for a live progress bar, or a function given the counts;
+    undefined: `nkicc run --undefined` for every shard (None: each shard's NKICC_UNDEFINED)."""
     t0 = time.perf_counter()
     if not os.path.isfile(script):
         raise NkiccError("E200", f"no such script: {script}", None, "give the path to a .py file")
@@ -93,7 +95,8 @@ def run_shards(script: str, nshards: int, args: Sequence[str] = (), *, timing: b
     tasks = []
     for i in range(nshards):
         shard_args = [a.replace("{shard}", str(i)).replace("{nshards}", str(nshards)) for a in args]
-        run_args = ("run", "--timing", "on" if timing else "off", path, *shard_args)
+        run_args = ("run", "--timing", "on" if timing else "off",
+                    *(("--undefined", undefined) if undefined else ()), path, *shard_args)
         tasks.append(ShardTask(i, nshards, run_args, cwd, timeout))
     keys = [f"nkicc-shard-{os.path.basename(script)}-{i}-{os.urandom(4).hex()}" for i in range(nshards)]
     n_workers = workers or (None if cluster else min(default_workers(), nshards))

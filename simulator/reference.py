@@ -3,13 +3,13 @@
 Every tensor is a flat numpy array of its own dtype, so a view is a strided
 window onto it; loops are interpreted rolled (static and dynamic alike, the
 index being the register value). New on-chip tensors are poisoned (NaN for
-floats, the most negative value for ints) so that reads of never-written
+floats, 4 for ints, as in the vendor's simulator) so that reads of never-written
 memory show. PSUM keeps a written-mask per element for the matmul
 accumulate=None rule: the first write to a location overwrites, later ones add.
 
 `check_defined(kernel, inputs, outputs)` turns poison that reached an output
 into an error (E173: read of never-written memory; E174: output elements never
-written). It costs nothing unless an output holds poison-like values (NaN or
+written); a kernel call skips it under undefined="poison" (driver/api.py). It costs nothing unless an output holds poison-like values (NaN or
 the int sentinel); then it runs the kernel again with a different poison and a
 written-mask per tensor, and reports only outputs that change with the poison.
 """
@@ -426,9 +426,11 @@ def check_defined(kernel: Kernel, inputs: dict[str, np.ndarray], outputs: dict[s
                 f"elements of {_named(decls[tensor])} that nothing wrote"
             raise NkiccError("E173", f"{n} of the {a.size} elements of output {_named(decls[name])} come from "
                                      f"never-written memory: this {op.opcode} reads {what}", op.loc,
-                             "initialise the tile (nl.zeros, nisa.memset) or read only what was written")
+                             "initialise the tile (nl.zeros, nisa.memset) or read only what was written; if those "
+                             "elements are meant to be undefined, NKICC_UNDEFINED=poison returns NaN there")
         raise NkiccError("E174", f"{n} of the {a.size} elements of output {_named(decls[name])} are never written",
-                         decls[name].loc, "store every element of the output")
+                         decls[name].loc, "store every element of the output; if those elements are meant to be "
+                                          "undefined, NKICC_UNDEFINED=poison returns NaN there")
 
 
 def _named(decl: TensorDecl) -> str:
