@@ -32,6 +32,9 @@ ENV: dict[str, tuple[str, str]] = {
     "LOCALAPPDATA": (NEUTRAL, "the default cache directory's parent on Windows"),
     "NKI_PRECISE_FP": (NEUTRAL, "simulation only (0 holds float tensors as float32): the cache holds compiled "
                                 "programs, never simulation results; read when a simulator is created"),
+    "NKICC_UNDEFINED": (NEUTRAL, "what a kernel call does with never-written memory in an output (error or "
+                                 "poison): decided after the simulation, from its outputs, never in a compiled "
+                                 "program"),
     "NKICC_TEST_SEED": (NEUTRAL, "tests only: seed of random test inputs"),
     "NKICC_TIME_SLACK": (NEUTRAL, "tests only: slack on timing assertions"),
     "NKICC_E190_LOG": (NEUTRAL, "debugging: a file that E190 errors are appended to"),
