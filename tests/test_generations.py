@@ -77,6 +77,7 @@ def test_generation_gates(monkeypatch, name, since, body):
             nkicc.compile(tile_kernel(body), a)
 
 
+@pytest.mark.api("nisa.nc_version")
 def test_get_nc_version_branch_picks_code_each_generation_has(rng, monkeypatch):
     """The E135 hint: branch on nisa.get_nc_version() so each target gets what it has."""
     @nkicc.jit
@@ -110,6 +111,7 @@ def double_row_kernel(dst_dtype=nl.float32):
     return k
 
 
+@pytest.mark.api("nisa.matmul_perf_mode", "nisa.matmul_perf_mode.double_row")
 @pytest.mark.parametrize("k, m, n", [(128, 128, 512), (16, 3, 5)])
 def test_double_row_matmul_contracts_partitions_and_the_pair(rng, k, m, n):
     """[K, 2, M] x [K, 2, N]: the contraction runs over K and the pair of rows."""

@@ -319,10 +319,11 @@ def test_vector_offset_gathers_and_scatters_rows(rng, simulator):
     close(got, want)
 
 
+@pytest.mark.api("nisa.oob_mode", "nisa.oob_mode.skip", "nisa.oob_mode.error")
 @pytest.mark.parametrize("simulator", ["machine", "reference"])
 def test_vector_offset_out_of_range_rows(rng, simulator):
     """oob_mode.skip leaves the rows whose index is out of range as they were;
-    without it an index out of range is E170 at the DMA's line."""
+    with oob_mode.error (the default) an index out of range is E170 at the DMA's line."""
     def gather(table, idx, skip: bool):
         T, H = table.shape
         n = idx.shape[0]
@@ -334,7 +335,7 @@ def test_vector_offset_out_of_range_rows(rng, simulator):
         if skip:
             nisa.dma_copy(dst=rows, src=src, oob_mode=nisa.oob_mode.skip)
         else:
-            nisa.dma_copy(dst=rows, src=src)  # OOB
+            nisa.dma_copy(dst=rows, src=src, oob_mode=nisa.oob_mode.error)  # OOB
         return _store(rows)
 
     table = rand(rng, (20, 8))

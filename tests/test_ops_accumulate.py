@@ -21,7 +21,9 @@ pytestmark = pytest.mark.api(
     "nisa.scalar_tensor_tensor",
     "nisa.tensor_scalar_reduce",
     "nisa.range_select",
-    "nisa.select_reduce")
+    "nisa.select_reduce",
+    "nisa.reduce_cmd", "nisa.reduce_cmd.idle", "nisa.reduce_cmd.reduce", "nisa.reduce_cmd.reset_reduce",
+    "nisa.reduce_cmd.load_reduce")
 
 
 def _out(shape, dtype=nl.float32):

@@ -431,6 +431,7 @@ def sendrecv(src, dst, send_to_rank, recv_from_rank, pipe_id, dma_engine=enums.d
     if src.decl.dtype != dst.decl.dtype or src.shape[0] != dst.shape[0] or free(src) != free(dst):
         raise NkiccError("E140", f"sendrecv src {src.decl.dtype}{list(src.shape)} and dst "
                                  f"{dst.decl.dtype}{list(dst.shape)} must match")
+    enums.member_name(dma_engine, enums.dma_engine, "sendrecv dma_engine")  # (both move through HBM alike)
     to, frm = int(send_to_rank), int(recv_from_rank)
     if to not in (0, 1) or frm not in (0, 1):
         raise NkiccError("E103", f"sendrecv ranks are 0 or 1 (the cores of a logical NeuronCore), got "

@@ -8,6 +8,7 @@ from ..nodes import Access, Const, Op
 from . import accumulator, alu, enums
 from .checks import affine_pattern, free, not_both_psum, on_chip, on_chip_tensors, per_partition, same_layout, scalar, tensor
 from .core import DVE_ACC, Batched, CostContext, Emit, TensorOperand, by_partition, free_size, instruction, require_generation
+from .tile_rules import sbuf_only
 from .values import F32, affine_values, f32, operand, tile
 
 
@@ -15,15 +16,28 @@ def _copy(op: Op, read):
     return [(0, read(op.ins[0]))]
 
 
+def placed(engine, allowed: tuple, what: str, *tiles) -> dict:
+    """The attrs that put an instruction on the engine its engine= argument names (none for
+    nisa.engine.unknown: nkicc's default placement); on the GpSimd engine its tiles must be in
+    SBUF."""
+    unit = enums.engine_choice(engine, allowed, what)
+    if unit == "pool":
+        for t in tiles:
+            sbuf_only(t, f"{what} on the GpSimd engine: {t.name}")
+    return {} if unit is None else {"engine": unit}
+
+
 @instruction(family="elementwise", compute=_copy, batched=by_partition(_copy))
 def tensor_copy(dst, src, engine=enums.engine.unknown, name=None, dtype=None, **_hw_hints):
-    """dst = src on chip (SBUF/PSUM), converted to dst's dtype."""
+    """dst = src on chip (SBUF/PSUM), converted to dst's dtype; engine: vector, scalar
+    (NeuronCore-v3 and newer), gpsimd (SBUF only) or unknown (nkicc places it)."""
     dst, src = on_chip_tensors({"dst": dst, "src": src}, "tensor_copy")
     same_layout(dst, src, "tensor_copy")
-    if engine in (enums.engine.scalar, "act", "scalar"):
+    attrs = placed(engine, (None, "dve", "act", "pool"), "tensor_copy", dst, src)
+    if attrs.get("engine") == "act":
         require_generation(dst.generation, 3, "nisa.tensor_copy on the Scalar Engine (on NeuronCore-v2: "
                                               "nisa.activation with op=nl.copy)")
-    return Emit([dst], [src])
+    return Emit([dst], [src], attrs)
 
 
 def _memset(op: Op, read):
@@ -32,9 +46,10 @@ def _memset(op: Op, read):
 
 @instruction(family="elementwise", compute=_memset, batched=by_partition(_memset))
 def memset(dst, value, engine=enums.engine.unknown, name=None, **_hw_hints):
-    """Fill dst with one value."""
+    """Fill dst with one value; engine: vector, gpsimd (SBUF only) or unknown (nkicc places it)."""
     (dst,) = on_chip_tensors({"dst": dst}, "memset")
-    return Emit([dst], [], {"value": scalar(value, "memset value")})
+    return Emit([dst], [], {"value": scalar(value, "memset value"),
+                            **placed(engine, (None, "dve", "pool"), "memset", dst)})
 
 
 def _tensor_tensor(op: Op, read):
@@ -93,12 +108,14 @@ def _inputs_not_both_psum(op: Op, decls) -> None:
              batched=Batched(_tensor_tensor_batched, lambda op: _accumulator(op) is not None,
                              into=_tensor_tensor_into))
 def tensor_tensor(dst, data1, data2, op, engine=enums.engine.unknown, name=None, **_hw_hints):
-    """dst = data1 op data2, element by element."""
+    """dst = data1 op data2, element by element; engine: vector, gpsimd (SBUF only) or unknown
+    (nkicc places it)."""
     dst, a, b = on_chip_tensors({"dst": dst, "data1": data1, "data2": data2}, "tensor_tensor")
     not_both_psum(a, b, "tensor_tensor")
     same_layout(dst, a, "tensor_tensor")
     same_layout(dst, b, "tensor_tensor")
-    return Emit([dst], [a, b], {"op": alu.op_name(op, alu.BINARY, "tensor_tensor")})
+    return Emit([dst], [a, b], {"op": alu.op_name(op, alu.BINARY, "tensor_tensor"),
+                                **placed(engine, (None, "dve", "pool"), "tensor_tensor", dst, a, b)})
 
 
 def _tensor_scalar(op: Op, read):
@@ -113,7 +130,8 @@ def tensor_scalar(dst, data, op0, operand0, reverse0=False, op1=None, operand1=N
                   engine=enums.engine.unknown, name=None, dtype=None, **_hw_hints):
     """dst = (data op0 operand0) op1 operand1; operands are numbers or [P, 1]
     tiles; reverse swaps an op's operands. An op of None is that stage skipped
-    (op0=None, operand0=None: dst = data, as nl.bypass does)."""
+    (op0=None, operand0=None: dst = data, as nl.bypass does). engine: vector, scalar or
+    unknown (nkicc places it)."""
     dst, data = on_chip_tensors({"dst": dst, "data": data}, "tensor_scalar")
     same_layout(dst, data, "tensor_scalar")
     if op0 is None:  # no first stage: a pass-through, as the NKI Library's optional clamps write it
@@ -123,7 +141,8 @@ def tensor_scalar(dst, data, op0, operand0, reverse0=False, op1=None, operand1=N
     if op1 is not None:
         ins.append(per_partition(operand1, dst, "operand1"))
         attrs.update(op1=alu.op_name(op1, alu.BINARY, "tensor_scalar"), reverse1=bool(reverse1))
-    return Emit([dst], ins, attrs)
+    # (the reference allows gpsimd for rsqrt alone, an op nkicc's tensor_scalar does not take)
+    return Emit([dst], ins, {**attrs, **placed(engine, (None, "dve", "act"), "tensor_scalar", dst, data)})
 
 
 def _iota(op: Op, read):

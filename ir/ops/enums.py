@@ -73,4 +73,30 @@ def member_name(value, enum_type, what: str) -> str:
                              f"got {value!r}")
 
 
+# nkicc's name of the unit each compute engine of nisa.engine is (schedule lanes, cost clocks)
+ENGINE_UNITS = {"tensor": "pe", "vector": "dve", "scalar": "act", "gpsimd": "pool"}
+UNIT_ENGINES = {unit: member for member, unit in ENGINE_UNITS.items()}
+
+
+def engine_choice(value, allowed: tuple, what: str) -> str | None:
+    """The unit ("pe", "dve", "act", "pool") an instruction's engine= argument asks for: a
+    nisa.engine member, its name or value, or nkicc's own unit name. `allowed` lists the units
+    the instruction runs on, and None where nisa.engine.unknown (nkicc places it) is accepted:
+    unknown is then None. Anything else is E103, naming the engines it may run on."""
+    from ..errors import NkiccError
+    if value is None:  # (as not given: what kernels written for nkicc's old unknown_engine pass)
+        unit = None
+    elif isinstance(value, str) and value in UNIT_ENGINES:
+        unit = value
+    else:
+        member = member_name(value, engine, f"{what} engine")
+        unit = None if member == "unknown" else ENGINE_UNITS.get(member, member)
+    if unit in allowed:
+        return unit
+    names = [UNIT_ENGINES[u] for u in allowed if u is not None]
+    got = "unknown" if unit is None else UNIT_ENGINES.get(unit, unit)
+    raise NkiccError("E103", f"{what} runs on the {' or '.join(names)} engine, not {got}", None,
+                     f"pass engine=nisa.engine.{names[0]}" + (" or leave engine out" if None in allowed else ""))
+
+
 __all__ = ["engine", "reduce_cmd", "dge_mode", "oob_mode", "matmul_perf_mode", "nc_version", "dma_engine"]

@@ -283,7 +283,8 @@ def _transpose_cost(op: Op, ctx: CostContext) -> float:
 @instruction(family="matmul", compute=_transpose, engine=_transpose_engine, cost=_transpose_cost)
 def nc_transpose(dst, data, engine=enums.engine.unknown, name=None, **_hw_hints):
     """dst = data.T: on the Tensor Engine (<= 128 x 128, into PSUM) or the
-    Vector Engine (<= 32 x 32, into SBUF)."""
+    Vector Engine (<= 32 x 32, into SBUF); dst's buffer decides, and engine,
+    where given, must agree with it."""
     dst, data = tensor(dst, "nc_transpose dst"), tensor(data, "nc_transpose data")
     on_chip(data, "nc_transpose data")
     on_chip(dst, "nc_transpose dst")
@@ -292,6 +293,11 @@ def nc_transpose(dst, data, engine=enums.engine.unknown, name=None, **_hw_hints)
         raise NkiccError("E140", f"nc_transpose of [{p}, {f}] needs dst [{f}, {p}], got {list(dst.shape)}")
     if f > 128:
         raise NkiccError("E130", f"nc_transpose of {f} free elements; at most 128")
+    unit = enums.engine_choice(engine, (None, "pe", "dve"), "nc_transpose")
+    if unit is not None and unit != ("pe" if dst.buffer == "psum" else "dve"):
+        raise NkiccError("E103", f"nc_transpose on the {enums.UNIT_ENGINES[unit]} engine writes "
+                                 f"{'PSUM' if unit == 'pe' else 'SBUF'}, dst {dst.name} is in {dst.buffer}", None,
+                         "the Tensor Engine transposes into a PSUM tile, the Vector Engine (32 x 32) into SBUF")
     if dst.buffer != "psum" and (p > 32 or f > 32):
         raise NkiccError("E130", f"nc_transpose of [{p}, {f}] into {dst.buffer} runs on the Vector Engine, "
                                  f"which transposes at most 32 x 32", None,

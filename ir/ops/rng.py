@@ -35,7 +35,6 @@ from .values import F32, operand
 DVE_RNG = EngineState("dve.rng", "uint32", 128, width=24, init=0)
 POOL_RNG = EngineState("pool.rng", "uint32", 128, width=6, init=0)
 _STATES = {"dve": DVE_RNG, "pool": POOL_RNG}
-_ENGINE_NAMES = {"dve": "vector", "pool": "gpsimd"}
 
 INT_DTYPES = ("int8", "int16", "int32", "uint8", "uint16", "uint32")
 RAND2_DTYPES = ("float8_e4m3", "float8_e5m2", "float16", "bfloat16", "float32", "tfloat32") + INT_DTYPES
@@ -89,20 +88,6 @@ def _low_bits(bits: np.ndarray, dtype: str) -> np.ndarray:
     return bits.astype(np.dtype(dtype), casting="unsafe")
 
 
-def _engine(value, allowed: tuple[str, ...], what: str) -> str:
-    """nisa.engine.vector/gpsimd (or nkicc's "dve"/"pool" hints) -> "dve"/"pool"."""
-    if value in _STATES:
-        name = value
-    else:
-        member = enums.member_name(value, enums.engine, f"{what} engine")
-        name = {"vector": "dve", "gpsimd": "pool"}.get(member, member)
-    if name not in allowed:
-        raise NkiccError("E103", f"{what} runs on the {' or '.join(_ENGINE_NAMES[a] for a in allowed)} engine, "
-                                 f"not {_ENGINE_NAMES.get(name, name)}", None,
-                         f"pass engine=nisa.engine.{_ENGINE_NAMES[allowed[0]]}")
-    return name
-
-
 def _gpsimd_sbuf(t, engine: str, what: str) -> None:
     if engine == "pool":
         sbuf_only(t, what)
@@ -138,7 +123,7 @@ def rng(dst, engine=enums.engine.vector, name=None):
     nisa.engine.gpsimd. The generator is nkicc's (docs/numerics.md)."""
     (dst,) = on_chip_tensors({"dst": dst}, "rng")
     dtype_in(dst, INT_DTYPES, "rng dst")
-    eng = _engine(engine, ("dve", "pool"), "rng")
+    eng = enums.engine_choice(engine, ("dve", "pool"), "rng")
     if eng == "pool":
         require_generation(dst.generation, 3, "nisa.rng on the GpSimd engine")
     _gpsimd_sbuf(dst, eng, "rng dst")
@@ -238,7 +223,7 @@ def _state_tile(t, engine: str, what: str) -> None:
     words = _STATES[engine].width
     if free(t) != words:
         raise NkiccError("E140", f"{what} holds {free(t)} state words per partition; the "
-                                 f"{_ENGINE_NAMES[engine]} engine's generator has {words}", None,
+                                 f"{enums.UNIT_ENGINES[engine]} engine's generator has {words}", None,
                          f"use a [{t.shape[0]}, {words}] uint32 tile")
 
 
@@ -253,7 +238,7 @@ def rand_set_state(src_seeds, engine=enums.engine.gpsimd, name=None):
     engine (default), 24 on the Vector engine. A state saved with
     rand_get_state and set again repeats the numbers drawn after the save."""
     (src,) = on_chip_tensors({"src_seeds": src_seeds}, "rand_set_state")
-    eng = _engine(engine, ("pool", "dve"), "rand_set_state")
+    eng = enums.engine_choice(engine, ("pool", "dve"), "rand_set_state")
     if eng == "dve":
         require_generation(src.generation, 4, "nisa.rand_set_state on the Vector engine")
     sbuf_only(src, "rand_set_state src_seeds")
@@ -271,7 +256,7 @@ def rand_get_state(dst, engine=enums.engine.gpsimd, name=None):
     uint32 tile, W = 6 on the GpSimd engine (default, dst in SBUF), 24 on the
     Vector engine (SBUF or PSUM)."""
     (dst,) = on_chip_tensors({"dst": dst}, "rand_get_state")
-    eng = _engine(engine, ("pool", "dve"), "rand_get_state")
+    eng = enums.engine_choice(engine, ("pool", "dve"), "rand_get_state")
     if eng == "dve":
         require_generation(dst.generation, 4, "nisa.rand_get_state on the Vector engine")
     _gpsimd_sbuf(dst, eng, "rand_get_state dst")

@@ -21,12 +21,12 @@ from ..language.tensor import Tensor, require_builder, unsupported_name
 from ..language.tracing import user_loc
 from .instruction import NkiInstruction, NkiValidationError, handle_of
 
-# engine hints kernels pass as engine=...; nkicc's schedule pass picks engines itself
-tensor_engine = "pe"
-vector_engine = "dve"
-scalar_engine = "act"
-gpsimd_engine = "pool"
-unknown_engine = None
+# the reference's deprecated spellings of the engine members (engine= puts an instruction there)
+tensor_engine = engine.tensor
+vector_engine = engine.vector
+scalar_engine = engine.scalar
+gpsimd_engine = engine.gpsimd
+unknown_engine = engine.unknown
 
 
 def _free_limits(opcode: str, tensors, loc) -> None:
