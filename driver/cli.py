@@ -139,6 +139,9 @@ MAX_MEMORY = typer.Option(None, "--max-compile-memory", help="Compile memory bud
 NO_PLUGIN = typer.Option([], "--no-plugin", help="Do not load this plugin (entry-point name); NKICC_DISABLE_PLUGIN_AUTOLOAD=1 skips all third-party plugins")
 PLUGIN = typer.Option([], "-p", "--plugin", help="Load a plugin module by import name")
 NO_CACHE = typer.Option(False, "--no-cache", help="Compile without the compile cache (as NKICC_CACHE=0 does)")
+UNDEFINED = typer.Option(None, "--undefined", help="error: an output that holds never-written memory fails the "
+                         "kernel call (E173/E174, the default); poison: it comes back holding NaN (ints: 4) there, "
+                         "as the vendor's simulator returns it (default: NKICC_UNDEFINED, else error)")
 REMOTE_CACHE = typer.Option(None, "--remote-cache", metavar="URL",
                             help="A shared cache tier behind the local one, e.g. redis://HOST:6379/0 or rediss://... "
                                  "(as NKICC_REMOTE_CACHE=URL does; the environment keeps a password out of `ps`)")
@@ -324,12 +327,15 @@ def simulate_cmd(
     sim_json: Optional[str] = typer.Option(None, "--sim-json", help="Write the simulation report (JSON) here"),
     report: Optional[str] = typer.Option(None, "--report", help="Write the compile report as JSON here, with the "
                                                                 "simulation report under \"sim\""),
+    undefined: Optional[str] = UNDEFINED,
 ):
     """Compile a kernel and run it on the simulator; print output shapes and statistics."""
     _remote_cache(remote_cache)
     try:
         _choice("--simulator", simulator, ("machine", "reference"))
         _choice("--timing", timing, ("on", "off"))
+        if undefined is not None:
+            _choice("--undefined", undefined, ("error", "poison"))
         for path, flag in ((trace_file, "--trace"), (timeline, "--timeline")):
             if path and (simulator != "machine" or timing == "off"):
                 raise NkiccError("E201", f"{flag} needs --simulator machine and --timing on", None)
@@ -344,6 +350,7 @@ def simulate_cmd(
         arrays = _inputs(compiled, inputs, seed)
         _warn(compiled)
         compiled.simulator, compiled.timing = simulator, timing == "on"
+        compiled.undefined = undefined
         compiled.trace_path = trace_file or bool(timeline)  # --timeline alone: the trace stays in memory
         from .sim_progress import simulation_progress
         with simulation_progress(compiled):
@@ -403,10 +410,7 @@ def run_cmd(
     cluster: Optional[str] = typer.Option(None, "--cluster", help="With --shards: an existing Dask scheduler, "
                                                                   "tcp://HOST:PORT"),
     timeout: Optional[float] = typer.Option(None, "--timeout", help="With --shards: seconds per shard"),
-    undefined: Optional[str] = typer.Option(None, "--undefined", help="error: a kernel call whose output holds "
-                                            "never-written memory fails (E173/E174, the default); poison: it "
-                                            "returns NaN (ints: 4) there, as the vendor's simulator does "
-                                            "(default: NKICC_UNDEFINED, else error)"),
+    undefined: Optional[str] = UNDEFINED,
 ):
     """Run an NKI script unchanged, with nkicc behind `import nki` (a real installed nki is never shadowed).
     Options go before the script; everything after it is the script's own arguments."""

@@ -124,3 +124,31 @@ def test_nkicc_run_undefined(tmp_path, monkeypatch):
     assert r.returncode != 0 and "E173" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     r = run("--undefined", "maybe")
     assert r.returncode != 0 and "E201" in r.stderr and "--undefined" in r.stderr
+
+
+def test_nkicc_simulate_undefined(tmp_path, monkeypatch):
+    monkeypatch.delenv("NKICC_UNDEFINED", raising=False)
+    (tmp_path / "k.py").write_text(textwrap.dedent('''
+        import nkicc
+        import nkicc.isa as nisa
+        import nkicc.language as nl
+
+        @nkicc.jit
+        def half_written(a: "float32[128,64]"):
+            out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            t = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+            nisa.tensor_copy(dst=t[:, 0:32], src=nl.load(a[:, 0:32]))
+            nl.store(out, value=t)
+            return out
+    '''))
+
+    def simulate(*flags):
+        return subprocess.run([sys.executable, "-m", "nkicc", "simulate", "k.py", "-o", "out.npz", *flags],
+                              capture_output=True, text=True, cwd=tmp_path)
+    r = simulate()
+    assert r.returncode != 0 and r.stderr.startswith("error[E173]") and len(r.stderr.strip().splitlines()) == 1
+    r = simulate("--undefined", "poison")
+    assert r.returncode == 0, r.stderr
+    assert "nan 4096" in r.stdout
+    out = np.load(tmp_path / "out.npz")["out"]
+    assert np.isnan(out[:, 32:]).all() and not np.isnan(out[:, :32]).any()
