@@ -212,32 +212,15 @@ def test_run_shards_gathers_each_shard(dask_cluster, tmp_path, rng):
 
 
 
-HALF_WRITTEN_SCRIPT = textwrap.dedent('''
-    import numpy as np
-    import nki
-    import nki.isa as nisa
-    import nki.language as nl
-
-    @nki.jit
-    def half_written(a):
-        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
-        t = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
-        nisa.tensor_copy(dst=t[:, 0:32], src=nl.load(a[:, 0:32]))
-        nl.store(out, value=t)
-        return out
-
-    got = half_written(np.ones((128, 64), np.float32))
-    print("nan", int(np.isnan(got).sum()))
-''')
-
 
 def test_run_shards_passes_undefined_to_every_shard(dask_cluster, tmp_path, monkeypatch):
     """`nkicc run --shards N --undefined poison`: each shard's kernel returns NaN where nothing
     wrote instead of failing with E173 (without the flag every shard fails)."""
     monkeypatch.delenv("NKICC_UNDEFINED", raising=False)
     cluster, _ = dask_cluster
+    from test_undefined import SCRIPT
     script = tmp_path / "half.py"
-    script.write_text(HALF_WRITTEN_SCRIPT)
+    script.write_text(SCRIPT)
     for flags, status in ((["--undefined", "poison"], "ok"), ([], "failed")):
         report = tmp_path / "shards.json"
         p = nkicc_cli("run", "--shards", "2", "--cluster", cluster.scheduler_address, *flags, "--report",
@@ -245,7 +228,7 @@ def test_run_shards_passes_undefined_to_every_shard(dask_cluster, tmp_path, monk
         shards = json.loads(report.read_text())["shards"]
         assert [s["status"] for s in shards] == [status] * 2, p.stderr
         if status == "ok":
-            assert all(s["stdout"] == "nan 4096\n" for s in shards)
+            assert all(s["stdout"] == "nan 4096 same True\n" for s in shards)
         else:
             assert all("E173" in s["error"] for s in shards)
 

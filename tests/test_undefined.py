@@ -1,6 +1,7 @@
 """Never-written memory in an output: E173/E174 by default, or the output as the
 vendor's simulator returns it (NaN for floats, 4 for ints where nothing wrote) with
 undefined="poison", NKICC_UNDEFINED=poison or `nkicc run --undefined poison`."""
+import inspect
 import subprocess
 import sys
 import textwrap
@@ -90,24 +91,14 @@ def test_a_bad_choice_is_one_line_at_the_decorator():
     assert "THE-LINE" in open(__file__).read().splitlines()[err.loc.line - 1]
 
 
-SCRIPT = textwrap.dedent('''
-    import numpy as np
-    import nki
-    import nki.isa as nisa
-    import nki.language as nl
-
-    @nki.jit
-    def half_written(a):
-        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
-        t = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
-        nisa.tensor_copy(dst=t[:, 0:32], src=nl.load(a[:, 0:32]))
-        nl.store(out, value=t)
-        return out
-
-    a = np.random.default_rng(1).standard_normal((128, 64)).astype(np.float32)
-    got = half_written(a)
-    print("nan", int(np.isnan(got).sum()), "same", bool((got[:, :32] == a[:, :32]).all()))
-''')
+# a script written for NKI, the kernel above as it would call it
+SCRIPT = "\n".join([
+    "import numpy as np", "import nki", "import nki.isa as nisa", "import nki.language as nl", "",
+    inspect.getsource(half_written),
+    "half_written = nki.jit(half_written)",
+    "a = np.random.default_rng(1).standard_normal((128, 64)).astype(np.float32)",
+    "got = half_written(a)",
+    'print("nan", int(np.isnan(got).sum()), "same", bool((got[:, :32] == a[:, :32]).all()))', ""])
 
 
 def test_nkicc_run_undefined(tmp_path, monkeypatch):
