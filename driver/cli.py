@@ -335,7 +335,8 @@ def simulate_cmd(
         _choice("--simulator", simulator, ("machine", "reference"))
         _choice("--timing", timing, ("on", "off"))
         if undefined is not None:
-            _choice("--undefined", undefined, ("error", "poison"))
+            from .api import UNDEFINED_MODES
+            _choice("--undefined", undefined, UNDEFINED_MODES)
         for path, flag in ((trace_file, "--trace"), (timeline, "--timeline")):
             if path and (simulator != "machine" or timing == "off"):
                 raise NkiccError("E201", f"{flag} needs --simulator machine and --timing on", None)
@@ -414,7 +415,7 @@ def run_cmd(
 ):
     """Run an NKI script unchanged, with nkicc behind `import nki` (a real installed nki is never shadowed).
     Options go before the script; everything after it is the script's own arguments."""
-    from .api import RUN_SETTINGS, RunSettings
+    from .api import RUN_SETTINGS, UNDEFINED_MODES, RunSettings
     from .loader import enable_nki_alias
 
     if not os.path.isfile(script):
@@ -422,7 +423,7 @@ def run_cmd(
     try:
         _choice("--timing", timing, ("on", "off"))
         if undefined is not None:
-            _choice("--undefined", undefined, ("error", "poison"))
+            _choice("--undefined", undefined, UNDEFINED_MODES)
         if timeline and (timing == "off" or shards is not None):
             raise NkiccError("E201", "--timeline needs --timing on, and one process (not --shards)", None)
     except NkiccError as err:
