@@ -88,13 +88,13 @@ CODES: dict[str, tuple[str, str]] = {
              "While the kernel ran, an instruction read on-chip (or HBM scratch) memory that nothing had "
              "written, and those values reached an output. On the device that memory holds whatever was there "
              "before, so the output is garbage. nkicc fills new memory with poison (NaN, or 4 for ints, as the "
-             "vendor's simulator does) and, when an output holds poison, runs the kernel again with another poison: outputs that "
-             "change are reported, with the first instruction that read unwritten memory. Zero the tile "
-             "(nl.zeros, nisa.memset) or read only what was written. Reads that never reach an output are not "
-             "reported. Where those elements are meant to be undefined (a kernel that documents only part of "
-             "its output), `@nkicc.jit(undefined=\"poison\")`, NKICC_UNDEFINED=poison or `nkicc run --undefined "
-             "poison` returns the output holding the poison there (NaN, or 4 for ints), as the vendor's "
-             "simulator does, instead of this error."),
+             "vendor's simulator does) and, when an output holds poison, runs the kernel again with another "
+             "poison: outputs that change are reported, with the first instruction that read unwritten memory. "
+             "Zero the tile (nl.zeros, nisa.memset) or read only what was written. Reads that never reach an "
+             "output are not reported. Where those elements are meant to be undefined (a kernel that documents "
+             "only part of its output), `@nkicc.jit(undefined=\"poison\")`, NKICC_UNDEFINED=poison or "
+             "`--undefined poison` on `nkicc run` and `nkicc simulate` returns the output holding the poison "
+             "there (NaN, or 4 for ints), as the vendor's simulator does, instead of this error."),
     "E174": ("output elements never written",
              "Some elements of a returned tensor were never stored to; on the device they hold whatever was in "
              "HBM. Store every element of each output (check the loop trip counts and the ragged last tile)."),

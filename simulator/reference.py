@@ -9,8 +9,9 @@ accumulate=None rule: the first write to a location overwrites, later ones add.
 
 `check_defined(kernel, inputs, outputs)` turns poison that reached an output
 into an error (E173: read of never-written memory; E174: output elements never
-written); a kernel call skips it under undefined="poison" (driver/api.py). It costs nothing unless an output holds poison-like values (NaN or
-the int sentinel); then it runs the kernel again with a different poison and a
+written); a kernel call skips it under undefined="poison" (driver/api.py). It
+costs nothing unless an output holds poison-like values (NaN or the int
+sentinel); then it runs the kernel again with a different poison and a
 written-mask per tensor, and reports only outputs that change with the poison.
 """
 from __future__ import annotations

@@ -8,7 +8,7 @@ from ..nodes import Access, Const, Op
 from . import accumulator, alu, enums
 from .checks import affine_pattern, free, not_both_psum, on_chip, on_chip_tensors, per_partition, same_layout, scalar, tensor
 from .core import DVE_ACC, Batched, CostContext, Emit, TensorOperand, by_partition, free_size, instruction, require_generation
-from .tile_rules import sbuf_only
+from .tile_rules import gpsimd_sbuf
 from .values import F32, affine_values, f32, operand, tile
 
 
@@ -21,9 +21,7 @@ def placed(engine, allowed: tuple, what: str, *tiles) -> dict:
     nisa.engine.unknown: nkicc's default placement); on the GpSimd engine its tiles must be in
     SBUF."""
     unit = enums.engine_choice(engine, allowed, what)
-    if unit == "pool":
-        for t in tiles:
-            sbuf_only(t, f"{what} on the GpSimd engine: {t.name}")
+    gpsimd_sbuf(unit, f"{what} operands on the GpSimd engine", *tiles)
     return {} if unit is None else {"engine": unit}
 
 

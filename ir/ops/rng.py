@@ -29,7 +29,7 @@ from ..nodes import Const, Op
 from . import enums
 from .checks import free, on_chip_tensors, per_partition
 from .core import CostContext, Emit, EngineState, free_size, instruction, require_generation
-from .tile_rules import dtype_in, sbuf_only
+from .tile_rules import dtype_in, gpsimd_sbuf, sbuf_only
 from .values import F32, operand
 
 DVE_RNG = EngineState("dve.rng", "uint32", 128, width=24, init=0)
@@ -88,11 +88,6 @@ def _low_bits(bits: np.ndarray, dtype: str) -> np.ndarray:
     return bits.astype(np.dtype(dtype), casting="unsafe")
 
 
-def _gpsimd_sbuf(t, engine: str, what: str) -> None:
-    if engine == "pool":
-        sbuf_only(t, what)
-
-
 def _state_operand(engine: str, lanes: int):
     return _STATES[engine].rows(lanes)
 
@@ -126,7 +121,7 @@ def rng(dst, engine=enums.engine.vector, name=None):
     eng = enums.engine_choice(engine, ("dve", "pool"), "rng")
     if eng == "pool":
         require_generation(dst.generation, 3, "nisa.rng on the GpSimd engine")
-    _gpsimd_sbuf(dst, eng, "rng dst")
+    gpsimd_sbuf(eng, "rng dst", dst)
     return Emit([dst, _state_operand(eng, dst.shape[0])], [_state_operand(eng, dst.shape[0])],
                 {"engine": eng, "dtype": dst.decl.dtype})
 
@@ -259,7 +254,7 @@ def rand_get_state(dst, engine=enums.engine.gpsimd, name=None):
     eng = enums.engine_choice(engine, ("pool", "dve"), "rand_get_state")
     if eng == "dve":
         require_generation(dst.generation, 4, "nisa.rand_get_state on the Vector engine")
-    _gpsimd_sbuf(dst, eng, "rand_get_state dst")
+    gpsimd_sbuf(eng, "rand_get_state dst", dst)
     _state_tile(dst, eng, "rand_get_state dst")
     return Emit([dst], [_state_operand(eng, dst.shape[0])], {"engine": eng})
 

@@ -33,6 +33,13 @@ def sbuf_only(t, what: str) -> None:
                                  f"{t.name} is in {t.buffer}", None, "copy it to an SBUF tile first")
 
 
+def gpsimd_sbuf(unit: str | None, what: str, *tiles) -> None:
+    """On the GpSimd engine (unit "pool", the one an engine= argument chose) every tile must be in SBUF."""
+    if unit == "pool":
+        for t in tiles:
+            sbuf_only(t, what)
+
+
 def gpsimd_sbuf_operands(op: Op, decls) -> None:
     """verify rule of GpSimd instructions: every operand stays in SBUF after the passes."""
     for a in op.outs + tuple(x for x in op.ins if isinstance(x, Access)):
@@ -110,6 +117,7 @@ def input_streaming_cost(op: Op, ctx: CostContext) -> float:
     return ctx.ns(ctx.fixed_cycles(op) + max(ctx.table.elementwise_min, n))
 
 
-__all__ = ["GPSIMD_PARTITIONS", "QUADRANT", "all_ones", "dtype_in", "free_between", "free_is", "gpsimd_sbuf_operands",
+__all__ = ["GPSIMD_PARTITIONS", "QUADRANT", "all_ones", "dtype_in", "free_between", "free_is", "gpsimd_sbuf",
+           "gpsimd_sbuf_operands",
            "input_streaming_cost",
            "int_arg", "max_dims", "partitions", "same_dtype", "same_partitions", "sbuf_only", "start_partition"]
