@@ -415,10 +415,17 @@ class JitKernel:
 
     def compile(self, *args, **kwargs) -> CompiledKernel:
         key, specs, constants, _ = self.signature(args, kwargs)
-        if key not in self._compiled:
-            self._compiled[key] = _compile(inspect_unwrap(self.fn), specs, constants, None, grid=self.grid,
-                                           **self.options)
-        return self._compiled[key]
+        return self._variant(key, specs, constants)[0]
+
+    def _variant(self, key, specs, constants) -> tuple[CompiledKernel, bool]:
+        """(the compiled kernel for this signature, whether it was compiled now)."""
+        compiled = self._compiled.get(key)
+        if compiled is not None:
+            return compiled, False
+        compiled = self._compiled[key] = _compile(inspect_unwrap(self.fn), specs, constants, None, grid=self.grid,
+                                                  **self.options)
+        compiled.undefined = self.undefined  # (what its own run() does, as a call of the jit kernel would)
+        return compiled, True
 
     def __call__(self, *args, **kwargs):
         """Numpy arrays in, numpy arrays out; framework tensors (torch, JAX) in,
@@ -437,11 +444,7 @@ class JitKernel:
 
     def _call(self, *args, **kwargs):
         key, specs, constants, arrays = self.signature(args, kwargs)
-        compiled = self._compiled.get(key)
-        fresh = compiled is None
-        if fresh:
-            compiled = self._compiled[key] = _compile(inspect_unwrap(self.fn), specs, constants, None,
-                                                      grid=self.grid, **self.options)
+        compiled, fresh = self._variant(key, specs, constants)
         settings = RUN_SETTINGS.get()
         compiled.undefined = (settings and settings.undefined) or self.undefined
         if settings is None:

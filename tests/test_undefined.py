@@ -54,6 +54,9 @@ def test_poison_returns_what_the_vendor_simulator_returns(a, monkeypatch):
     got = nkicc.jit(half_stored, undefined="poison")(a)
     np.testing.assert_array_equal(got[:128], a)
     assert np.isnan(got[128:]).all()
+    # a compiled variant of the jit kernel, run directly, does as the jit kernel does
+    compiled = nkicc.jit(half_written, undefined="poison").compile(a)
+    assert np.isnan(compiled.run(a)[:, 32:]).all()
     # the jit's own choice is per kernel: another kernel of the same function still errs
     with pytest.raises(NkiccError):
         nkicc.jit(half_written)(a)
