@@ -7,7 +7,7 @@ Four simulators of examples/fused_matmul.py::mm2 (as bench/sim_throughput.py bui
 against numpy's `(At.T @ B) @ D` in the same loop: as shipped; with every private tile stored
 (partition, free), as before tiles a matmul reads were stored partition-innermost
 (`batched._columns` returns nothing); with the copies of operands into
-GEMM order skipped (`_blocks` returns an uninitialised array); and with the adds of the products
+GEMM order skipped (`_blocks` returns its array unfilled); and with the adds of the products
 into their accumulators skipped too (`_one_add` does nothing). The last two compute wrong values
 on purpose: only their time means anything. It shows how much of the gap to numpy those two
 passes over memory are, and what would be left with both gone (GEMMs, the other instructions,
@@ -67,7 +67,7 @@ def measure(scale: int, repeat: int) -> list[tuple[str, float, float, float, flo
             nts.append(time.perf_counter() - t0)
         return label, min(ts), float(np.median(ts)), min(nts), float(np.median(nts))
 
-    no_copy = lambda blocks, shape, *a, **k: np.empty(shape, np.float32)  # noqa: E731
+    no_copy = lambda blocks, out, *a, **k: out  # noqa: E731
     rows = [run("as shipped")]
     with _patched(batched, "_columns", lambda *a: set()):
         rows.append(run("private tiles (partition, free), as at fd5a23e"))

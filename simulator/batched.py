@@ -128,6 +128,10 @@ class Nest:
     fresh: set = field(default_factory=set)  # private tiles that need no poison
     zeroed: set = field(default_factory=set)  # private tiles made of zeros (their first op a memset of 0)
     dead: set = field(default_factory=set)   # private tiles only a fused matmul writes: never materialised
+    # private tiles an instruction outside the nest touches (a tile of the last iteration used after the
+    # loop): the only ones written back to machine memory (any other's bytes are re-poisoned at the next
+    # Alloc over them before anything reads them)
+    escapes: set = field(default_factory=set)
     forward: dict = field(default_factory=dict)  # tile -> (its load, the source access, its (P, F) steps)
     # private tiles a matmul reads, stored partition-innermost (_Views): the contraction runs
     # along the partitions, so a tile's rows of K elements are then contiguous, as BLAS reads them
@@ -250,9 +254,21 @@ def plan(sim, loop: Loop, outer: tuple, label: str) -> Nest | None:
     shared = sim.verdicts.get((id(loop), outer, sim.precise))
     if shared is None or shared[0] is not loop:
         shared = sim.verdicts[(id(loop), outer, sim.precise)] = (loop, {})
+    inside = touches_by_tensor(loop.body.walk())
+    escapes = {name for name in private if sim.touches.get(name, 0) != inside.get(name, 0)}
     return Nest(label, trips, items, private, uses, tuple(sorted(relevant)), verdicts=shared[1], fresh=fresh,
                 dead=dead, forward=forward, zeroed=set(zeroed), columns=columns, scalars=scalars,
-                moved=tuple(so for so in scalars if so in moved))
+                moved=tuple(so for so in scalars if so in moved), escapes=escapes)
+
+
+def touches_by_tensor(stmts) -> dict:
+    """tensor name -> how many of these ops touch it."""
+    count: dict = {}
+    for s in stmts:
+        if isinstance(s, Op):
+            for name in tensors_touched(s):
+                count[name] = count.get(name, 0) + 1
+    return count
 
 
 def _columns(items: list, private: dict, tensors: dict) -> set:
@@ -729,12 +745,19 @@ class _Views:
             lead = tuple(nest.trips[v] for v in vars_)
             column = name in nest.columns
             shape = lead + ((t.F, t.P) if column else (t.P, t.F))
-            data = (np.zeros(shape, dtype=t.dtype) if name in nest.zeroed else np.empty(shape, dtype=t.dtype)
-                    if name in nest.fresh else np.full(shape, t.fill, dtype=t.dtype))
+            data = sim.scratch.take(shape, t.dtype, 0 if name in nest.zeroed else None if name in nest.fresh
+                                    else t.fill)
             if column:
                 data = data.swapaxes(-1, -2)  # indexed (partition, free) like the others
-            mask = np.zeros(shape, dtype=np.bool_) if t.is_psum else None
+            mask = sim.scratch.take(shape, np.bool_, False) if t.is_psum else None
             self.priv[name] = (data, mask, vars_)
+
+    def release(self) -> None:
+        for data, mask, _ in self.priv.values():
+            self.sim.scratch.give(data)
+            if mask is not None:
+                self.sim.scratch.give(mask)
+        self.priv = {}
 
     def start(self, a: Access) -> int:
         """The element access a starts at for this entry, the nest's own loops at 0."""
@@ -896,6 +919,7 @@ def run(sim, nest: Nest) -> bool:
         return False
     _execute(sim, nest, plan_, ordered)
     _write_back(sim, nest, views)
+    views.release()
     nest.batched += 1
     return True
 
@@ -935,8 +959,9 @@ def _execute(sim, nest: Nest, plan_: list, ordered: dict) -> None:
     # the fused matmuls' operand views (a group's GEMM may come before a member's own position)
     done, pending = {id(it): got for it, got, _ in plan_ if it.fused}, {}
     outs_of = {id(it): outs for it, _, outs in plan_}
-    mult = partial(gemm, spare=sim.cpu.spare)
-    _check_groups(sim, nest, done, mult, outs_of)
+    products = []
+    mult = partial(gemm, spare=sim.cpu.spare, scratch=sim.scratch, taken=products)
+    _check_groups(sim, nest, done, mult, outs_of, products)
     for it, got, outs in plan_:
         p = it.plan
         points = _points(it.vars, nest.trips)
@@ -1003,6 +1028,8 @@ def _execute(sim, nest: Nest, plan_: list, ordered: dict) -> None:
                 for k, i in zip(axes, idx):
                     sel[k] = i
                 semantics.store(dst[tuple(sel)], values[tuple(sel)])
+    for x in products:  # (nothing holds a product past its nest)
+        sim.scratch.give(x)
 
 
 def _touches(it: _OpItem, t: str) -> bool:
@@ -1082,7 +1109,12 @@ def _disjoint(shape: tuple, strides: tuple, item: int) -> bool:
     return True
 
 
-def _check_groups(sim, nest: Nest, done: dict, mult, outs_of: dict) -> None:
+def _taken(a: np.ndarray, taken: list) -> np.ndarray:
+    taken.append(a)
+    return a
+
+
+def _check_groups(sim, nest: Nest, done: dict, mult, outs_of: dict, products: list) -> None:
     """Each group's GEMM, to run (a function) or None where its operands do not line up: decided
     before any of its adds runs (one that adds nothing must know whether its product comes). Its
     product is laid out as its first sum's destination is: M contiguous there (a tile a matmul
@@ -1100,7 +1132,9 @@ def _check_groups(sim, nest: Nest, done: dict, mult, outs_of: dict) -> None:
                                             it.reduce, mult,
                                             2 if op.attr("double_row") else 1,
                                             lambda d, x: _halves(sim, lambda r, dd: np.copyto(dd, r(0)),
-                                                                 lambda _: x, d, True), transposed)
+                                                                 lambda _: x, d, True), transposed,
+                                            lambda shape: _taken(sim.scratch.take(tuple(shape), np.float32),
+                                                                 products))
 
 
 def _halves(sim, fn, read, dst: np.ndarray, split: bool) -> None:
@@ -1122,21 +1156,26 @@ def _first_axis(x, h: slice):
     return x[h] if isinstance(x, np.ndarray) and x.ndim else x
 
 
-def gemm(a: np.ndarray, b: np.ndarray, spare=None) -> np.ndarray:
+def gemm(a: np.ndarray, b: np.ndarray, spare=None, scratch=None, taken=None) -> np.ndarray:
     """a @ b for the batched path: BLAS's own threads for a GEMM of THREADED_GEMM_FLOP or more (a
     whole loop nest's product) while a core is to spare (`spare()`, a CpuShare's by default), else
-    one thread (the simulator runs under one BLAS thread)."""
+    one thread (the simulator runs under one BLAS thread). With `scratch`, the product lands in one
+    of its arrays, listed in `taken` for the nest to give back."""
     flop = 2 * a.shape[-2] * a.shape[-1] * b.shape[-1] * int(np.prod(a.shape[:-2], dtype=np.int64))
+    out = None
+    if scratch is not None and a.dtype == b.dtype == np.float32:
+        out = scratch.take(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1]), np.float32)
+        taken.append(out)
     if flop >= THREADED_GEMM_FLOP and (spare or CpuShare().spare)():
         with default_blas():
-            return np.matmul(a, b)
-    return np.matmul(a, b)
+            return np.matmul(a, b, out=out)
+    return np.matmul(a, b, out=out)
 
 
 def _write_back(sim, nest: Nest, views: _Views) -> None:
-    """Memory after the nest as after its last iteration: the private tiles' last copies, in the order
-    they were last used (tiles that share bytes)."""
-    last = {name: max(it.order for it, _, _ in nest.uses[name]) for name in views.priv}
+    """Memory after the nest as after its last iteration, where anything reads it: the last copies of
+    the private tiles used after the loop, in the order they were last used (tiles that share bytes)."""
+    last = {name: max(it.order for it, _, _ in nest.uses[name]) for name in views.priv if name in nest.escapes}
     for name in sorted(last, key=last.get):
         arr, marr, mine = views.priv[name]
         t = sim.tensors[name]

@@ -43,6 +43,7 @@ from .reference import ReferenceMachine, gather_index
 from .activity import DmaActivity, percent
 from .fabric import Fabric
 from .pending import RegionFinishes
+from .scratch import Scratch
 from .report import DMA_DIRECTIONS, EngineStats, SimReport
 from ..ir.ops.collectives import group_of, payload as collective_payload
 from ..ir.ops.dma import engine_share
@@ -285,8 +286,11 @@ class MachineSimulator:
         self.verdicts = {} if verdicts is None else verdicts
         self.cpu = CpuShare()  # whether the batched path's second thread has a core (cpushare.py)
         self.helper = ThreadPoolExecutor(1)  # the second core's half of large batched passes (no thread until used)
+        self.scratch = Scratch()  # the batched path's arrays, reused between nests and runs (page faults)
+        self.sbuf = self.psum = self.psum_mask = None  # on-chip memory: made at the first run, kept
         self._check_layout()
         self.neighbours = self._neighbours()
+        self.touches = batched.touches_by_tensor(kernel.body.walk()) if self.batch else {}
         self._program = self._compile_block(kernel.body.stmts, ())
         self.hazards = hazards if (self.timing and self.scheduled) else "off"
         # loops whose timing repeats skip whole periods (periodic.py); not while tracing (every
@@ -521,9 +525,13 @@ class MachineSimulator:
     def _init_memory(self, inputs: dict[str, np.ndarray]) -> None:
         tg = self.target
         k = self.scale
-        self.sbuf = np.zeros(tg.partitions * tg.sbuf_partition_bytes * k, dtype=np.uint8)
-        self.psum = np.zeros(tg.partitions * tg.psum_partition_bytes * k, dtype=np.uint8)
-        self.psum_mask = np.zeros(tg.partitions * tg.psum_partition_bytes * k, dtype=np.bool_)
+        if self.sbuf is None:
+            self.sbuf = np.zeros(tg.partitions * tg.sbuf_partition_bytes * k, dtype=np.uint8)
+            self.psum = np.zeros(tg.partitions * tg.psum_partition_bytes * k, dtype=np.uint8)
+            self.psum_mask = np.zeros(tg.partitions * tg.psum_partition_bytes * k, dtype=np.bool_)
+        else:  # a run after the first: the same arrays, zeroed (fresh ones cost page faults, see scratch.py)
+            for a in (self.sbuf, self.psum, self.psum_mask):
+                a.fill(0)
         self._mv = {"sbuf": memoryview(self.sbuf), "psum": memoryview(self.psum)}
         self._mask_mv = memoryview(self.psum_mask)
         self.hbm: dict[str, np.ndarray] = {}

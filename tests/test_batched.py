@@ -1,6 +1,7 @@
 """The machine simulator's batched path (simulator/batched.py) against its
 per-instruction path, on random data: the same results except for the order
 of floating-point sums, the same times and hazards, the same errors."""
+import dataclasses
 import sys
 
 import numpy as np
@@ -11,7 +12,7 @@ from hypothesis import strategies as st
 import nkicc
 import nkicc.isa as nisa
 import nkicc.language as nl
-from nkicc.ir import NkiccError, Op
+from nkicc.ir import Block, Loop, NkiccError, Op
 from nkicc.plugins.targets import TRN2
 from nkicc.simulator.machine import MachineSimulator
 from nkicc.simulator.testing import edit_op
@@ -588,3 +589,87 @@ def test_sim_floor_still_measures_what_it_says(monkeypatch):
     rows = sim_floor.measure(32, 1)
     assert [r[0] for r in rows][0] == "as shipped" and len(rows) == 4
     assert all(r[1] > 0 and r[3] > 0 for r in rows)
+
+
+@nkicc.jit
+def doubled_rows(a):
+    T = a.shape[0] // 128
+    out = nl.ndarray((T * 128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+    last = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+    for i in nl.affine_range(T):
+        t = nl.multiply(nl.load(a[i * 128:(i + 1) * 128, :]), 2.0)
+        nl.store(out[i * 128:(i + 1) * 128, :], t)
+    nl.store(last, nl.load(a[0:128, :]))
+    return out, last
+
+
+def _reading(kernel, op_id: int, tensor: str):
+    """The kernel with op `op_id` reading `tensor` in place of its first input's."""
+    def block(b):
+        out = []
+        for s in b.stmts:
+            if isinstance(s, Op) and s.attr("id") == op_id:
+                s = dataclasses.replace(s, ins=(dataclasses.replace(s.ins[0], tensor=tensor),) + s.ins[1:])
+            elif isinstance(s, Loop):
+                s = dataclasses.replace(s, body=block(s.body))
+            out.append(s)
+        return Block(tuple(out))
+    return dataclasses.replace(kernel, body=block(kernel.body))
+
+
+def test_a_loop_tile_read_after_the_loop_is_written_back(rng):
+    """The batched path keeps a nest's own tiles in private arrays and writes back only those an
+    instruction outside the nest touches. The tracer unrolls a loop whose tile escapes, so the
+    IR is edited: the store after the loop reads the last iteration's doubled tile; batched and
+    per-instruction runs agree (2 x a's last rows), and a run without the write-back would not."""
+    a = rng.standard_normal((128 * 32, 64)).astype(np.float32)
+    c = nkicc.compile(doubled_rows, a)
+    loop = next(s for s in c.ir.body.stmts if isinstance(s, Loop))
+    doubled = [s.outs[0].tensor for s in loop.body.walk() if isinstance(s, Op) and s.opcode == "tensor_scalar"]
+    store = [s for s in c.ir.body.stmts if isinstance(s, Op)][-1]
+    kernel = _reading(c.ir, store.attr("id"), doubled[-1])
+    inputs = {"a": a}
+    (fast, frep), (slow, _) = both(kernel, inputs, timing=False)
+    assert frep.batched_loops
+    sim = MachineSimulator(kernel, TRN2, timing=False)
+    assert [n.escapes for n in sim.nests] == [{doubled[-1]}]
+    for outs in (fast, slow):
+        np.testing.assert_array_equal(outs["last"], 2 * a[-128:])
+        np.testing.assert_array_equal(outs["out"], 2 * a)
+
+
+@nkicc.jit
+def block_sums(a):
+    """Per 128-row block, the sum of its 64-column slices, into a zeroed accumulator of the block."""
+    T, S = a.shape[0] // 128, a.shape[1] // 64
+    out = nl.ndarray((T * 128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+    for i in nl.affine_range(T):
+        acc = nl.zeros((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+        for k in nl.affine_range(S):
+            x = nl.load(a[i * 128:(i + 1) * 128, k * 64:(k + 1) * 64])
+            nisa.tensor_tensor(dst=acc, data1=acc, data2=x, op=nl.add)
+        nl.store(out[i * 128:(i + 1) * 128, :], acc)
+    return out
+
+
+def test_a_simulator_run_again_forgets_the_last_run(rng):
+    """A simulator keeps its on-chip memory and the batched path's arrays between runs (fresh
+    pages are slow): each run of one simulator on new random inputs equals a new per-instruction
+    simulator's run, timing off and on: mm2, and block sums whose zeroed accumulators reuse the
+    last run's array (a stale sum would show)."""
+    M, K, N, L = 600, 256, 512, 256
+    mm2 = nkicc.compile(fm.mm2, f"float32[{K},{M}]", f"float32[{K},{N}]", f"float32[{N},{L}]")
+    sums = nkicc.compile(block_sums, "float32[2048,512]")
+    cases = [(mm2, lambda: {"At": rng.standard_normal((K, M)).astype(np.float32),
+                            "B": rng.standard_normal((K, N)).astype(np.float32),
+                            "D": rng.standard_normal((N, L)).astype(np.float32)}, "E"),
+             (sums, lambda: {"a": rng.standard_normal((2048, 512)).astype(np.float32)}, "out")]
+    for c, draw, out in cases:
+        for timing in (False, True):
+            sim = MachineSimulator(c.ir, TRN2, timing=timing)
+            for _ in range(3):
+                inputs = draw()
+                fast, rep = sim.run(inputs)
+                slow, _ = MachineSimulator(c.ir, TRN2, timing=timing, batch=False).run(inputs)
+                assert rep.batched_loops
+                assert_same_up_to_sums(c.ir, inputs, fast, slow, out)

@@ -48,7 +48,7 @@ def _matmul_batched(op: Op, read, nlead: int, reduce: tuple, gemm=np.matmul) -> 
 
 
 def _matmul_grouped(sts: list, mvs: list, nlead: int, reduce: tuple, gemm=np.matmul, rows: int = 1,
-                    copy=np.copyto, transposed: bool = False):
+                    copy=np.copyto, transposed: bool = False, empty=None):
     """The products of every stationary view in `sts` with every moving view in `mvs` (each with
     `nlead` leading loop axes, as _matmul_batched reads them) as one GEMM: the stationaries side
     by side along M, the movings along N (the copies into GEMM order that one product makes
@@ -78,10 +78,11 @@ def _matmul_grouped(sts: list, mvs: list, nlead: int, reduce: tuple, gemm=np.mat
     Ms, Ns = [k_free(xs[0])[1] for xs in sts], [k_free(xs[0])[1] for xs in mvs]
     if any(k_free(x) != (k, k_free(xs[0])[1]) for xs in sts + mvs for x, k in zip(xs, Ks)):
         return None
-    return lambda: _grouped_gemm(sts, mvs, nlead, reduce, gemm, rows, ms, mm, Ks, Ms, Ns, copy, transposed)
+    return lambda: _grouped_gemm(sts, mvs, nlead, reduce, gemm, rows, ms, mm, Ks, Ms, Ns, copy, transposed,
+                                 empty or (lambda shape: np.empty(shape, np.float32)))
 
 
-def _grouped_gemm(sts, mvs, nlead, reduce, gemm, rows, ms, mm, Ks, Ms, Ns, copy, transposed):
+def _grouped_gemm(sts, mvs, nlead, reduce, gemm, rows, ms, mm, Ks, Ms, Ns, copy, transposed, empty):
     """_matmul_grouped's product, once its checks passed."""
     sizes = sts[0][0].shape[:nlead]
     ns, nm = len(ms), len(mm)
@@ -108,8 +109,8 @@ def _grouped_gemm(sts, mvs, nlead, reduce, gemm, rows, ms, mm, Ks, Ms, Ns, copy,
         st, mv = sts[0][0].reshape(stack + [-1, rks[0]]), mvs[0][0].reshape(stack + [rks[0], -1])
     else:  # one copy of every operand into its block of the GEMM's operands
         lead = [sizes[i] for i in both + only_st]
-        st = _blocks(sts, lead + [M, sum(rks)], len(lead), len(lead) + 1, Ms, rks, copy)
-        mv = _blocks([list(p) for p in zip(*mvs)], stack + [sum(rks)] + [sizes[i] for i in only_mv] + [N],
+        st = _blocks(sts, empty(lead + [M, sum(rks)]), len(lead), len(lead) + 1, Ms, rks, copy)
+        mv = _blocks([list(p) for p in zip(*mvs)], empty(stack + [sum(rks)] + [sizes[i] for i in only_mv] + [N]),
                      len(stack), len(stack) + 1 + len(only_mv), rks, Ns, copy)
         st, mv = st.reshape(stack + [-1, sum(rks)]), mv.reshape(stack + [sum(rks), -1])
     if transposed:  # BLAS reads the transposed operands in place
@@ -127,19 +128,19 @@ def _grouped_gemm(sts, mvs, nlead, reduce, gemm, rows, ms, mm, Ks, Ms, Ns, copy,
     return out, np.cumsum([0] + Ms).tolist(), np.cumsum([0] + Ns).tolist()
 
 
-def _blocks(blocks: list, shape: list, axis_u: int, axis_v: int, sizes_u: list, sizes_v: list,
+def _blocks(blocks: list, out: np.ndarray, axis_u: int, axis_v: int, sizes_u: list, sizes_v: list,
             copy=np.copyto) -> np.ndarray:
-    """One C-ordered float32 array of `shape` made of blocks[u][v], block (u, v) at offset
+    """`out` (C-ordered float32) filled with blocks[u][v], block (u, v) at offset
     sum(sizes_u[:u]) along axis_u and sum(sizes_v[:v]) along axis_v (each block's own shape has
     the contraction axis split into its loop axes and K: a view of the target's block)."""
-    out = np.empty(shape, np.float32)
+    shape = out.shape
     ou, ov = np.cumsum([0] + sizes_u), np.cumsum([0] + sizes_v)
     sel = [slice(None)] * len(shape)
     for u, row in enumerate(blocks):
         for v, x in enumerate(row):
             sel[axis_u], sel[axis_v] = slice(ou[u], ou[u + 1]), slice(ov[v], ov[v + 1])
             block = out[tuple(sel)].reshape(x.shape)
-            assert block.base is out  # splitting one axis of a slice is always a view
+            assert np.may_share_memory(block, out)  # splitting one axis of a slice is always a view
             copy(block, x)
     return out
 
