@@ -62,6 +62,11 @@ from ..ir.loopdeps import carried
 from . import semantics
 from ._blas import default_blas
 from .cpushare import CpuShare
+
+try:
+    from numpy.lib.array_utils import byte_bounds
+except ImportError:  # numpy < 2
+    from numpy import byte_bounds
 from .reference import ReferenceMachine
 
 _accumulate = ReferenceMachine._accumulate
@@ -961,7 +966,7 @@ def _execute(sim, nest: Nest, plan_: list, ordered: dict) -> None:
     outs_of = {id(it): outs for it, _, outs in plan_}
     products = []
     mult = partial(gemm, spare=sim.cpu.spare, scratch=sim.scratch, taken=products)
-    _check_groups(sim, nest, done, mult, outs_of, products)
+    _check_groups(sim, nest, done, mult, outs_of, _Operands(sim, products))
     for it, got, outs in plan_:
         p = it.plan
         points = _points(it.vars, nest.trips)
@@ -1109,12 +1114,41 @@ def _disjoint(shape: tuple, strides: tuple, item: int) -> bool:
     return True
 
 
-def _taken(a: np.ndarray, taken: list) -> np.ndarray:
-    taken.append(a)
-    return a
+class _Operands:
+    """The GEMM operands of one nest entry (matmul._new_operand's contract): arrays from the
+    simulator's scratch pool, given back with the products at the end of the entry. One view
+    already of the operand's shape is the operand (no copy); an operand made only of views of
+    inputs the kernel never writes is made once per entry (the At block that mm2's two
+    multi-buffer copies of the n0 body both read, D of both E groups)."""
+
+    def __init__(self, sim, taken: list):
+        self.sim, self.taken = sim, taken
+        self.steady = [byte_bounds(sim.hbm[name]) for name in sim.read_only]  # those inputs' bytes
+        self.made: dict = {}
+
+    def _steady(self, x: np.ndarray) -> bool:
+        lo, hi = byte_bounds(x)
+        return any(a <= lo and hi <= b for a, b in self.steady)
+
+    def __call__(self, shape: tuple, layout: tuple, sources: list, fill) -> np.ndarray:
+        if len(sources) == 1:  # BLAS reads it in place
+            try:
+                return np.reshape(sources[0], shape, copy=False)
+            except (ValueError, TypeError):  # (TypeError: numpy < 2.1 has no copy=)
+                pass
+        key = None
+        if self.steady and all(self._steady(x) for x in sources):
+            key = (shape, layout, tuple((x.__array_interface__["data"][0], x.shape, x.strides) for x in sources))
+            if key in self.made:
+                return self.made[key]
+        out = fill(self.sim.scratch.take(shape, np.float32))
+        self.taken.append(out)
+        if key is not None:
+            self.made[key] = out
+        return out
 
 
-def _check_groups(sim, nest: Nest, done: dict, mult, outs_of: dict, products: list) -> None:
+def _check_groups(sim, nest: Nest, done: dict, mult, outs_of: dict, operands: _Operands) -> None:
     """Each group's GEMM, to run (a function) or None where its operands do not line up: decided
     before any of its adds runs (one that adds nothing must know whether its product comes). Its
     product is laid out as its first sum's destination is: M contiguous there (a tile a matmul
@@ -1132,9 +1166,7 @@ def _check_groups(sim, nest: Nest, done: dict, mult, outs_of: dict, products: li
                                             it.reduce, mult,
                                             2 if op.attr("double_row") else 1,
                                             lambda d, x: _halves(sim, lambda r, dd: np.copyto(dd, r(0)),
-                                                                 lambda _: x, d, True), transposed,
-                                            lambda shape: _taken(sim.scratch.take(tuple(shape), np.float32),
-                                                                 products))
+                                                                 lambda _: x, d, True), transposed, operands)
 
 
 def _halves(sim, fn, read, dst: np.ndarray, split: bool) -> None:

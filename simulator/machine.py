@@ -291,6 +291,7 @@ class MachineSimulator:
         self._check_layout()
         self.neighbours = self._neighbours()
         self.touches = batched.touches_by_tensor(kernel.body.walk()) if self.batch else {}
+        self.read_only = set(kernel.args) - set(written_args(kernel))  # inputs no instruction writes
         self._program = self._compile_block(kernel.body.stmts, ())
         self.hazards = hazards if (self.timing and self.scheduled) else "off"
         # loops whose timing repeats skip whole periods (periodic.py); not while tracing (every

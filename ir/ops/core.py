@@ -218,10 +218,11 @@ class Batched:
     # into(op, read, nlead, reduce, dst) (one pass over the destination instead of two)
     into: Callable | None = None
     # for a `sums` op: several instances that share operands as one call,
-    # grouped(firsts, seconds, nlead, reduce, gemm, rows, copy, transposed, empty) -> None or a
+    # grouped(firsts, seconds, nlead, reduce, gemm, rows, copy, transposed, operand) -> None or a
     # function computing (out, first offsets, second offsets) (nkicc.ir.ops.matmul._matmul_grouped:
     # every first operand with every second, one GEMM; transposed: out's memory is (N, M), for a
-    # destination that stores M contiguously; empty(shape): the float32 arrays it copies operands into)
+    # destination that stores M contiguously; operand(shape, layout, sources, fill): the arrays it
+    # copies operands into, matmul._new_operand's contract)
     grouped: Callable | None = None
 
 

@@ -48,7 +48,7 @@ def _matmul_batched(op: Op, read, nlead: int, reduce: tuple, gemm=np.matmul) -> 
 
 
 def _matmul_grouped(sts: list, mvs: list, nlead: int, reduce: tuple, gemm=np.matmul, rows: int = 1,
-                    copy=np.copyto, transposed: bool = False, empty=None):
+                    copy=np.copyto, transposed: bool = False, operand=None):
     """The products of every stationary view in `sts` with every moving view in `mvs` (each with
     `nlead` leading loop axes, as _matmul_batched reads them) as one GEMM: the stationaries side
     by side along M, the movings along N (the copies into GEMM order that one product makes
@@ -79,10 +79,17 @@ def _matmul_grouped(sts: list, mvs: list, nlead: int, reduce: tuple, gemm=np.mat
     if any(k_free(x) != (k, k_free(xs[0])[1]) for xs in sts + mvs for x, k in zip(xs, Ks)):
         return None
     return lambda: _grouped_gemm(sts, mvs, nlead, reduce, gemm, rows, ms, mm, Ks, Ms, Ns, copy, transposed,
-                                 empty or (lambda shape: np.empty(shape, np.float32)))
+                                 operand or _new_operand)
 
 
-def _grouped_gemm(sts, mvs, nlead, reduce, gemm, rows, ms, mm, Ks, Ms, Ns, copy, transposed, empty):
+def _new_operand(shape: tuple, layout: tuple, sources: list, fill) -> np.ndarray:
+    """A GEMM operand: a new float32 array of `shape`, which fill(array) fills from `sources`
+    (the views it is made of) as `layout` says; a simulator may instead hand back one it made
+    from the same sources, unchanged since."""
+    return fill(np.empty(shape, np.float32))
+
+
+def _grouped_gemm(sts, mvs, nlead, reduce, gemm, rows, ms, mm, Ks, Ms, Ns, copy, transposed, operand):
     """_matmul_grouped's product, once its checks passed."""
     sizes = sts[0][0].shape[:nlead]
     ns, nm = len(ms), len(mm)
@@ -109,9 +116,13 @@ def _grouped_gemm(sts, mvs, nlead, reduce, gemm, rows, ms, mm, Ks, Ms, Ns, copy,
         st, mv = sts[0][0].reshape(stack + [-1, rks[0]]), mvs[0][0].reshape(stack + [rks[0], -1])
     else:  # one copy of every operand into its block of the GEMM's operands
         lead = [sizes[i] for i in both + only_st]
-        st = _blocks(sts, empty(lead + [M, sum(rks)]), len(lead), len(lead) + 1, Ms, rks, copy)
-        mv = _blocks([list(p) for p in zip(*mvs)], empty(stack + [sum(rks)] + [sizes[i] for i in only_mv] + [N]),
-                     len(stack), len(stack) + 1 + len(only_mv), rks, Ns, copy)
+        at = (len(lead), len(lead) + 1, tuple(Ms), tuple(rks))
+        st = operand(tuple(lead + [M, sum(rks)]), ("st",) + at, [x for xs in sts for x in xs],
+                     lambda out: _blocks(sts, out, *at, copy))
+        at = (len(stack), len(stack) + 1 + len(only_mv), tuple(rks), tuple(Ns))
+        mvs = [list(p) for p in zip(*mvs)]
+        mv = operand(tuple(stack + [sum(rks)] + [sizes[i] for i in only_mv] + [N]), ("mv",) + at,
+                     [x for xs in mvs for x in xs], lambda out: _blocks(mvs, out, *at, copy))
         st, mv = st.reshape(stack + [-1, sum(rks)]), mv.reshape(stack + [sum(rks), -1])
     if transposed:  # BLAS reads the transposed operands in place
         out = gemm(mv.swapaxes(-1, -2), st.swapaxes(-1, -2)).swapaxes(-1, -2)
@@ -134,7 +145,7 @@ def _blocks(blocks: list, out: np.ndarray, axis_u: int, axis_v: int, sizes_u: li
     sum(sizes_u[:u]) along axis_u and sum(sizes_v[:v]) along axis_v (each block's own shape has
     the contraction axis split into its loop axes and K: a view of the target's block)."""
     shape = out.shape
-    ou, ov = np.cumsum([0] + sizes_u), np.cumsum([0] + sizes_v)
+    ou, ov = np.cumsum([0, *sizes_u]), np.cumsum([0, *sizes_v])
     sel = [slice(None)] * len(shape)
     for u, row in enumerate(blocks):
         for v, x in enumerate(row):
