@@ -673,3 +673,52 @@ def test_a_simulator_run_again_forgets_the_last_run(rng):
                 slow, _ = MachineSimulator(c.ir, TRN2, timing=timing, batch=False).run(inputs)
                 assert rep.batched_loops
                 assert_same_up_to_sums(c.ir, inputs, fast, slow, out)
+
+
+def test_mm2_at_an_eighth_of_the_seed_equals_numpy(rng, monkeypatch):
+    """At 1/8 of the seed (bench/sim_throughput.py --scale 8) the batched path makes a GEMM
+    operand it already made from the same unwritten input once per entry (At's block for both
+    multi-buffer copies of the n0 body): E equals numpy's, which it would not if operands of the
+    same shape but other sources were shared (B's two halves are such a pair here)."""
+    from nkicc.simulator import batched
+    M, K, N, L = 4096, 512, 2048, 512
+    At, B, D = (rng.standard_normal(s).astype(np.float32) for s in ((K, M), (K, N), (N, L)))
+    c = nkicc.compile(fm.mm2, At, B, D)
+    reused = []
+    call = batched._Operands.__call__
+
+    def counted(self, shape, layout, sources, fill):
+        made = dict(self.made)
+        out = call(self, shape, layout, sources, fill)
+        reused.append(any(out is x for x in made.values()))
+        return out
+    monkeypatch.setattr(batched._Operands, "__call__", counted)
+    out, rep = MachineSimulator(c.ir, TRN2, timing=False).run({"At": At, "B": B, "D": D})
+    assert rep.batched_loops and sum(reused) >= 2
+    want = (At.T.astype(np.float64) @ B) @ D
+    mag = (np.abs(At.T).astype(np.float64) @ np.abs(B)) @ np.abs(D)
+    assert np.all(np.abs(out["E"] - want) <= 1e-5 * mag)
+
+
+def test_gemm_operands_are_shared_only_from_inputs_no_instruction_writes():
+    """_Operands makes an operand once per entry only where every view it is made of lies in an
+    input the kernel never writes; anything else is made again each time it is asked for."""
+    from types import SimpleNamespace
+    from nkicc.simulator.batched import _Operands
+    from nkicc.simulator.scratch import Scratch
+    a, w = np.arange(64, dtype=np.float32), np.arange(64, dtype=np.float32)
+    sim = SimpleNamespace(hbm={"a": a, "w": w}, read_only={"a"}, scratch=Scratch())
+    fills = []
+
+    def fill(out):
+        fills.append(1)
+        out[...] = 0
+        return out
+    ops = _Operands(sim, [])
+    for src in (a, w):
+        parts = [src[:32].reshape(4, 8), src[32:].reshape(4, 8)]
+        first = ops((8, 8), ("st",), parts, fill)
+        again = ops((8, 8), ("st",), parts, fill)
+        assert (first is again) == (src is a)
+    assert len(fills) == 3
+    assert ops((4, 8), ("st",), [a[:32]], fill).base is not None and len(fills) == 3  # one view: in place
