@@ -73,11 +73,13 @@ _accumulate = ReferenceMachine._accumulate
 CHECK_BUDGET = 200_000_000      # run-start comparisons per legality check (seconds at most, once per loop)
 MAX_PRIVATE_BYTES = 512 << 20     # private tile copies of one nest
 MAX_VALUES_BYTES = 256 << 20      # one op's batched results
-# BLAS threads for a GEMM of at least this many flops: below it a multi-threaded OpenBLAS lost 2-10x
-# on this shared 2-vCPU machine (mm2 --scale 8: 30 MFLOP stacked GEMMs 62 s against 3.9 s; its
-# 0.1-0.5 GFLOP whole-loop GEMMs 0.67 s against 0.32 s at load 4). Row bands on two Python threads
-# with one BLAS thread each were no faster at load 1-4 (0.34 s against 0.33 s) and were dropped.
-THREADED_GEMM_FLOP = 1 << 30
+# BLAS threads for a GEMM of at least this many flops, while a core is spare (cpushare.py): below it a
+# multi-threaded OpenBLAS lost 2-10x on this shared 2-vCPU machine (mm2 --scale 8: 30 MFLOP stacked
+# GEMMs 62 s against 3.9 s, before the spare-core check). With the check, 0.35-0.41 GFLOP GEMMs take
+# 1.4-1.6 ms on two threads against 2.6-2.9 ms on one, and mm2 --scale 8 ran 2-5% faster than with
+# 1 GFLOP here (same process, alternating runs). Row bands on two Python threads with one BLAS thread
+# each were no faster at load 1-4 (0.34 s against 0.33 s) and were dropped.
+THREADED_GEMM_FLOP = 1 << 28
 # element-wise passes over at least this many destination elements run in two halves on two threads:
 # a strided 20 MB dst += terms took 3.7-4.2 ms so against 6.6-7.1 ms on one (2 vCPUs at load 2.3)
 PARALLEL_ELEMENTS = 1 << 18
