@@ -172,9 +172,9 @@ def analysis(data: dict) -> str:
             f"`dst += x`, and load/add/store through HBM as alloc spills them) are summed at once, and "
             f"rows a later iteration rewrites are stored in program order. With timing on, the data moves "
             f"batched and the cost model and hazard checks still run per instruction (event level, "
-            f"without data): that walk is most of that row's time. GEMMs of 1 GFLOP or more use BLAS's "
-            f"threads, smaller ones one thread (spinning BLAS threads lost 2-10x at these sizes on the "
-            f"shared 2-vCPU machine); numpy uses "
+            f"without data): that walk is most of that row's time. GEMMs of 0.27 GFLOP or more use BLAS's "
+            f"threads while a core is spare, smaller ones one thread (spinning BLAS threads lost 2-10x at "
+            f"tile sizes on the shared 2-vCPU machine); numpy uses "
             f"its default threads. Single timings vary by tens of percent with the load of other jobs on "
             f"the machine (CPU s against wall s shows how much of a CPU the process got).")
 
