@@ -14,19 +14,22 @@ import numpy as np
 
 class Scratch:
     """Free buffers by byte size; at most `cap` bytes kept free (the rest goes
-    back to the allocator), so a run's peak memory is unchanged."""
+    back to the allocator), so a run's peak memory grows by `cap` at most."""
 
     def __init__(self, cap: int = 256 << 20):
         self.cap, self.kept = cap, 0
         self._free: dict[int, list[np.ndarray]] = {}
+        self._held: set[int] = set()  # id() of the free buffers: one given back twice is kept once
 
     def take(self, shape: tuple, dtype, fill=None) -> np.ndarray:
         dtype = np.dtype(dtype)
         n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         free = self._free.get(n)
         if free:
+            buf = free.pop()
             self.kept -= n
-            a = free.pop().view(dtype).reshape(shape)
+            self._held.discard(id(buf.base))
+            a = buf.view(dtype).reshape(shape)
         else:
             a = np.empty(shape, dtype)
         if fill is not None:
@@ -37,7 +40,9 @@ class Scratch:
         base = a
         while base.base is not None:
             base = base.base
-        if not isinstance(base, np.ndarray) or not base.flags.c_contiguous or self.kept + base.nbytes > self.cap:
+        if (not isinstance(base, np.ndarray) or not base.flags.c_contiguous or id(base) in self._held
+                or self.kept + base.nbytes > self.cap):
             return
         self._free.setdefault(base.nbytes, []).append(base.reshape(-1).view(np.uint8))
+        self._held.add(id(base))
         self.kept += base.nbytes
