@@ -521,6 +521,23 @@ class MachineSimulator:
         acc = self._acc(a)
         return acc
 
+    def release_memory(self) -> None:
+        """Drop what a run left in memory (on-chip arrays, HBM arrays, the scratch pool, hazard
+        records), keeping the compiled program: a simulator kept between runs of one kernel
+        (CompiledKernel.simulate) then holds only its plans."""
+        self.sbuf = self.psum = self.psum_mask = None
+        self._mv, self._mask_mv, self.hbm = {}, None, {}
+        for t in list(self.tensors.values()) + list(self._retypes.values()):
+            t.footprint = None
+            if t.is_psum:
+                t.mask_footprint = None
+        for acc in self._all_accs:
+            acc.wrecs = acc.rrecs = None
+            acc.vcache = {}  # (views of the run's arrays)
+        self._hz_dicts = []
+        self._rows = self._cur_op = None
+        self.scratch = Scratch()
+
     # --- memory --------------------------------------------------------------------------
 
     def _init_memory(self, inputs: dict[str, np.ndarray]) -> None:

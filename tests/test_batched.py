@@ -722,3 +722,44 @@ def test_gemm_operands_are_shared_only_from_inputs_no_instruction_writes():
         assert (first is again) == (src is a)
     assert len(fills) == 3
     assert ops((4, 8), ("st",), [a[:32]], fill).base is not None and len(fills) == 3  # one view: in place
+
+
+def test_a_compiled_kernel_runs_its_simulator_again(rng, monkeypatch):
+    """CompiledKernel.simulate keeps its last machine simulator (its plans: made once) and drops
+    each run's memory: calls with new random inputs equal numpy; other settings (timing, the
+    storage precision) make a new simulator; two threads calling at once both get right results
+    (the second makes a simulator of its own)."""
+    import threading
+    M, K, N, L = 600, 256, 512, 256
+    c = nkicc.compile(fm.mm2, f"float32[{K},{M}]", f"float32[{K},{N}]", f"float32[{N},{L}]")
+    draw = lambda: {"At": rng.standard_normal((K, M)).astype(np.float32),  # noqa: E731
+                    "B": rng.standard_normal((K, N)).astype(np.float32),
+                    "D": rng.standard_normal((N, L)).astype(np.float32)}
+
+    def check(inputs, outs):
+        want = (inputs["At"].T.astype(np.float64) @ inputs["B"]) @ inputs["D"]
+        mag = (np.abs(inputs["At"].T).astype(np.float64) @ np.abs(inputs["B"])) @ np.abs(inputs["D"])
+        assert np.all(np.abs(outs["E"] - want) <= 1e-5 * mag)
+
+    sims = []
+    for timing in (False, False, True, True, False):
+        inputs = draw()
+        check(inputs, c.simulate(inputs, timing=timing)[0])
+        sim = c._machine[1]
+        assert sim.sbuf is None and not sim.hbm  # nothing of the run kept
+        sims.append(sim)
+    assert sims[0] is sims[1] and sims[2] is sims[3] and len({id(s) for s in sims}) == 3
+    monkeypatch.setenv("NKI_PRECISE_FP", "0")
+    c.simulate(draw(), timing=False)
+    assert c._machine[1] is not sims[4] and not c._machine[1].precise
+    monkeypatch.delenv("NKI_PRECISE_FP")
+    runs = [draw() for _ in range(2)]
+    got = [None, None]
+    threads = [threading.Thread(target=lambda i=i: got.__setitem__(i, c.simulate(runs[i], timing=False)[0]))
+               for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for inputs, outs in zip(runs, got):
+        check(inputs, outs)
