@@ -181,9 +181,11 @@ def _runs(base: int, pairs: list) -> _Runs | None:
     if count > MAX_RUNS:
         return None
     starts = np.array([base], dtype=np.int64)
-    for step, num in norm:
+    for step, num in reversed(norm):  # the largest step outermost: nested strides come out sorted
         starts = (starts[:, None] + np.arange(num, dtype=np.int64)[None, :] * step).reshape(-1)
-    return _Runs(np.unique(starts), length)
+    if starts.size > 1 and not (starts[1:] > starts[:-1]).all():  # (else sorted and distinct already)
+        starts = np.unique(starts)
+    return _Runs(starts, length)
 
 
 def _hits(w: _Runs, x: _Runs, t: int) -> bool:
