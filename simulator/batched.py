@@ -261,21 +261,32 @@ def plan(sim, loop: Loop, outer: tuple, label: str) -> Nest | None:
     shared = sim.verdicts.get((id(loop), outer, sim.precise))
     if shared is None or shared[0] is not loop:
         shared = sim.verdicts[(id(loop), outer, sim.precise)] = (loop, {})
-    inside = touches_by_tensor(loop.body.walk())
-    escapes = {name for name in private if sim.touches.get(name, 0) != inside.get(name, 0)}
+    escapes = {name for name in private if not any(x is loop for x in sim.around.get(name, ()))}
     return Nest(label, trips, items, private, uses, tuple(sorted(relevant)), verdicts=shared[1], fresh=fresh,
                 dead=dead, forward=forward, zeroed=set(zeroed), columns=columns, scalars=scalars,
                 moved=tuple(so for so in scalars if so in moved), escapes=escapes)
 
 
-def touches_by_tensor(stmts) -> dict:
-    """tensor name -> how many of these ops touch it."""
-    count: dict = {}
-    for s in stmts:
-        if isinstance(s, Op):
-            for name in tensors_touched(s):
-                count[name] = count.get(name, 0) + 1
-    return count
+def loops_around(block) -> dict:
+    """tensor name -> the loops around every instruction that touches it (outermost first)."""
+    around: dict = {}
+
+    def walk(stmts, loops):
+        for s in stmts:
+            if isinstance(s, Loop):
+                walk(s.body.stmts, loops + (s,))
+            elif isinstance(s, Op):
+                for name in tensors_touched(s):
+                    have = around.get(name)
+                    if have is None:
+                        around[name] = loops
+                    elif have:
+                        n = 0
+                        while n < len(have) and n < len(loops) and have[n] is loops[n]:
+                            n += 1
+                        around[name] = have[:n]
+    walk(block.stmts, ())
+    return around
 
 
 def _columns(items: list, private: dict, tensors: dict) -> set:

@@ -290,7 +290,7 @@ class MachineSimulator:
         self.sbuf = self.psum = self.psum_mask = None  # on-chip memory: made at the first run, kept
         self._check_layout()
         self.neighbours = self._neighbours()
-        self.touches = batched.touches_by_tensor(kernel.body.walk()) if self.batch else {}
+        self.around = batched.loops_around(kernel.body) if self.batch else {}  # (Nest.escapes)
         self.read_only = set(kernel.args) - set(written_args(kernel))  # inputs no instruction writes
         self._program = self._compile_block(kernel.body.stmts, ())
         self.hazards = hazards if (self.timing and self.scheduled) else "off"
