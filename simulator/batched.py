@@ -166,7 +166,7 @@ def plan(sim, loop: Loop, outer: tuple, label: str) -> Nest | None:
                 if not sim.tensors[s.tensor].onchip:  # re-poisoned per iteration (machine._alloc)
                     return f"HBM tensor {s.tensor} allocated inside"
                 private[s.tensor] = vars_
-                first = sim._first_use(stmts[i + 1:], s.tensor)
+                first = sim._first_use(stmts, i + 1, s.tensor)
                 if isinstance(first, Op) and sim._overwrites(first, s.tensor):
                     fresh.add(s.tensor)
                     value = first.attr("value") if first.opcode == "memset" else None

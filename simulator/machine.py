@@ -288,6 +288,7 @@ class MachineSimulator:
         self.helper = ThreadPoolExecutor(1)  # the second core's half of large batched passes (no thread until used)
         self.scratch = Scratch()  # the batched path's arrays, reused between nests and runs (page faults)
         self.sbuf = self.psum = self.psum_mask = None  # on-chip memory: made at the first run, kept
+        self._touched: dict = {}  # id(a block's statements) -> (them, the tensors each touches): _first_use
         self._check_layout()
         self.neighbours = self._neighbours()
         self.around = batched.loops_around(kernel.body) if self.batch else {}  # (Nest.escapes)
@@ -367,7 +368,7 @@ class MachineSimulator:
             if isinstance(s, Op):
                 items.append((0, self._compile_op(s, loop_vars)))
             elif isinstance(s, Alloc):
-                first = self._first_use(stmts[i + 1:], s.tensor)
+                first = self._first_use(stmts, i + 1, s.tensor)
                 if not (isinstance(first, Op) and self._overwrites(first, s.tensor)):
                     items.append((1, self.tensors[s.tensor]))
             elif isinstance(s, Loop):
@@ -386,16 +387,18 @@ class MachineSimulator:
                         items.append((2, spec))
         return items
 
-    @staticmethod
-    def _first_use(stmts, name: str):
-        """The first statement that touches tensor `name` (an Op, or a Loop holding one)."""
-        for s in stmts:
-            if isinstance(s, Op):
-                if name in tensors_touched(s):
-                    return s
-            elif isinstance(s, Loop):
-                if any(isinstance(x, Op) and name in tensors_touched(x) for x in s.body.walk()):
-                    return s
+    def _first_use(self, stmts, start: int, name: str):
+        """The first statement of stmts[start:] that touches tensor `name` (an Op, or a Loop
+        holding one). What each statement touches is worked out once per block (_touched)."""
+        touched = self._touched.get(id(stmts))
+        if touched is None or touched[0] is not stmts:
+            sets = [tensors_touched(s) if isinstance(s, Op) else
+                    set().union(*(tensors_touched(x) for x in s.body.walk() if isinstance(x, Op)))
+                    if isinstance(s, Loop) else () for s in stmts]
+            touched = self._touched[id(stmts)] = (stmts, sets)
+        for s, names in zip(stmts[start:], touched[1][start:]):
+            if name in names:
+                return s
         return None
 
     def _overwrites(self, op: Op, name: str) -> bool:
