@@ -749,6 +749,7 @@ class MachineSimulator:
         t0 = time.perf_counter()
         self._shared = shared or {}
         self._init_memory(inputs)
+        self.env.clear()  # (loop indices and registers a run that raised left behind)
         self.executed = 0
         self.prints: list[str] = []
         for p in self.plans:
