@@ -763,3 +763,36 @@ def test_a_compiled_kernel_runs_its_simulator_again(rng, monkeypatch):
         t.join()
     for inputs, outs in zip(runs, got):
         check(inputs, outs)
+
+
+@nkicc.jit
+def rows_from(a, start, R=64, blocks=4):
+    """Like rows_at_a_runtime_offset, its first row read from the input `start`: the caller's
+    data decides whether the reads stay inside `a`."""
+    out = nl.ndarray((R, a.shape[1]), dtype=a.dtype, buffer=nl.shared_hbm)
+    row = nl.load(start)
+    acc = nl.zeros((R, a.shape[1]), dtype=nl.float32, buffer=nl.sbuf)
+    for r in nl.dynamic_range(blocks):
+        for j in nl.static_range(2):
+            t = nl.load(a.ap([[a.shape[1], R], [1, a.shape[1]]], offset=j * R * a.shape[1],
+                             scalar_offset=row, indirect_dim=0))
+            nisa.tensor_tensor(dst=acc, data1=acc, data2=t, op=nl.add)
+        nisa.tensor_scalar(dst=row, data=row, op0=nl.add, operand0=2 * R)
+    nl.store(out, value=acc)
+    return out
+
+
+def test_a_kept_simulator_runs_right_after_a_run_that_raised(rng):
+    """A compiled kernel runs its simulator again (CompiledKernel.simulate): a call whose data
+    sends a read outside its tensor (E170) leaves nothing that changes the next call's result."""
+    a = rng.standard_normal((512, 32)).astype(np.float32)
+    c = nkicc.compile(rows_from, a, np.zeros((1, 1), np.int32))
+    want = lambda s: sum(a[s + r * 128 + j * 64:s + r * 128 + (j + 1) * 64] for r in range(4) for j in range(2))  # noqa: E731
+    for start, good in ((0, True), (100, False), (0, True), (-64, False), (0, True)):
+        if good:
+            np.testing.assert_allclose(c.run(a, np.full((1, 1), start, np.int32)), want(start), rtol=1e-5, atol=1e-5)
+        else:
+            with pytest.raises(NkiccError) as ei:
+                c.run(a, np.full((1, 1), start, np.int32))
+            assert ei.value.code == "E170"
+    assert c._machine is not None
