@@ -102,6 +102,13 @@ def measure(scale: int = 8, repeat: int = 3, target_name: str = "trn2") -> dict:
                          "batched_loops": report.batched_loops, "unbatched_loops": report.unbatched_loops,
                          "reordered_sums": report.reordered_sums, "loops": len(sim.nests),
                          "closed_form_loops": report.closed_form_loops})
+    calls = {}  # what `kernel(...)` runs: CompiledKernel.simulate, which keeps its simulator between calls
+    if kernel is compiled.ir:
+        for timing in (False, True):
+            compiled.simulate(inputs, timing=timing)  # (the first call makes the plans and verdicts: not timed)
+            wall, cpu, _ = best(lambda: compiled.simulate(inputs, timing=timing), repeat)
+            calls["timing_on" if timing else "functional"] = {"timing": timing, "wall_s": wall, "cpu_s": cpu,
+                                                              "call": True}
     counts: dict = {}
     for p in sim.plans:
         counts[p.opcode] = counts.get(p.opcode, 0) + p.count
@@ -112,6 +119,7 @@ def measure(scale: int = 8, repeat: int = 3, target_name: str = "trn2") -> dict:
         "numpy": {"wall_s": np_wall, "cpu_s": np_cpu}, "numpy_1thread": {"wall_s": np1_wall, "cpu_s": np1_cpu},
         "functional": sims[0], "timing_on": sims[1],
         "per_instruction": {"functional": sims[2], "timing_on": sims[3]},
+        "kernel_call": calls,
         "machine": (f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
                     f"numpy {np.__version__}{load}"),
     }
@@ -132,13 +140,15 @@ def table(data: dict) -> str:
         f"| numpy `(At.T @ B) @ D`, 1 BLAS thread | {np1_wall:.3f} | {data['numpy_1thread']['cpu_s']:.3f} | "
         f"{np1_wall / np_wall:.2f} | 1.00 |",
     ]
-    per = data.get("per_instruction", {})
-    for r in (data["functional"], data["timing_on"], per.get("functional"), per.get("timing_on")):
+    per, calls = data.get("per_instruction", {}), data.get("kernel_call", {})
+    for r in (data["functional"], data["timing_on"], calls.get("functional"), calls.get("timing_on"),
+              per.get("functional"), per.get("timing_on")):
         if r is None:
             continue
         what = "machine simulator, timing on (costs + hazard checks)" if r["timing"] else \
             "machine simulator, timing off (functional)"
-        what += ", batched loops" if r.get("batch", True) else ", per instruction (`batch=False`)"
+        what += (", a kernel call (`CompiledKernel.simulate`)" if r.get("call") else ", batched loops" if r.get("batch", True)
+                 else ", per instruction (`batch=False`)")
         lines.append(f"| {what} | {r['wall_s']:.3f} | {r['cpu_s']:.3f} | {r['wall_s'] / np_wall:.2f} | "
                      f"{r['wall_s'] / np1_wall:.2f} |")
     f, t = data["functional"], data["timing_on"]
@@ -172,7 +182,10 @@ def analysis(data: dict) -> str:
             f"`dst += x`, and load/add/store through HBM as alloc spills them) are summed at once, and "
             f"rows a later iteration rewrites are stored in program order. With timing on, the data moves "
             f"batched and the cost model and hazard checks still run per instruction (event level, "
-            f"without data): that walk is most of that row's time. GEMMs of 0.27 GFLOP or more use BLAS's "
+            f"without data): that walk is most of that row's time. A kernel call (what `kernel(...)` and "
+            f"`nkicc run` do) runs the compiled kernel's kept simulator again, and drops each run's memory "
+            f"after it: its rows are the first two plus making that memory anew. "
+            f"GEMMs of 0.27 GFLOP or more use BLAS's "
             f"threads while a core is spare, smaller ones one thread (spinning BLAS threads lost 2-10x at "
             f"tile sizes on the shared 2-vCPU machine); numpy uses "
             f"its default threads. Single timings vary by tens of percent with the load of other jobs on "
