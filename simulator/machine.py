@@ -288,6 +288,7 @@ class MachineSimulator:
         self.helper = ThreadPoolExecutor(1)  # the second core's half of large batched passes (no thread until used)
         self.scratch = Scratch()  # the batched path's arrays, reused between nests and runs (page faults)
         self.sbuf = self.psum = self.psum_mask = None  # on-chip memory: made at the first run, kept
+        self._allocated = {s.tensor for s in kernel.body.walk() if isinstance(s, Alloc)}
         self._touched: dict = {}  # id(a block's statements) -> (them, the tensors each touches): _first_use
         self._check_layout()
         self.neighbours = self._neighbours()
@@ -546,13 +547,11 @@ class MachineSimulator:
     def _init_memory(self, inputs: dict[str, np.ndarray]) -> None:
         tg = self.target
         k = self.scale
-        if self.sbuf is None:
+        again = self.sbuf is not None  # a run after the first keeps the arrays (fresh pages fault, scratch.py)
+        if not again:
             self.sbuf = np.zeros(tg.partitions * tg.sbuf_partition_bytes * k, dtype=np.uint8)
             self.psum = np.zeros(tg.partitions * tg.psum_partition_bytes * k, dtype=np.uint8)
             self.psum_mask = np.zeros(tg.partitions * tg.psum_partition_bytes * k, dtype=np.bool_)
-        else:  # a run after the first: the same arrays, zeroed (fresh ones cost page faults, see scratch.py)
-            for a in (self.sbuf, self.psum, self.psum_mask):
-                a.fill(0)
         self._mv = {"sbuf": memoryview(self.sbuf), "psum": memoryview(self.psum)}
         self._mask_mv = memoryview(self.psum_mask)
         self.hbm: dict[str, np.ndarray] = {}
@@ -563,6 +562,10 @@ class MachineSimulator:
                 t.footprint = np.ndarray((t.P, t.F), t.dtype, self._mv[t.decl.buffer], t.address, (PB, t.item))
                 if t.is_psum:
                     t.mask_footprint = np.ndarray((t.P, t.F * t.item), np.bool_, self._mask_mv, t.address, (PB, 1))
+                if again and t.name not in self._allocated:  # as a first run finds it; an Alloc fills the others
+                    t.footprint[...] = 0  # (zeroing all of SBUF again was 3 ms a run: 30% of a small kernel's)
+                    if t.is_psum:
+                        t.mask_footprint[...] = False
                 continue
             if t.name in self._shared:
                 arr = self._shared[t.name].reshape(-1)
