@@ -455,12 +455,10 @@ def test_runtime_offsets_fixed_through_a_nest_run_batched(rng):
     assert any("runtime offset that changes inside the nest" in why for why in frep.unbatched_loops.values())
 
 
-@nkicc.jit
-def rows_at_a_runtime_offset(a, R=64, step=128, blocks=4):
+def _rows_summed(a, row, R, step, blocks):
     """Dynamic iteration r sums two R-row blocks read at row `row` (+ j * R): the offset is fixed
-    through the static j loop and advanced after it."""
+    through the static j loop and advanced by `step` after it."""
     out = nl.ndarray((R, a.shape[1]), dtype=a.dtype, buffer=nl.shared_hbm)
-    row = nl.zeros((1, 1), dtype=nl.int32, buffer=nl.sbuf)
     acc = nl.zeros((R, a.shape[1]), dtype=nl.float32, buffer=nl.sbuf)
     for r in nl.dynamic_range(blocks):
         for j in nl.static_range(2):
@@ -470,6 +468,12 @@ def rows_at_a_runtime_offset(a, R=64, step=128, blocks=4):
         nisa.tensor_scalar(dst=row, data=row, op0=nl.add, operand0=step)
     nl.store(out, value=acc)
     return out
+
+
+@nkicc.jit
+def rows_at_a_runtime_offset(a, R=64, step=128, blocks=4):
+    """_rows_summed from row 0."""
+    return _rows_summed(a, nl.zeros((1, 1), dtype=nl.int32, buffer=nl.sbuf), R, step, blocks)
 
 
 def test_a_runtime_offset_leaving_its_tensor_in_a_batched_nest_is_still_e170(rng):
@@ -767,19 +771,9 @@ def test_a_compiled_kernel_runs_its_simulator_again(rng, monkeypatch):
 
 @nkicc.jit
 def rows_from(a, start, R=64, blocks=4):
-    """Like rows_at_a_runtime_offset, its first row read from the input `start`: the caller's
-    data decides whether the reads stay inside `a`."""
-    out = nl.ndarray((R, a.shape[1]), dtype=a.dtype, buffer=nl.shared_hbm)
-    row = nl.load(start)
-    acc = nl.zeros((R, a.shape[1]), dtype=nl.float32, buffer=nl.sbuf)
-    for r in nl.dynamic_range(blocks):
-        for j in nl.static_range(2):
-            t = nl.load(a.ap([[a.shape[1], R], [1, a.shape[1]]], offset=j * R * a.shape[1],
-                             scalar_offset=row, indirect_dim=0))
-            nisa.tensor_tensor(dst=acc, data1=acc, data2=t, op=nl.add)
-        nisa.tensor_scalar(dst=row, data=row, op0=nl.add, operand0=2 * R)
-    nl.store(out, value=acc)
-    return out
+    """_rows_summed from the row in the input `start`, 2 R rows further each iteration: the
+    caller's data decides whether the reads stay inside `a`."""
+    return _rows_summed(a, nl.load(start), R, 2 * R, blocks)
 
 
 def test_a_kept_simulator_runs_right_after_a_run_that_raised(rng):
