@@ -173,7 +173,7 @@ class CompiledKernel:
         try:
             kept = self._machine
             if mine and kept is not None and kept[0][0] is target and kept[0][1:] == settings[1:]:
-                sim = self._machine[1]
+                sim = kept[1]
             else:
                 sim = MachineSimulator(self.ir, target, timing=timing, trace=trace, verdicts=self._verdicts,
                                        precise=settings[3])

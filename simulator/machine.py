@@ -295,6 +295,7 @@ class MachineSimulator:
         self.around = batched.loops_around(kernel.body) if self.batch else {}  # (Nest.escapes)
         self.read_only = set(kernel.args) - set(written_args(kernel))  # inputs no instruction writes
         self._program = self._compile_block(kernel.body.stmts, ())
+        self._touched = {}  # (only the plans needed it)
         self.hazards = hazards if (self.timing and self.scheduled) else "off"
         # loops whose timing repeats skip whole periods (periodic.py); not while tracing (every
         # instruction is an event), nor with hazards="raw" (its record cleanup can hide a hazard
