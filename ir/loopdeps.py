@@ -52,6 +52,9 @@ class _Use:
 class _Runs:
     starts: np.ndarray  # sorted unique int64 run starts
     length: int
+    # where the starts are base + sum of step * j (0 <= j < num) over steps each past the span of the
+    # smaller ones (the usual tile access): (base, ((step, num), ...) smallest step first), else None
+    grid: tuple | None = None
 
 
 def check_affine_loops(kernel: Kernel, affine_vars) -> None:
@@ -184,12 +187,18 @@ def _runs(base: int, pairs: list) -> _Runs | None:
     for step, num in reversed(norm):  # the largest step outermost: nested strides come out sorted
         starts = (starts[:, None] + np.arange(num, dtype=np.int64)[None, :] * step).reshape(-1)
     if starts.size > 1 and not (starts[1:] > starts[:-1]).all():  # (else sorted and distinct already)
-        starts = np.unique(starts)
-    return _Runs(starts, length)
+        return _Runs(np.unique(starts), length)
+    span, nested = length - 1, True
+    for step, num in norm:
+        nested = nested and step > span
+        span += step * (num - 1)
+    return _Runs(starts, length, (base, tuple(norm)) if nested else None)
 
 
 def _hits(w: _Runs, x: _Runs, t: int) -> bool:
     """Do the runs of w shifted by t overlap the runs of x?"""
+    if w.grid is not None and x.grid is not None and w.grid[1] == x.grid[1] and w.length == x.length:
+        return _grid_hits(x.grid[0] - w.grid[0] - t, w.grid[1], w.length)  # (no run enumerated)
     lo = w.starts + t - (x.length - 1)
     idx = np.searchsorted(x.starts, lo, side="left")
     ok = idx < x.starts.size
@@ -197,6 +206,22 @@ def _hits(w: _Runs, x: _Runs, t: int) -> bool:
         return False
     found = x.starts[np.minimum(idx, x.starts.size - 1)]
     return bool(np.any(ok & (found <= w.starts + t + (w.length - 1))))
+
+
+def _grid_hits(diff: int, norm: tuple, length: int) -> bool:
+    """Whether two copies of one nested grid of runs (runs of `length` at sum of step * j), the
+    second `diff` elements after the first, share an element: whether diff = sum of step * d with
+    |d| < num, give or take length - 1. Each step is past the span of the smaller ones, so at each
+    level (largest first) d is one of the two nearest multiples: at most two branches a level."""
+    levels = list(norm)
+
+    def fits(rest: int, k: int) -> bool:
+        if k < 0:
+            return abs(rest) <= length - 1
+        step, num = levels[k]
+        q = rest // step
+        return any(abs(d) < num and fits(rest - d * step, k - 1) for d in (q, q + 1))
+    return fits(diff, len(levels) - 1)
 
 
 def _outer_samples(w: Access, x: Access, outer: Mapping[str, int]) -> list[dict[str, int]]:
