@@ -62,12 +62,12 @@ from ..ir.loopdeps import carried
 from . import semantics
 from ._blas import default_blas
 from .cpushare import CpuShare
+from .reference import ReferenceMachine
 
 try:
     from numpy.lib.array_utils import byte_bounds
 except ImportError:  # numpy < 2
     from numpy import byte_bounds
-from .reference import ReferenceMachine
 
 _accumulate = ReferenceMachine._accumulate
 CHECK_BUDGET = 200_000_000      # run-start comparisons per legality check (seconds at most, once per loop)
@@ -977,9 +977,9 @@ def _execute(sim, nest: Nest, plan_: list, ordered: dict) -> None:
     # the fused matmuls' operand views (a group's GEMM may come before a member's own position)
     done, pending = {id(it): got for it, got, _ in plan_ if it.fused}, {}
     outs_of = {id(it): outs for it, _, outs in plan_}
-    products = []
-    mult = partial(gemm, spare=sim.cpu.spare, scratch=sim.scratch, taken=products)
-    _check_groups(sim, nest, done, mult, outs_of, _Operands(sim, products))
+    arrays = _EntryArrays(sim)
+    mult = partial(gemm, spare=sim.cpu.spare, arrays=arrays)
+    _check_groups(sim, nest, done, mult, outs_of, arrays)
     for it, got, outs in plan_:
         p = it.plan
         points = _points(it.vars, nest.trips)
@@ -1046,8 +1046,7 @@ def _execute(sim, nest: Nest, plan_: list, ordered: dict) -> None:
                 for k, i in zip(axes, idx):
                     sel[k] = i
                 semantics.store(dst[tuple(sel)], values[tuple(sel)])
-    for x in products:  # (nothing holds a product past its nest)
-        sim.scratch.give(x)
+    arrays.release()  # (nothing holds a product or an operand past its entry)
 
 
 def _touches(it: _OpItem, t: str) -> bool:
@@ -1127,17 +1126,27 @@ def _disjoint(shape: tuple, strides: tuple, item: int) -> bool:
     return True
 
 
-class _Operands:
-    """The GEMM operands of one nest entry (matmul._new_operand's contract): arrays from the
-    simulator's scratch pool, given back with the products at the end of the entry. One view
-    already of the operand's shape is the operand (no copy); an operand made only of views of
-    inputs the kernel never writes is made once per entry (the At block that mm2's two
-    multi-buffer copies of the n0 body both read, D of both E groups)."""
+class _EntryArrays:
+    """The float32 arrays one nest entry takes from the simulator's scratch pool (GEMM products,
+    `new`; GEMM operands, called as matmul._new_operand's contract), all given back when the
+    entry ends (`release`). One view already of an operand's shape is the operand (no copy); an
+    operand made only of views of inputs the kernel never writes is made once per entry (the At
+    block that mm2's two multi-buffer copies of the n0 body both read, D of both E groups)."""
 
-    def __init__(self, sim, taken: list):
-        self.sim, self.taken = sim, taken
+    def __init__(self, sim):
+        self.sim, self.taken = sim, []
         self.steady = [byte_bounds(sim.hbm[name]) for name in sim.read_only]  # those inputs' bytes
         self.made: dict = {}
+
+    def new(self, shape: tuple) -> np.ndarray:
+        out = self.sim.scratch.take(shape, np.float32)
+        self.taken.append(out)
+        return out
+
+    def release(self) -> None:
+        for x in self.taken:
+            self.sim.scratch.give(x)
+        self.taken, self.made = [], {}
 
     def _steady(self, x: np.ndarray) -> bool:
         lo, hi = byte_bounds(x)
@@ -1154,14 +1163,13 @@ class _Operands:
             key = (shape, layout, tuple((x.__array_interface__["data"][0], x.shape, x.strides) for x in sources))
             if key in self.made:
                 return self.made[key]
-        out = fill(self.sim.scratch.take(shape, np.float32))
-        self.taken.append(out)
+        out = fill(self.new(shape))
         if key is not None:
             self.made[key] = out
         return out
 
 
-def _check_groups(sim, nest: Nest, done: dict, mult, outs_of: dict, operands: _Operands) -> None:
+def _check_groups(sim, nest: Nest, done: dict, mult, outs_of: dict, operands: "_EntryArrays") -> None:
     """Each group's GEMM, to run (a function) or None where its operands do not line up: decided
     before any of its adds runs (one that adds nothing must know whether its product comes). Its
     product is laid out as its first sum's destination is: M contiguous there (a tile a matmul
@@ -1201,16 +1209,15 @@ def _first_axis(x, h: slice):
     return x[h] if isinstance(x, np.ndarray) and x.ndim else x
 
 
-def gemm(a: np.ndarray, b: np.ndarray, spare=None, scratch=None, taken=None) -> np.ndarray:
+def gemm(a: np.ndarray, b: np.ndarray, spare=None, arrays: _EntryArrays | None = None) -> np.ndarray:
     """a @ b for the batched path: BLAS's own threads for a GEMM of THREADED_GEMM_FLOP or more (a
     whole loop nest's product) while a core is to spare (`spare()`, a CpuShare's by default), else
-    one thread (the simulator runs under one BLAS thread). With `scratch`, the product lands in one
-    of its arrays, listed in `taken` for the nest to give back."""
+    one thread (the simulator runs under one BLAS thread). With `arrays`, the product lands in one
+    of the entry's scratch arrays."""
     flop = 2 * a.shape[-2] * a.shape[-1] * b.shape[-1] * int(np.prod(a.shape[:-2], dtype=np.int64))
     out = None
-    if scratch is not None and a.dtype == b.dtype == np.float32:
-        out = scratch.take(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1]), np.float32)
-        taken.append(out)
+    if arrays is not None and a.dtype == b.dtype == np.float32:
+        out = arrays.new(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1]))
     if flop >= THREADED_GEMM_FLOP and (spare or CpuShare().spare)():
         with default_blas():
             return np.matmul(a, b, out=out)

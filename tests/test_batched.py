@@ -689,14 +689,14 @@ def test_mm2_at_an_eighth_of_the_seed_equals_numpy(rng, monkeypatch):
     At, B, D = (rng.standard_normal(s).astype(np.float32) for s in ((K, M), (K, N), (N, L)))
     c = nkicc.compile(fm.mm2, At, B, D)
     reused = []
-    call = batched._Operands.__call__
+    call = batched._EntryArrays.__call__
 
     def counted(self, shape, layout, sources, fill):
         made = dict(self.made)
         out = call(self, shape, layout, sources, fill)
         reused.append(any(out is x for x in made.values()))
         return out
-    monkeypatch.setattr(batched._Operands, "__call__", counted)
+    monkeypatch.setattr(batched._EntryArrays, "__call__", counted)
     out, rep = MachineSimulator(c.ir, TRN2, timing=False).run({"At": At, "B": B, "D": D})
     assert rep.batched_loops and sum(reused) >= 2
     want = (At.T.astype(np.float64) @ B) @ D
@@ -705,10 +705,10 @@ def test_mm2_at_an_eighth_of_the_seed_equals_numpy(rng, monkeypatch):
 
 
 def test_gemm_operands_are_shared_only_from_inputs_no_instruction_writes():
-    """_Operands makes an operand once per entry only where every view it is made of lies in an
+    """_EntryArrays makes an operand once per entry only where every view it is made of lies in an
     input the kernel never writes; anything else is made again each time it is asked for."""
     from types import SimpleNamespace
-    from nkicc.simulator.batched import _Operands
+    from nkicc.simulator.batched import _EntryArrays
     from nkicc.simulator.scratch import Scratch
     a, w = np.arange(64, dtype=np.float32), np.arange(64, dtype=np.float32)
     sim = SimpleNamespace(hbm={"a": a, "w": w}, read_only={"a"}, scratch=Scratch())
@@ -718,7 +718,7 @@ def test_gemm_operands_are_shared_only_from_inputs_no_instruction_writes():
         fills.append(1)
         out[...] = 0
         return out
-    ops = _Operands(sim, [])
+    ops = _EntryArrays(sim)
     for src in (a, w):
         parts = [src[:32].reshape(4, 8), src[32:].reshape(4, 8)]
         first = ops((8, 8), ("st",), parts, fill)
