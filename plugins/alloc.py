@@ -102,28 +102,55 @@ class _Numbering:
 
 # --- address assignment -------------------------------------------------------------------
 
-def _place(items, capacity: int, bank: int | None):
+def _place(items, capacity: int, bank: int | None, rotate: bool = False):
     """First-fit over live ranges. items: (name, size, start, end). Returns
-    (addresses, name that did not fit or None, peak bytes)."""
+    (addresses, name that did not fit or None, peak bytes). `rotate` (PSUM):
+    each tile is looked for from the bank after the one placed before it,
+    wrapping round, so that consecutive short-lived tiles (a matmul group's
+    accumulator, one per iteration of a traced loop) take turns over the
+    banks. First-fit gives each one the bank the one before it just left, and
+    the next group's first matmul then waits for whatever reads the previous
+    result out of PSUM (a write after read on the bank): the Tensor Engine
+    idles while the Vector Engine drains the bank. Rotating fragments
+    differently; where it does not fit, first-fit is the placement."""
+    if rotate:
+        got = _place_from(items, capacity, bank, True)
+        if got[1] is None:
+            return got
+    return _place_from(items, capacity, bank, False)
+
+
+def _place_from(items, capacity: int, bank: int | None, rotate: bool):
     addresses: dict[str, int] = {}
     active: list[tuple[int, int, int]] = []  # (end, address, size)
-    peak = 0
+    peak = cursor = 0
     for name, size, start, end in sorted(items, key=lambda t: (t[2], -t[1])):
         active = [a for a in active if a[0] >= start]
         taken = sorted((addr, addr + sz) for _, addr, sz in active)
-        addr = 0
-        for lo, hi in taken:
-            addr = _bank_fit(addr, size, bank)
-            if addr + size <= lo:
-                break
-            addr = max(addr, _align(hi))
-        addr = _bank_fit(addr, size, bank)
+        addr = _fit(taken, size, cursor, bank)
+        if addr + size > capacity and cursor:
+            addr = _fit(taken, size, 0, bank)
         if addr + size > capacity:
             return addresses, name, peak
         addresses[name] = addr
         active.append((end, addr, size))
-        peak = max(peak, addr + size)
+        # the bytes in use at most: the highest one, or, where tiles take turns over the banks
+        # (which reaches the last bank however few are live), the most live at once
+        peak = max(peak, sum(sz for _, _, sz in active) if rotate else addr + size)
+        if rotate:
+            cursor = -(-(addr + size) // bank) * bank
+            cursor = 0 if cursor >= capacity else cursor
     return addresses, None, peak
+
+
+def _fit(taken: list, size: int, addr: int, bank: int | None) -> int:
+    """The first address from `addr` where `size` bytes miss every (lo, hi) of `taken` (sorted)."""
+    for lo, hi in taken:
+        addr = _bank_fit(addr, size, bank)
+        if addr + size <= lo:
+            break
+        addr = max(addr, _align(hi))
+    return _bank_fit(addr, size, bank)
 
 
 def _bank_fit(addr: int, size: int, bank: int | None) -> int:
@@ -351,7 +378,7 @@ def _place_all(kernel, numbering, decls, capacity, banks):
             if d.buffer == buffer:
                 start, end = numbering.live_range(name)
                 items.append((name, partition_bytes(d), start, end))
-        addresses, failed, peak = _place(items, capacity[buffer], banks[buffer])
+        addresses, failed, peak = _place(items, capacity[buffer], banks[buffer], rotate=buffer == "psum")
         peaks[buffer] = peak
         if failed is not None:
             return placed, (buffer, failed, items), peaks

@@ -77,3 +77,41 @@ def centered_squares(x):
         nisa.tensor_tensor(dst=sq, data1=d, data2=d, op=nl.multiply)
         nisa.dma_copy(dst=out[:, j * T:(j + 1) * T], src=sq)
     return out
+
+
+@nkicc.jit
+def psum_groups(lhsT, rhs):
+    """kernel-optimization step 4's inner pattern: one PSUM accumulator per output tile, which
+    the Tensor Engine sums over K and the Vector Engine then adds into that tile's SBUF result,
+    kept in Python lists (so the tile loops are traced). An accumulator is dead once added, so
+    first-fit would give them all one bank (tests/test_alloc_psum.py)."""
+    K, M = lhsT.shape
+    _, N = rhs.shape
+    result = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.shared_hbm)
+    res = []
+    for m in range(M // TM):
+        row = []
+        for n in range(N // TN):
+            t = nl.ndarray((TM, TN), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.memset(dst=t, value=1.0)
+            row.append(t)
+        res.append(row)
+    stationary, moving = [], []
+    for k in range(K // TK):
+        s = nl.ndarray((TK, M), dtype=lhsT.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=s, src=lhsT[k * TK:(k + 1) * TK, :])
+        stationary.append(s)
+        t = nl.ndarray((TK, N), dtype=rhs.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=rhs[k * TK:(k + 1) * TK, :])
+        moving.append(t)
+    for m in range(M // TM):
+        for n in range(N // TN):
+            acc = nl.ndarray((TM, TN), dtype=nl.float32, buffer=nl.psum)
+            for k in range(K // TK):
+                nisa.nc_matmul(dst=acc, stationary=stationary[k][:, m * TM:(m + 1) * TM],
+                               moving=moving[k][:, n * TN:(n + 1) * TN])
+            nisa.tensor_tensor(dst=res[m][n], data1=res[m][n], data2=acc, op=nl.add)
+    for m in range(M // TM):
+        for n in range(N // TN):
+            nisa.dma_copy(dst=result[m * TM:(m + 1) * TM, n * TN:(n + 1) * TN], src=res[m][n])
+    return result

@@ -21,9 +21,9 @@ KNOWN_OFF = {
     ("kernel-opt", "loads hoisted: pe"),
     ("kernel-opt", "M and N blocked: dma"),         # at --quick size (the full run uses the tutorial's shapes)
     ("kernel-opt", "M, N and K blocked: dma"),
-    ("kernel-opt", "M, N and K blocked: pe"),
     ("kernel-opt", "M, N and K blocked: dve"),
     ("kernel-opt-latency", "step 3 (M and N blocked)"),  # at --quick size (within 15% at the tutorial's)
+    ("kernel-opt-latency", "step 4 (M, N and K blocked)"),  # likewise
 }
 KNOWN_WRONG_RANKINGS = {
     ("mamba-seq", "v3 (seq_len tiled) is faster than v2 at seq_len 2048"),
