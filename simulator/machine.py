@@ -834,7 +834,9 @@ class MachineSimulator:
             self.tracer = TraceRecorder(self.kernel.name, getattr(self.target, "name", "?"),
                                         self.tracer.max_events, self.decls)
         memo = self._timing_memo if self._timing_static and not self._shared else None
-        self._timed = self.timing and memo is None  # (off while a skipped period's iterations run for their data)
+        # timed unless the first run's timing is reused (and off while a skipped period's iterations
+        # run for their data alone: _replay)
+        self._timed = self.timing and memo is None
         with single_threaded_blas(), np.errstate(all="ignore"):  # semantics.compute's contract
             self._block(self._program)
         if memo is not None:
