@@ -3,9 +3,12 @@
 The machine simulator times a loop one instruction at a time. In most kernels
 the timing settles after an iteration or two: from then on every iteration is
 the one before it, later by a constant D (its engines' frees, the finishes of
-its instructions, the DMA fabric's busy intervals, the rotation over the DMA
-queues, the hazard records: all shifted by D, memory addresses moved by the
-loop's stride). The timing walk is deterministic, so once the whole state at
+its instructions, the DMA fabric's busy intervals, the hazard records: all
+shifted by D, memory addresses moved by the loop's stride). Rotating DMAs are
+dealt round the 16 queues; where an iteration deals them a number of times r
+that is not a multiple of 16, queue q + r takes up the state queue q had, so
+the queues' frees are compared, and advanced, up to that rotation (_roles).
+The timing walk is deterministic, so once the whole state at
 the end of iteration i equals the state at the end of iteration i - p shifted
 by D, iterations i + 1 .. are copies of iterations i - p + 1 .. i shifted by D
 (and p strides further in memory): skip whole periods, adding D to every time,
@@ -49,7 +52,7 @@ from ..ir import Const
 from .activity import _merge
 
 _TOL = 1e-6          # ns: two times this close are the same time
-_MAX_PERIOD = 16     # iterations a period may span (a rotation over the DMA queues may need as many as the queues)
+_MAX_PERIOD = 16     # iterations a period may span
 _MIN_TRIP = 4        # shorter loops: not worth a snapshot per iteration
 _MIN_BODY = 8        # instructions per iteration below which a snapshot costs more than it can save
 _GIVE_UP = 2 * _MAX_PERIOD + 2  # iterations of one loop entry without a period: stop looking
@@ -212,10 +215,13 @@ def shift_of(m, f: LoopFacts, a: Snapshot, b: Snapshot, p: int) -> float | None:
     D = b.T - a.T
     if not D > 0 or a.forgotten != b.forgotten or m.forgotten or not _moves(f, a, b, p):
         return None
-    if not all(_near(y - x, D) for x, y in zip(a.efree, b.efree)):
+    to = _roles(m, a, b)
+    if not all(_near(b.efree[to[e]] - x, D) for e, x in enumerate(a.efree)):
         return None
     # an engine's last execution start matters to an instruction that hides its overhead behind it,
     # which begins no earlier than Hw
+    if any(to[key] != key for key in m._hidden_keys):
+        return None
     if not all(_near(y - x, D) or (x == y and x <= a.Hw) for x, y in zip(a.eexec, b.eexec)):
         return None
     if not _near(b.end_ns - a.end_ns, D):
@@ -226,9 +232,6 @@ def shift_of(m, f: LoopFacts, a: Snapshot, b: Snapshot, p: int) -> float | None:
         y = b.fin[k]
         if not (_near(y - x, D) or (x == y and x <= a.Hw)):
             return None
-    nq = len(m._rot_keys)
-    if nq and (b.rot - a.rot) % nq:
-        return None
     if a.rf.keys() != b.rf.keys():
         return None
     gb = {g: v * p for g, v in f.group_bytes.items()}
@@ -267,14 +270,36 @@ def shift_of(m, f: LoopFacts, a: Snapshot, b: Snapshot, p: int) -> float | None:
     return D
 
 
+def _roles(m, a: Snapshot, b: Snapshot) -> list:
+    """to[e]: the engine in state b that is in the state engine e was in at a. Rotating DMAs are
+    dealt round the queues, so where a period deals them a number of times that is not a multiple
+    of the queues, each queue's part passes to the queue that many places on; every other engine
+    keeps its own."""
+    to = list(range(len(a.efree)))
+    keys = m._rot_keys
+    r = (b.rot - a.rot) % len(keys) if keys else 0
+    for j, e in enumerate(keys if r else ()):
+        to[e] = keys[(j + r) % len(keys)]
+    return to
+
+
 def skip(m, f: LoopFacts, a: Snapshot, b: Snapshot, p: int, D: float, k: int) -> None:
     """Advance the machine's timing state from b by k periods of p iterations."""
     n = k * p
     dt = k * D
-    for i in range(len(m.efree)):
-        m.efree[i] += dt
-        m.ebusy[i] += k * (b.ebusy[i] - a.ebusy[i])
-        m.ecount[i] += k * (b.ecount[i] - a.ecount[i])
+    to = _roles(m, a, b)
+    # the part engine e played from a to b passes to to[e] in the next period, to[to[e]] in the one
+    # after: each period's busy time and counts land on the engine playing that part then
+    held = list(range(len(m.efree)))
+    busy, count = list(m.ebusy), list(m.ecount)
+    for _ in range(k):
+        held = [to[h] for h in held]
+        for e, h in enumerate(held):
+            busy[h] += b.ebusy[e] - a.ebusy[e]
+            count[h] += b.ecount[e] - a.ecount[e]
+    m.ebusy[:], m.ecount[:] = busy, count
+    for e, h in enumerate(held):  # (m.efree is b's now)
+        m.efree[h] = b.efree[e] + dt
     for key, x, y in zip(m._hidden_keys, a.eexec, b.eexec):
         if _near(y - x, D):
             m.eexec[key] += dt
