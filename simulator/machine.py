@@ -227,15 +227,6 @@ class _Plan:
         self.mode = op.attr("accumulate")
 
 
-def _reads_registers(items) -> bool:
-    """Whether a compiled block (MachineSimulator._compile_block) holds a runtime loop, at any depth
-    (its trip count is data)."""
-    for kind, x in items:
-        if kind == 3 or (kind == 2 and _reads_registers(x[2])) or (kind == 4 and _reads_registers(x[0][2])):
-            return True
-    return False
-
-
 @dataclass
 class _TimingMemo:
     """What a timed run of a program that reads no register leaves for the report: the same for
@@ -352,14 +343,15 @@ class MachineSimulator:
             p.hz_reads = [acc for acc in p.hz_reads if acc.t.name in touched]
         self.tracer = TraceRecorder(kernel.name, getattr(target, "name", "?"), max_trace_events, self.decls) \
             if self.tracing else None
-        # A program that reads no register (no runtime offset, no runtime loop) and meets no other
-        # rank times the same on any data: times, busy spans and hazard checks follow from the
-        # program and the cost table alone. Its first timed run's timing is kept (_TimingMemo) and
-        # later runs of this simulator run only the data, every check on it included.
+        # A program that reads no register (no runtime offset, no runtime loop: its loop_guard is a
+        # plan too) and meets no other rank times the same on any data: times, busy spans and hazard
+        # checks follow from the program and the cost table alone. Its first timed run's timing is
+        # kept (_TimingMemo) and later runs of this simulator run only the data, every check on it
+        # included.
         self._timing_static = (reuse_timing and self.timing and not self.tracing
-                               and not _reads_registers(self._program)
                                and not any(a.scalar is not None or a.reg is not None for a in self._all_accs)
-                               and not any(p.collective is not None for p in self.plans))
+                               and not any(p.collective is not None or p.op.opcode == "loop_guard"
+                                           for p in self.plans))
         self._timing_memo: _TimingMemo | None = None
 
     # --- setup ---------------------------------------------------------------------------

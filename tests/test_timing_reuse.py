@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 
 import nkicc
+import nkicc.isa as nisa
+import nkicc.language as nl
 from nkicc.ir import NkiccError, Op
 from nkicc.plugins.targets import TRN2
 from nkicc.simulator.machine import MachineSimulator
@@ -61,6 +63,40 @@ def test_a_runtime_loop_bound_is_timed_on_every_call(rng):
         totals.append(report.total_ns)
         assert _fields(report) == _fields(MachineSimulator(c.ir, TRN2, timing=True).run(inputs)[1])
         np.testing.assert_array_equal(out[c.ir.outputs[0]][0, :n], d[0, :n])
+    assert totals[1] > totals[0] == totals[2]
+
+
+@nkicc.jit
+def count_up(ub):
+    """out = ub (as float) by ub adds of 1: a runtime loop whose body reads no register, so only its
+    trip count is data."""
+    out = nl.ndarray((128, 32), dtype=nl.float32, buffer=nl.shared_hbm)
+    ub_sb = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=ub_sb, src=ub)
+    ub_reg = nisa.register_alloc()
+    nisa.register_load(ub_reg, ub_sb)
+    acc = nl.zeros((128, 32), dtype=nl.float32, buffer=nl.sbuf)
+    one = nl.ndarray((128, 32), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.memset(dst=one, value=1.0)
+
+    def body(i):
+        nisa.tensor_tensor(dst=acc, data1=acc, data2=one, op=nl.add)
+
+    nl.fori_loop(0, ub_reg, body)
+    nisa.dma_copy(dst=out, src=acc)
+    return out
+
+
+def test_a_runtime_trip_count_alone_is_timed_on_every_call():
+    c = nkicc.compile(count_up, np.array([[1]], np.int32))
+    assert not any(a.scalar is not None or a.reg is not None for a in MachineSimulator(c.ir, TRN2)._all_accs)
+    totals = []
+    for n in (3, 40, 3):
+        inputs = {"ub": np.array([[n]], np.int32)}
+        out, report = c.simulate(inputs)  # the kept simulator, after the first call
+        np.testing.assert_array_equal(out[c.ir.outputs[0]], np.full((128, 32), n, np.float32))
+        assert _fields(report) == _fields(MachineSimulator(c.ir, TRN2, timing=True).run(inputs)[1])
+        totals.append(report.total_ns)
     assert totals[1] > totals[0] == totals[2]
 
 
