@@ -289,15 +289,22 @@ def skip(m, f: LoopFacts, a: Snapshot, b: Snapshot, p: int, D: float, k: int) ->
     dt = k * D
     to = _roles(m, a, b)
     # the part engine e played from a to b passes to to[e] in the next period, to[to[e]] in the one
-    # after: each period's busy time and counts land on the engine playing that part then
-    held = list(range(len(m.efree)))
-    busy, count = list(m.ebusy), list(m.ecount)
-    for _ in range(k):
-        held = [to[h] for h in held]
+    # after: each period's busy time and counts land on the engine playing that part then. The
+    # roles come back round after `cycle` periods (1 without rotation, at most the queues), so a
+    # step of the cycle is taken whole + (1 if it is among the first `rest` steps) times
+    ident = list(range(len(m.efree)))
+    cycle, held = 1, to
+    while held != ident:
+        held, cycle = [to[h] for h in held], cycle + 1
+    whole, rest = divmod(k, cycle)
+    for i in range(cycle):
+        held = [to[h] for h in held]  # (the roles i + 1 periods on)
+        times = whole + (i < rest)
         for e, h in enumerate(held):
-            busy[h] += b.ebusy[e] - a.ebusy[e]
-            count[h] += b.ecount[e] - a.ecount[e]
-    m.ebusy[:], m.ecount[:] = busy, count
+            m.ebusy[h] += times * (b.ebusy[e] - a.ebusy[e])
+            m.ecount[h] += times * (b.ecount[e] - a.ecount[e])
+    for _ in range(rest):  # the roles k periods on: k % cycle steps
+        held = [to[h] for h in held]
     for e, h in enumerate(held):  # (m.efree is b's now)
         m.efree[h] = b.efree[e] + dt
     for key, x, y in zip(m._hidden_keys, a.eexec, b.eexec):
