@@ -19,14 +19,20 @@ pytestmark = pytest.mark.api(
     "nl.while_loop")
 
 
+def load_register(src):
+    """A register holding the int32 of src, an HBM [1, 1] tensor (a helper the kernels call)."""
+    t = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=src)
+    r = nisa.register_alloc()
+    nisa.register_load(r, t)
+    return r
+
+
 @nkicc.jit
 def prefix_copy(data, ub):
     """out[0, :n] = data[0, :n] for n read from an input at run time."""
     out = nl.ndarray((1, 64), dtype=nl.float32, buffer=nl.shared_hbm)
-    ub_sb = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
-    nisa.dma_copy(dst=ub_sb, src=ub)
-    ub_reg = nisa.register_alloc()
-    nisa.register_load(ub_reg, ub_sb)
+    ub_reg = load_register(ub)
     zeros = nl.zeros((1, 64), dtype=nl.float32, buffer=nl.sbuf)
     nisa.dma_copy(dst=out, src=zeros)
     temp = nl.ndarray((1, 1), dtype=nl.float32, buffer=nl.sbuf)
@@ -64,13 +70,7 @@ def strided_sum(x, lo, hi):
     """acc = sum of rows lo, lo + 2, ... < hi of x, with both bounds at run time."""
     out = nl.ndarray((1, 32), dtype=nl.float32, buffer=nl.shared_hbm)
     acc = nl.zeros((1, 32), dtype=nl.float32, buffer=nl.sbuf)
-    regs = []
-    for b in (lo, hi):
-        t = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
-        nisa.dma_copy(dst=t, src=b)
-        r = nisa.register_alloc()
-        nisa.register_load(r, t)
-        regs.append(r)
+    regs = [load_register(b) for b in (lo, hi)]
     row = nl.ndarray((1, 32), dtype=nl.float32, buffer=nl.sbuf)
 
     def body(i):

@@ -19,7 +19,7 @@ from nkicc.simulator.testing import edit_op
 
 from conftest import EXAMPLES
 from test_machine import exp_add
-from test_runtime_loops import prefix_copy
+from test_runtime_loops import load_register, prefix_copy
 
 sys.path.insert(0, str(EXAMPLES))
 import fused_matmul as fm  # noqa: E402
@@ -71,10 +71,7 @@ def count_up(ub):
     """out = ub (as float) by ub adds of 1: a runtime loop whose body reads no register, so only its
     trip count is data."""
     out = nl.ndarray((128, 32), dtype=nl.float32, buffer=nl.shared_hbm)
-    ub_sb = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
-    nisa.dma_copy(dst=ub_sb, src=ub)
-    ub_reg = nisa.register_alloc()
-    nisa.register_load(ub_reg, ub_sb)
+    ub_reg = load_register(ub)
     acc = nl.zeros((128, 32), dtype=nl.float32, buffer=nl.sbuf)
     one = nl.ndarray((128, 32), dtype=nl.float32, buffer=nl.sbuf)
     nisa.memset(dst=one, value=1.0)
