@@ -823,3 +823,64 @@ def test_a_run_again_starts_from_the_memory_a_first_run_finds(rng):
             a = rng.standard_normal((128, 2048)).astype(np.float32)
             out = sim.run({"a": a})[0][kernel.outputs[0]]
             np.testing.assert_allclose(out, a.reshape(128, 32, 64).sum(1), rtol=1e-4, atol=1e-4)
+
+
+@nkicc.jit
+def zeroed_products(a, b, W=136, ZERO_OPERAND=False):
+    """Per 64-row block i, acc = a_i.T @ b in its first 136 columns (two moving tiles side by side),
+    acc zeroed first and W wide (columns past 136 stay zero). ZERO_OPERAND: one more product whose
+    stationary tile is a zeroed tile the loop reads before anything else touches it (compiled without
+    licm, which would hoist it out of the loop)."""
+    I, KT = a.shape[1] // 64, a.shape[0] // 128
+    out = nl.ndarray((I * 64, W), dtype=nl.float32, buffer=nl.shared_hbm)
+    for i in nl.affine_range(I):
+        acc = nl.zeros((64, W), dtype=nl.float32, buffer=nl.sbuf)
+        z = nl.zeros((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+        for k in nl.affine_range(KT):
+            s = nl.load(a[k * 128:(k + 1) * 128, i * 64:(i + 1) * 64])
+            for lo, hi in ((0, 96), (96, 136)):
+                x = nl.load(b[k * 128:(k + 1) * 128, lo:hi])
+                for st in ((s, z) if ZERO_OPERAND else (s,)):
+                    p = nl.ndarray((64, hi - lo), dtype=nl.float32, buffer=nl.psum)
+                    nisa.nc_matmul(p, st, x, accumulate=False)
+                    nisa.tensor_tensor(dst=acc[:, lo:hi], data1=acc[:, lo:hi], data2=p, op=nl.add)
+        nl.store(out[i * 64:(i + 1) * 64, :], acc)
+    return out
+
+
+@pytest.mark.parametrize("W, zero_operand, written", [(136, False, True), (160, False, False), (136, True, False)])
+def test_a_zeroed_accumulator_is_filled_only_where_a_sum_does_not_cover_it(rng, monkeypatch, W, zero_operand,
+                                                                            written):
+    """The batched path zeroes a tile of zeros (nl.zeros) just before anything first touches it, and
+    not at all where one GEMM's products cover it whole (they are written, not added: _one_add). The
+    scratch pool here hands out NaN where it promises nothing, so any element left unfilled, or a
+    zero operand read before its fill, shows: each of three runs equals numpy and the per-instruction
+    path, with acc written (never filled) only when the products cover all of it."""
+    from nkicc.simulator import batched
+    from nkicc.simulator.scratch import Scratch
+    take = Scratch.take
+    monkeypatch.setattr(Scratch, "take", lambda self, shape, dtype, fill=None: take(
+        self, shape, dtype, np.nan if fill is None and np.dtype(dtype).kind == "f" else fill))
+    zeroed = []
+    zero = batched._Views.zero
+    monkeypatch.setattr(batched._Views, "zero", lambda self, names: (
+        zeroed.extend(sorted(self.unfilled.intersection(names))), zero(self, names)))
+    shape_a, shape_b = (128 * 3, 64 * 5), (128 * 3, 136)
+    c = nkicc.compile(zeroed_products, f"float32[{shape_a[0]},{shape_a[1]}]", f"float32[{shape_b[0]},{shape_b[1]}]",
+                      W=W, ZERO_OPERAND=zero_operand, passes={"disable": ["licm"]})
+    sim = MachineSimulator(c.ir, TRN2, timing=False)
+    acc = next(n for nest in sim.nests for n in nest.zeroed if n.startswith("acc"))
+    for _ in range(3):
+        a, b = rng.standard_normal(shape_a).astype(np.float32), rng.standard_normal(shape_b).astype(np.float32)
+        zeroed.clear()
+        fast, rep = sim.run({"a": a, "b": b})
+        slow, _ = MachineSimulator(c.ir, TRN2, timing=False, batch=False).run({"a": a, "b": b})
+        assert rep.batched_loops
+        want = np.zeros((shape_a[1], W))
+        want[:, :136] = (a.astype(np.float64).T.reshape(5, 64, -1) @ b).reshape(-1, 136)
+        mag = np.zeros((shape_a[1], W))
+        mag[:, :136] = (np.abs(a).astype(np.float64).T.reshape(5, 64, -1) @ np.abs(b)).reshape(-1, 136)
+        for got in (fast["out"], slow["out"]):
+            assert np.all(np.abs(got - want) <= 1e-5 * mag)
+        assert (acc not in zeroed) == written
+        assert zero_operand == any(n.startswith("z") for n in zeroed)

@@ -8,7 +8,7 @@ from ..errors import NkiccError
 from ..nodes import Access, Op
 from .checks import tensor
 from . import alu, enums
-from .core import CostContext, Emit, by_partition, instruction, partitions, require_generation
+from .core import CostContext, Emit, any_shape, instruction, partitions, require_generation
 
 
 def _copy(op: Op, read):
@@ -126,7 +126,7 @@ def queue_options(generation: int, priority, dge_mode, what: str) -> str:
 
 
 @instruction(family="dma", compute=_copy, engine="dma", cost=_transfer_ns, traffic=_bytes, verify=_no_psum,
-             free_limited=False, batched=by_partition(_copy))
+             free_limited=False, batched=any_shape(_copy))
 def dma_copy(dst, src, priority=None, oob_mode=enums.oob_mode.error, dge_mode=enums.dge_mode.unknown,
              engine=enums.engine.unknown, name=None, **_hw_hints):
     """dst = src through the DMA queues, between HBM and SBUF (or HBM to HBM);

@@ -7,7 +7,7 @@ from ..errors import NkiccError
 from ..nodes import Access, Const, Op
 from . import accumulator, alu, enums
 from .checks import affine_pattern, free, not_both_psum, on_chip, on_chip_tensors, per_partition, same_layout, scalar, tensor
-from .core import DVE_ACC, Batched, CostContext, Emit, TensorOperand, by_partition, free_size, instruction, require_generation
+from .core import DVE_ACC, Batched, CostContext, Emit, TensorOperand, any_shape, by_partition, free_size, instruction, require_generation
 from .tile_rules import gpsimd_sbuf
 from .values import F32, affine_values, f32, operand, tile
 
@@ -25,7 +25,7 @@ def placed(engine, allowed: tuple, what: str, *tiles) -> dict:
     return {} if unit is None else {"engine": unit}
 
 
-@instruction(family="elementwise", compute=_copy, batched=by_partition(_copy))
+@instruction(family="elementwise", compute=_copy, batched=any_shape(_copy))
 def tensor_copy(dst, src, engine=enums.engine.unknown, name=None, dtype=None, **_hw_hints):
     """dst = src on chip (SBUF/PSUM), converted to dst's dtype; engine: vector, scalar
     (NeuronCore-v3 and newer), gpsimd (SBUF only) or unknown (nkicc places it)."""
