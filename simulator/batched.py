@@ -30,6 +30,12 @@ iterations in an order the batched execution would swap:
   unrolled copies of a body, every stationary operand with every moving one),
   and groups whose products add into the same elements one GEMM stacked along
   K, each sum then added once (_stack);
+- a private tile of zeros (nl.zeros) is filled just before something first
+  touches it, and never where one GEMM's products cover it whole: the
+  products are kept, a later GEMM of the nest that reads the tile reads them
+  where each of its views of the tile is a view of them (_product_view: mm2's
+  E GEMMs read C's products, and Ct is never written), and anything else
+  gets them written first (_Views.zero);
 - tiles that share bytes must both be private and live in disjoint stretches
   of the body (the allocator reuses addresses only so); everything else
   falls back to per-iteration execution, which also reports out-of-bounds
@@ -759,6 +765,10 @@ class _Views:
         # tiles of zeros not yet zeroed: each is filled just before something first touches it, or
         # never, where a sum's first write covers the whole of it (_one_add)
         self.unfilled: set = set()
+        # tiles whose content is a GEMM's products not yet written: name -> (the tile's elements as one
+        # strided view, the products in the same shape). A GEMM that reads such a tile reads the
+        # products instead (_forwarded_operand); anything else writes them first (`zero`)
+        self.products: dict = {}
         for name, vars_ in nest.private.items():
             if name in nest.dead or name in nest.forward or name not in nest.uses:
                 continue
@@ -775,17 +785,22 @@ class _Views:
             self.priv[name] = (data, mask, vars_)
 
     def zero(self, names) -> None:
-        """The tiles of zeros among `names` filled now, before anything reads or adds into them."""
+        """The tiles among `names` made what the program says they hold, before anything reads or
+        adds into them: zeros filled, or GEMM products written (x + 0.0: 0 + x, a -0.0 product
+        summing to +0.0 as it would)."""
         for name in self.unfilled.intersection(names):
             self.unfilled.discard(name)
             _halves(self.sim, lambda _, d: d.fill(0), None, self.priv[name][0], True)
+        for name in [n for n in names if n in self.products]:
+            dst, terms = self.products.pop(name)
+            _halves(self.sim, lambda r, d: np.add(r(0), np.float32(0), out=d), lambda _: terms, dst, True)
 
     def release(self) -> None:
         for data, mask, _ in self.priv.values():
             self.sim.scratch.give(data)
             if mask is not None:
                 self.sim.scratch.give(mask)
-        self.priv = {}
+        self.priv, self.products, self.unfilled = {}, {}, set()
 
     def start(self, a: Access) -> int:
         """The element access a starts at for this entry, the nest's own loops at 0."""
@@ -1005,7 +1020,8 @@ def _execute(sim, nest: Nest, plan_: list, ordered: dict, views: _Views) -> None
             mm, g = it.feeds, it.group
             mm_got = done[id(mm)]
             if g is not None and id(it) in g.applies and callable(done[id(g)]):  # its GEMM runs now
-                views.zero({x for a in g.adds for x in tensors_touched(a.feeds.plan.op)})
+                kept = _forward_products(sim, it, g, done, views, mult, outs_of, arrays)
+                views.zero({x for a in g.adds for x in tensors_touched(a.feeds.plan.op)} - kept)
             summed = _grouped(it, done) if g is not None else None
             if summed is _ADDED:
                 continue
@@ -1060,6 +1076,7 @@ def _execute(sim, nest: Nest, plan_: list, ordered: dict, views: _Views) -> None
                 for k, i in zip(axes, idx):
                     sel[k] = i
                 semantics.store(dst[tuple(sel)], values[tuple(sel)])
+    views.zero(nest.escapes)  # what _write_back copies out (unwritten products: before their arrays go back)
     arrays.release()  # (nothing holds a product or an operand past its entry)
 
 
@@ -1098,9 +1115,9 @@ def _one_add(sim, g: _Group, got, outs_of: dict, ordered: dict, views: _Views) -
     (SBUF float32, sums as `into` does them) tile one strided view: the stationary operands'
     cells a uniform step apart, the moving operands' side by side along the last axis (the
     ragged variants of one tile: one dense pass instead of one strided pass per variant).
-    Into a tile of zeros not yet filled that the view covers whole, the products are written
-    (0 + x, as x + 0.0: a product of -0.0 sums to +0.0 as it would), the tile never filled.
-    False (nothing done) otherwise."""
+    A tile of zeros not yet filled that the view covers whole is the products then: they are
+    kept (_Views.products), the tile never filled, and written only if something other than a
+    GEMM's operand needs them. False (nothing done) otherwise."""
     out, mo, no = got
     app = [a for a in g.adds if id(a) in g.applies]
     cells = {}
@@ -1131,7 +1148,7 @@ def _one_add(sim, g: _Group, got, outs_of: dict, ordered: dict, views: _Views) -
     name = next(iter(names))
     if len(names) == 1 and name in views.unfilled and dst.size == views.priv[name][0].size:
         views.unfilled.discard(name)  # (the cells are disjoint views of its array: size says whole)
-        _halves(sim, lambda r, d: np.add(r(0), np.float32(0), out=d), lambda _: terms, dst, True)
+        views.products[name] = (dst, terms)  # written when something other than a GEMM needs them
         return True
     views.zero(names)
     order = _inner_run_order(dst, terms)
@@ -1209,23 +1226,102 @@ class _EntryArrays:
 
 def _check_groups(sim, nest: Nest, done: dict, mult, outs_of: dict, operands: "_EntryArrays") -> None:
     """Each group's GEMM, to run (a function) or None where its operands do not line up: decided
-    before any of its adds runs (one that adds nothing must know whether its product comes). Its
-    product is laid out as its first sum's destination is: M contiguous there (a tile a matmul
-    reads, stored partition-innermost) makes the GEMM compute the transposed product."""
+    before any of its adds runs (one that adds nothing must know whether its product comes)."""
     for it in nest.items:
         g = it.group
-        if g is None or id(g) in done:
+        if g is not None and id(g) not in done:
+            done[id(g)] = _group_gemm(sim, it, g, lambda a, x: done[id(a.feeds)][id(x)], mult, outs_of, operands)
+
+
+def _forward_products(sim, it: _OpItem, g: _Group, done: dict, views: _Views, mult, outs_of: dict,
+                      operands: "_EntryArrays") -> set:
+    """Group g's GEMM, about to run, reads the kept products of a tile (_Views.products) in place
+    of the tile, where every view it takes of that tile is a view of the products (_product_view):
+    mm2's E GEMMs read Ct's products, laid out for the GEMM that made them, and Ct is never
+    written. Returns those tiles (a tile with a view that does not map is written first, as
+    before)."""
+    kept = {x.tensor for parts in g.sts + g.mvs for _, x in parts if x.tensor in views.products}
+    moved: dict = {}
+    for parts in g.sts + g.mvs:
+        for a, x in parts:
+            if x.tensor in kept:
+                v = _product_view(done[id(a.feeds)][id(x)], *views.products[x.tensor])
+                if v is None:
+                    kept.discard(x.tensor)
+                moved[id(a), id(x)] = v
+    if kept:
+        view = lambda a, x: moved[id(a), id(x)] if x.tensor in kept else done[id(a.feeds)][id(x)]
+        done[id(g)] = _group_gemm(sim, it, g, view, mult, outs_of, operands)
+    return kept
+
+
+def _product_view(v: np.ndarray, tile: np.ndarray, terms: np.ndarray):
+    """View v of a tile, as the same elements of `terms`: the tile's values, in the shape of
+    `tile`, a strided view that covers the tile's array once. tile's axes, merged where both
+    views allow, are the digits of a mixed radix over the array's bytes; v's start and each of
+    its steps, taken apart into those digits, index terms. None where v's steps carry from one
+    digit into the next."""
+    digits: list = []  # [step in the tile, length, step in terms], smallest step first
+    for k in sorted((k for k in range(tile.ndim) if tile.shape[k] > 1), key=lambda k: tile.strides[k]):
+        s, n, t = tile.strides[k], tile.shape[k], terms.strides[k]
+        if digits and digits[-1][0] * digits[-1][1] == s and digits[-1][2] * digits[-1][1] == t:
+            digits[-1][1] *= n
+        else:
+            digits.append([s, n, t])
+    size = tile.itemsize
+    for s, n, _ in digits:
+        if s != size:  # (not the whole array, once, in steps of the element: no mixed radix)
+            return None
+        size *= n
+    rest = _address(v) - _address(tile)
+    if v.dtype != tile.dtype or not 0 <= rest < size:
+        return None
+    start = []
+    for s, _, _ in reversed(digits):
+        q, rest = divmod(rest, s)
+        start.append(q)
+    start.reverse()
+    if rest:
+        return None
+    reach, strides = list(start), []
+    for n, r in zip(v.shape, v.strides):
+        if n == 1 or r == 0:  # (a loop the view does not move with)
+            strides.append(0)
             continue
-        op = it.feeds.plan.op
-        views = lambda parts: [done[id(a.feeds)][id(x)] for a, x in parts]
-        first = next(a for a in g.adds if id(a) in g.applies)
-        dst = outs_of[id(first)][0][0]
-        transposed = dst.ndim >= 2 and dst.shape[-2] > 1 and abs(dst.strides[-2]) < abs(dst.strides[-1])
-        done[id(g)] = it.feeds.rule.grouped([views(p) for p in g.sts], [views(p) for p in g.mvs], len(it.vars),
-                                            it.reduce, mult,
-                                            2 if op.attr("double_row") else 1,
-                                            lambda d, x: _halves(sim, lambda r, dd: np.copyto(dd, r(0)),
-                                                                 lambda _: x, d, True), transposed, operands)
+        j = next((j for j in reversed(range(len(digits))) if digits[j][0] <= r), None)
+        if j is None or r % digits[j][0]:
+            return None
+        c = r // digits[j][0]
+        reach[j] += c * (n - 1)
+        if reach[j] >= digits[j][1]:
+            return None
+        strides.append(c * digits[j][2])
+    owner = terms
+    while isinstance(owner.base, np.ndarray):
+        owner = owner.base
+    offset = _address(terms) - _address(owner) + sum(q * t for q, (_, _, t) in zip(start, digits))
+    out = np.ndarray(v.shape, v.dtype, owner, offset, tuple(strides))
+    out.flags.writeable = False
+    return out
+
+
+def _address(x: np.ndarray) -> int:
+    return x.__array_interface__["data"][0]
+
+
+def _group_gemm(sim, it: _OpItem, g: _Group, view, mult, outs_of: dict, operands: "_EntryArrays"):
+    """Group g's GEMM (the rule's `grouped`) over the operand views view(add, access). Its
+    product is laid out as its first sum's destination is: M contiguous there (a tile a matmul
+    reads, stored partition-innermost) makes the GEMM compute the transposed product."""
+    op = it.feeds.plan.op
+    views = lambda parts: [view(a, x) for a, x in parts]
+    first = next(a for a in g.adds if id(a) in g.applies)
+    dst = outs_of[id(first)][0][0]
+    transposed = dst.ndim >= 2 and dst.shape[-2] > 1 and abs(dst.strides[-2]) < abs(dst.strides[-1])
+    return it.feeds.rule.grouped([views(p) for p in g.sts], [views(p) for p in g.mvs], len(it.vars), it.reduce, mult,
+                                 2 if op.attr("double_row") else 1,
+                                 lambda d, x: _halves(sim, lambda r, dd: np.copyto(dd, r(0)), lambda _: x, d, True),
+                                 transposed, operands)
 
 
 def _halves(sim, fn, read, dst: np.ndarray, split: bool) -> None:
@@ -1266,8 +1362,7 @@ def _write_back(sim, nest: Nest, views: _Views) -> None:
     """Memory after the nest as after its last iteration, where anything reads it: the last copies of
     the private tiles used after the loop, in the order they were last used (tiles that share bytes)."""
     last = {name: max(it.order for it, _, _ in nest.uses[name]) for name in views.priv if name in nest.escapes}
-    for name in sorted(last, key=last.get):
-        views.zero((name,))
+    for name in sorted(last, key=last.get):  # (_execute made them what they hold: views.zero)
         arr, marr, mine = views.priv[name]
         t = sim.tensors[name]
         t.footprint[...] = arr[tuple(nest.trips[v] - 1 for v in mine)]

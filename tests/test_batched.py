@@ -884,3 +884,138 @@ def test_a_zeroed_accumulator_is_filled_only_where_a_sum_does_not_cover_it(rng, 
             assert np.all(np.abs(got - want) <= 1e-5 * mag)
         assert (acc not in zeroed) == written
         assert zero_operand == any(n.startswith("z") for n in zeroed)
+
+
+@nkicc.jit
+def chained_products(a, b, d, STORE_C=False):
+    """Per 64-column block i of a: C = b[:, :128].T @ a_i (128 x 64, a zeroed tile the products of
+    two moving tiles cover whole), then E = C.T @ d[:128, :96] (two moving tiles: a GEMM reading C),
+    stored. STORE_C also stores C. `last` is a[:128, :64], for tests to point at C instead."""
+    I, KT = a.shape[1] // 64, a.shape[0] // 128
+    out = nl.ndarray((I * 64, 96), dtype=nl.float32, buffer=nl.shared_hbm)
+    c_out = nl.ndarray((I * 128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+    last = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+    for i in nl.affine_range(I):
+        c = nl.zeros((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+        for k in nl.affine_range(KT):
+            s = nl.load(b[k * 128:(k + 1) * 128, 0:128])
+            for lo, hi in ((0, 40), (40, 64)):
+                x = nl.load(a[k * 128:(k + 1) * 128, i * 64 + lo:i * 64 + hi])
+                p = nl.ndarray((128, hi - lo), dtype=nl.float32, buffer=nl.psum)
+                nisa.nc_matmul(p, s, x, accumulate=False)
+                nisa.tensor_tensor(dst=c[:, lo:hi], data1=c[:, lo:hi], data2=p, op=nl.add)
+        e = nl.zeros((64, 96), dtype=nl.float32, buffer=nl.sbuf)
+        for lo, hi in ((0, 56), (56, 96)):
+            q = nl.ndarray((64, hi - lo), dtype=nl.float32, buffer=nl.psum)
+            nisa.nc_matmul(q, c, nl.load(d[0:128, lo:hi]), accumulate=False)
+            nisa.tensor_tensor(dst=e[:, lo:hi], data1=e[:, lo:hi], data2=q, op=nl.add)
+        nl.store(out[i * 64:(i + 1) * 64, :], e)
+        if STORE_C:
+            nl.store(c_out[i * 128:(i + 1) * 128, :], c)
+    nl.store(last, nl.load(a[0:128, 0:64]))
+    return out, c_out, last
+
+
+@pytest.mark.parametrize("case", ["gemm reads C", "C stored too", "C read after the loop"])
+def test_a_gemm_reads_the_products_a_tile_would_hold(rng, monkeypatch, case):
+    """A zeroed tile that one GEMM's products cover whole is never written where a later GEMM is
+    its only reader: that GEMM reads the products (batched._forward_products). Anything else
+    that reads it (a store in the loop, or, by an IR edit, a store after the loop of the last
+    iteration's tile) gets it written. Scratch arrays come as NaN where nothing is promised; each
+    of three runs equals numpy and the per-instruction path."""
+    from nkicc.simulator import batched
+    from nkicc.simulator.scratch import Scratch
+    take = Scratch.take
+    monkeypatch.setattr(Scratch, "take", lambda self, shape, dtype, fill=None: take(
+        self, shape, dtype, np.nan if fill is None and np.dtype(dtype).kind == "f" else fill))
+    forwarded = []
+    forward = batched._forward_products
+    monkeypatch.setattr(batched, "_forward_products", lambda *a: forwarded.append(forward(*a)) or forwarded[-1])
+    A, K = (3 * 128, 5 * 64), (3 * 128, 200)
+    c = nkicc.compile(chained_products, f"float32[{A[0]},{A[1]}]", f"float32[{K[0]},{K[1]}]", "float32[160,120]",
+                      STORE_C=case == "C stored too")
+    kernel = c.ir
+    sim = MachineSimulator(kernel, TRN2, timing=False)
+    tile = next(n for nest in sim.nests for n in nest.zeroed if n.startswith("c"))
+    if case == "C read after the loop":
+        store = [s for s in kernel.body.stmts if isinstance(s, Op)][-1]
+        kernel = _reading(kernel, store.attr("id"), tile)
+        sim = MachineSimulator(kernel, TRN2, timing=False)
+        assert [n.escapes for n in sim.nests] == [{tile}]
+    for _ in range(3):
+        a, b, d = (rng.standard_normal(s).astype(np.float32) for s in (A, K, (160, 120)))
+        forwarded.clear()
+        fast, rep = sim.run({"a": a, "b": b, "d": d})
+        slow, _ = MachineSimulator(kernel, TRN2, timing=False, batch=False).run({"a": a, "b": b, "d": d})
+        assert rep.batched_loops and {tile} in forwarded
+        blocks = a.astype(np.float64).T.reshape(5, 64, -1)
+        cs = b[:, :128].astype(np.float64).T @ blocks.transpose(0, 2, 1)  # (5, 128, 64)
+        cs_mag = np.abs(b[:, :128]).astype(np.float64).T @ np.abs(blocks).transpose(0, 2, 1)
+        want = {"out": (cs.transpose(0, 2, 1) @ d[:128, :96]).reshape(-1, 96),
+                "last": cs[-1] if case == "C read after the loop" else a[:128, :64]}
+        mag = {"out": (cs_mag.transpose(0, 2, 1) @ np.abs(d[:128, :96])).reshape(-1, 96), "last": cs_mag[-1]}
+        if case == "C stored too":
+            want["c_out"], mag["c_out"] = cs.reshape(-1, 64), cs_mag.reshape(-1, 64)
+        for outs in (fast, slow):
+            for name, w in want.items():
+                assert np.all(np.abs(outs[name] - w) <= 1e-5 * mag[name]), (name, case)
+
+
+def _factors(draw, n: int) -> list:
+    """n as a product of a drawn list of factors (a mixed radix over n elements)."""
+    out = []
+    while n > 1:
+        f = draw(st.sampled_from([d for d in range(2, n + 1) if n % d == 0]))
+        out.append(f)
+        n //= f
+    return out or [1]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_a_view_of_a_tile_is_found_in_its_products_or_refused(data):
+    """batched._product_view against writing the products into the tile and viewing that: a tile's
+    array covered once by a permuted mixed-radix view U, products in U's shape in another memory
+    order, any strided view of the array (steps, slices, axes it does not move along): the view
+    of the products it returns holds exactly the view's values, or it refuses (None); and U
+    itself, a slice of it, and where the products are in the tile's memory order the whole flat
+    array (the tile's axes merged into one digit) are always found."""
+    from nkicc.simulator.batched import _product_view
+    draw = data.draw
+    size = draw(st.sampled_from([12, 24, 30, 36, 48, 64, 120]))
+    arr = np.full(size, np.nan, np.float32)
+    radix = _factors(draw, size)
+    U = arr.reshape(radix).transpose(draw(st.permutations(range(len(radix)))))
+    order = draw(st.permutations(range(U.ndim)))
+    values = np.arange(1, size + 1, dtype=np.float32) * draw(st.sampled_from([1.0, -0.5]))
+    terms = np.random.default_rng(draw(st.integers(0, 99))).permutation(values).reshape(
+        [U.shape[k] for k in order]).transpose(np.argsort(order))
+    written = np.empty_like(arr)  # the tile as the products written into it
+    written_U = np.lib.stride_tricks.as_strided(written, U.shape, U.strides)
+    written_U[...] = terms
+    # a view of the tile: a reshape into other factors, a slice with a step per axis, a permutation,
+    # and maybe an axis it does not move along
+    shape = _factors(draw, size)
+    v = arr.reshape(shape)
+    sel = []
+    for n in shape:
+        lo = draw(st.integers(0, n - 1))
+        sel.append(slice(lo, draw(st.integers(lo + 1, n)), draw(st.integers(1, 3))))
+    v = v[tuple(sel)].transpose(draw(st.permutations(range(len(shape)))))
+    if draw(st.booleans()):
+        v = np.lib.stride_tricks.as_strided(v, v.shape + (draw(st.integers(1, 3)),), v.strides + (0,))
+    offset = v.__array_interface__["data"][0] - arr.__array_interface__["data"][0]
+    truth = np.ndarray(v.shape, np.float32, written, offset, v.strides)
+    got = _product_view(v, U, terms)
+    if got is not None:
+        assert got.shape == v.shape and np.array_equal(got, truth)
+    moving = lambda x: [k for k in sorted(range(U.ndim), key=lambda k: x.strides[k]) if U.shape[k] > 1]
+    if moving(U) == moving(terms):  # the products in the tile's own order: the flat tile is one digit
+        got = _product_view(arr, U, terms)
+        assert got is not None and np.array_equal(got, written)
+    for whole in (U, U[1:] if U.shape[0] > 1 else U):
+        got = _product_view(whole, U, terms)
+        assert got is not None and np.array_equal(got, np.ndarray(whole.shape, np.float32, written,
+                                                                    whole.__array_interface__["data"][0]
+                                                                    - arr.__array_interface__["data"][0],
+                                                                    whole.strides))
