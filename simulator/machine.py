@@ -619,7 +619,10 @@ class MachineSimulator:
                                              f"compiled for shape {list(t.decl.shape)}", None)
             else:
                 init = ops.initial_state(t.name) if t.decl.role == "state" else None
-                arr = np.full(t.size, t.fill if init is None else init, dtype=t.dtype)
+                if init is None and t.name in self._allocated:  # its Alloc poisons it before any use
+                    arr = np.empty(t.size, dtype=t.dtype)
+                else:
+                    arr = np.full(t.size, t.fill if init is None else init, dtype=t.dtype)
             self.hbm[t.name] = arr
             t.footprint = arr
             self._mv["hbm:" + t.name] = memoryview(arr.view(np.uint8))  # bytes: ml_dtypes export no buffer
