@@ -767,7 +767,7 @@ class _Views:
         self.unfilled: set = set()
         # tiles whose content is a GEMM's products not yet written: name -> (the tile's elements as one
         # strided view, the products in the same shape). A GEMM that reads such a tile reads the
-        # products instead (_forwarded_operand); anything else writes them first (`zero`)
+        # products instead (_forward_products); anything else gets them written first (`zero`)
         self.products: dict = {}
         for name, vars_ in nest.private.items():
             if name in nest.dead or name in nest.forward or name not in nest.uses:
@@ -1132,11 +1132,10 @@ def _one_add(sim, g: _Group, got, outs_of: dict, ordered: dict, views: _Views) -
     if len(cells) != ni * nj or len(set(Ms)) != 1 or out.shape[:-2] != cells[(0, 0)].shape[:-2]:
         return False
     v0 = cells[(0, 0)]
-    ptr = lambda v: v.__array_interface__["data"][0]
-    step = ptr(cells[(1, 0)]) - ptr(v0) if ni > 1 else 0
+    step = _address(cells[(1, 0)]) - _address(v0) if ni > 1 else 0
     for (i, j), v in cells.items():
         if (v.strides != v0.strides or v.shape[:-2] != v0.shape[:-2] or v.shape[-2:] != (Ms[i], Ns[j])
-                or ptr(v) != ptr(v0) + i * step + no[j] * v0.strides[-1]):
+                or _address(v) != _address(v0) + i * step + no[j] * v0.strides[-1]):
             return False
     shape = v0.shape[:-2] + (ni, Ms[0], no[-1])
     strides = v0.strides[:-2] + (step, v0.strides[-2], v0.strides[-1])
@@ -1215,7 +1214,7 @@ class _EntryArrays:
                 pass
         key = None
         if self.steady and all(self._steady(x) for x in sources):
-            key = (shape, layout, tuple((x.__array_interface__["data"][0], x.shape, x.strides) for x in sources))
+            key = (shape, layout, tuple((_address(x), x.shape, x.strides) for x in sources))
             if key in self.made:
                 return self.made[key]
         out = fill(self.new(shape))
