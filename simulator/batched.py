@@ -235,7 +235,7 @@ def plan(sim, loop: Loop, outer: tuple, label: str) -> Nest | None:
         if name in dead or name in forward or name not in uses:
             continue  # never materialised
         t = tensors[name]
-        total += int(np.prod([trips[v] for v in vars_], dtype=np.int64)) * t.P * t.F * t.dtype.itemsize
+        total += math.prod(trips[v] for v in vars_) * t.P * t.F * t.dtype.itemsize
     if total > MAX_PRIVATE_BYTES:
         return _unbatched(sim, label, f"private tile copies of {total >> 20} MiB")
     if any(_values_bytes(it, trips, private) > MAX_VALUES_BYTES for it in items):
@@ -361,7 +361,7 @@ def _unbatched(sim, label: str, why: str) -> None:
 
 
 def _points(vars_, trips) -> int:
-    return int(np.prod([trips[v] for v in vars_], dtype=np.int64))
+    return math.prod(trips[v] for v in vars_)
 
 
 def _values_bytes(it: _OpItem, trips: dict, private: dict) -> int:
@@ -1347,7 +1347,7 @@ def gemm(a: np.ndarray, b: np.ndarray, spare=None, arrays: _EntryArrays | None =
     whole loop nest's product) while a core is to spare (`spare()`, a CpuShare's by default), else
     one thread (the simulator runs under one BLAS thread). With `arrays`, the product lands in one
     of the entry's scratch arrays."""
-    flop = 2 * a.shape[-2] * a.shape[-1] * b.shape[-1] * int(np.prod(a.shape[:-2], dtype=np.int64))
+    flop = 2 * a.shape[-2] * a.shape[-1] * b.shape[-1] * math.prod(a.shape[:-2])
     out = None
     if arrays is not None and a.dtype == b.dtype == np.float32:
         out = arrays.new(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1]))

@@ -9,6 +9,8 @@ back only once nothing reads it (the end of its nest).
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 
@@ -23,7 +25,7 @@ class Scratch:
 
     def take(self, shape: tuple, dtype, fill=None) -> np.ndarray:
         dtype = np.dtype(dtype)
-        n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        n = math.prod(shape) * dtype.itemsize
         free = self._free.get(n)
         if free:
             buf = free.pop()

@@ -1,6 +1,8 @@
 """The Tensor Engine: matrix multiply and transpose through the PE array."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..errors import NkiccError
@@ -73,7 +75,7 @@ def _matmul_grouped(sts: list, mvs: list, nlead: int, reduce: tuple, gemm=np.mat
             or any((i in ms) != (i in mm) or (i not in ms and sizes[i] > 1) for i in reduce)):
         return None  # (a sum of one product repeated: _matmul_stacked)
     # each tile as (K, free): K its partitions (x2 in double-row mode)
-    k_free = lambda x: (x.shape[nlead] * rows, int(np.prod(x.shape[nlead:], dtype=np.int64)) // (x.shape[nlead] * rows))
+    k_free = lambda x: (x.shape[nlead] * rows, math.prod(x.shape[nlead:]) // (x.shape[nlead] * rows))
     Ks = [k_free(x)[0] for x in sts[0]]
     Ms, Ns = [k_free(xs[0])[1] for xs in sts], [k_free(xs[0])[1] for xs in mvs]
     if any(k_free(x) != (k, k_free(xs[0])[1]) for xs in sts + mvs for x, k in zip(xs, Ks)):
@@ -115,7 +117,7 @@ def _grouped_gemm(sts, mvs, nlead, reduce, gemm, rows, ms, mm, Ks, Ms, Ns, copy,
     red = [i for i in reduce if i in ms]  # (a summed axis of one iteration adds nothing)
     ps, pm = {a: k for k, a in enumerate(ms)}, {a: k for k, a in enumerate(mm)}
     stack = [sizes[i] for i in both]
-    rks = [int(np.prod([sizes[i] for i in red], dtype=np.int64)) * k for k in Ks]
+    rks = [math.prod(sizes[i] for i in red) * k for k in Ks]
     # a stationary operand whose tiles store M (their free axis) contiguously is copied as (K, M),
     # as the moving one is as (K, N): in its sources' order (a copy that transposes 4-byte elements
     # runs at a third of the rate or less); otherwise as (M, K)
