@@ -79,6 +79,7 @@ _accumulate = ReferenceMachine._accumulate
 CHECK_BUDGET = 200_000_000      # run-start comparisons per legality check (seconds at most, once per loop)
 MAX_PRIVATE_BYTES = 512 << 20     # private tile copies of one nest
 MAX_VALUES_BYTES = 256 << 20      # one op's batched results
+_MAX_RECIPES = 1 << 14            # view recipes kept per nest (Nest.recipes): a nest entered at many offsets
 # BLAS threads for a GEMM of at least this many flops, while a core is spare (cpushare.py): below it a
 # multi-threaded OpenBLAS lost 2-10x on this shared 2-vCPU machine (mm2 --scale 8: 30 MFLOP stacked
 # GEMMs 62 s against 3.9 s, before the spare-core check). With the check, 0.35-0.41 GFLOP GEMMs take
@@ -151,6 +152,9 @@ class Nest:
     columns: set = field(default_factory=set)
     scalars: dict = field(default_factory=dict)  # runtime scalar offsets -> how to read them (_scalar_offsets)
     moved: tuple = ()               # those the legality depends on (the others shift every access alike)
+    # how each access's view of an entry is made, by (access, loops, read, start, its load's start):
+    # the geometry depends on nothing else, so a run after the first only wraps the run's buffers
+    recipes: dict = field(default_factory=dict)
     batched: int = 0                # entries run batched
     why: str = ""                   # why an entry last had to run per iteration
     fallbacks: int = 0              # entries run per iteration
@@ -807,27 +811,50 @@ class _Views:
         trips = self.nest.trips
         return a.offset.const + sum(c * self.env[v] for v, c in a.offset.terms if v not in trips) + _shift(a, self.values)
 
-    def view(self, item: _OpItem, a: Access, lead: tuple, read: bool = False):
+    def view(self, a: Access, lead: tuple, read: bool = False):
         """(data, PSUM written-mask or None) of access a over the loops `lead`, or None if it
         wraps rows or leaves its tensor (per-iteration execution handles those). A read that
         wraps rows of a tile the nest does not write gets a gathered copy instead (_wrapped)."""
-        sim, trips = self.sim, self.nest.trips
-        t = sim.tensors[a.tensor]
+        t = self.sim.tensors[a.tensor]
         e = self.start(a)
+        fw, priv = self.nest.forward.get(t.name), self.priv.get(t.name)
+        key = (id(a), lead, read, e, self.start(fw[1]) if fw is not None else None,
+               priv[0].strides if priv is not None else None)
+        recipe = self.nest.recipes.get(key)
+        if recipe is None:
+            recipe = self._recipe(a, t, lead, read, e, fw)
+            if len(self.nest.recipes) >= _MAX_RECIPES:
+                self.nest.recipes.clear()
+            self.nest.recipes[key] = recipe
+        kind = recipe[0]
+        if kind == "none":
+            return None
+        if kind == "wrapped":
+            return _wrapped(self, a, t, lead, e)
+        _, where, dtype, off, shape, strides, mask = recipe
+        if kind == "memory":
+            data = np.ndarray(shape, dtype, self.sim._mv[where], off, strides)
+            return data, None if mask is None else np.ndarray(shape, np.bool_, self.sim._mask_mv, *mask)
+        arr, marr, _ = self.priv[where]
+        data = np.ndarray(shape, dtype, arr.base if arr.base is not None else arr, off, strides)
+        return data, None if mask is None else np.ndarray(shape, np.bool_, marr, *mask)
+
+    def _recipe(self, a: Access, t, lead: tuple, read: bool, e: int, fw) -> tuple:
+        """How `view` makes access a's view: ("none",), ("wrapped",) (a gathered copy, made anew
+        each time: it copies values), or ("memory" | "private", the machine memory's key | the
+        private tile, dtype, byte offset, shape, strides, the PSUM mask's (offset, strides) or None)."""
+        sim, trips = self.sim, self.nest.trips
         dims = [(a.offset.coeff(v), trips[v]) for v in lead] + list(a.pattern)
         shape = tuple(n for _, n in dims)
         if not t.onchip:
             lo = e + sum(s * (n - 1) for s, n in dims if s < 0)
             hi = e + sum(s * (n - 1) for s, n in dims if s > 0)
             if lo < 0 or hi >= t.size:
-                return None
-            return np.ndarray(shape, t.dtype, sim._mv[t.key], e * t.item, tuple(s * t.item for s, _ in dims)), None
-        fw = self.nest.forward.get(t.name)
+                return ("none",)
+            return ("memory", t.key, t.dtype, e * t.item, shape, tuple(s * t.item for s, _ in dims), None)
         if fw is not None:
-            v = _forwarded_view(self, a, t, lead, fw, e)
-            if v is None and read:
-                return _wrapped(self, a, t, lead, e)
-            return None if v is None else (v, None)
+            recipe = _forwarded_view(self, a, t, lead, fw, e)
+            return recipe or (("wrapped",) if read else ("none",))
         priv = self.priv.get(t.name)
         F = t.F
         if priv is not None:  # private copies are typed arrays, (partition, free) either way round
@@ -837,24 +864,19 @@ class _Views:
         strides = _window(dims, e, t.P, F, pb, item)
         if strides is None:
             if read and priv is None and not any(w for _, _, w in self.nest.uses.get(t.name, ())):
-                return _wrapped(self, a, t, lead, e)
-            return None
+                return ("wrapped",)
+            return ("none",)
         p0, f0 = divmod(e, F)
         if priv is None:
             off = t.address + p0 * pb + f0 * item
-            data = np.ndarray(shape, t.dtype, sim._mv[t.key], off, tuple(strides))
-            mask = np.ndarray(shape, np.bool_, sim._mask_mv, off, tuple(strides)) if t.is_psum else None
-            return data, mask
+            return ("memory", t.key, t.dtype, off, shape, tuple(strides), (off, tuple(strides)) if t.is_psum else None)
         arr, marr, mine = priv
         for k, v in enumerate(lead):  # a loop around the tile's Alloc picks the private copy
             if v in mine:
                 strides[k] += arr.strides[mine.index(v)]
         off = p0 * pb + f0 * item
-        data = np.ndarray(shape, t.dtype, arr.base if arr.base is not None else arr, off, tuple(strides))
-        if marr is None:
-            return data, None
-        mstrides = tuple(s // item for s in strides)  # the mask: one byte per element
-        return data, np.ndarray(shape, np.bool_, marr, off // item, mstrides)
+        mask = None if marr is None else (off // item, tuple(s // item for s in strides))  # one byte an element
+        return ("private", t.name, t.dtype, off, shape, tuple(strides), mask)
 
 
 def _window(dims, e: int, P: int, F: int, partition_step: int, free_step: int) -> list | None:
@@ -921,10 +943,10 @@ def _wrapped(self, a: Access, t, lead: tuple, e: int):
 
 
 def _forwarded_view(self, a: Access, t, lead: tuple, fw, e: int):
-    """Access a (starting at element e) of a forwarded tile as a view of its load's source:
-    element (p, f) of the tile is source element base + p * sp + f * sf; loops around the tile
-    move the source as the load does. None where a leaves the tile (per-iteration execution
-    reports it)."""
+    """Access a (starting at element e) of a forwarded tile as a view of its load's source (a
+    _Views recipe): element (p, f) of the tile is source element base + p * sp + f * sf; loops
+    around the tile move the source as the load does. None where a leaves the tile
+    (per-iteration execution reports it)."""
     sim, trips = self.sim, self.nest.trips
     _, x, (sp, sf) = fw
     xt, F = sim.tensors[x.tensor], t.F
@@ -939,8 +961,8 @@ def _forwarded_view(self, a: Access, t, lead: tuple, fw, e: int):
         if v in mine:  # another copy of the tile: where the load read it
             strides[k] += x.offset.coeff(v)
     shape = tuple(n for _, n in dims)
-    return np.ndarray(shape, xt.dtype, sim._mv[xt.key], (base + p0 * sp + f0 * sf) * xt.item,
-                      tuple(s * xt.item for s in strides))
+    return ("memory", xt.key, xt.dtype, (base + p0 * sp + f0 * sf) * xt.item, shape,
+            tuple(s * xt.item for s in strides), None)
 
 
 def run(sim, nest: Nest) -> bool:
@@ -975,7 +997,7 @@ def _gather(nest: Nest, views: _Views):
         op = it.plan.op
         got = {}
         if it.skip:  # a forwarded load: only its source's bounds
-            if views.view(it, op.ins[0], it.vars) is None:
+            if views.view(op.ins[0], it.vars) is None:
                 return None
             plan_.append((it, got, ()))
             continue
@@ -983,14 +1005,14 @@ def _gather(nest: Nest, views: _Views):
             if not isinstance(a, Access):
                 got[id(a)] = None
             elif a.tensor not in nest.dead or it.fused:  # else the fused matmul's product, computed instead
-                v = views.view(it, a, it.vars, read=True)
+                v = views.view(a, it.vars, read=True)
                 if v is None:
                     return None
                 got[id(a)] = v[0]
         outs = []
         keep = tuple(v for i, v in enumerate(it.vars) if i not in it.reduce)
         for a in op.outs if not it.fused else ():
-            v = views.view(it, a, keep)
+            v = views.view(a, keep)
             if v is None:
                 return None
             outs.append(v)
