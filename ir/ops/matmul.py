@@ -175,12 +175,41 @@ def _blocks(blocks: list, out: np.ndarray, axis_u: int, axis_v: int, sizes_u: li
     ou, ov = np.cumsum([0, *sizes_u]), np.cumsum([0, *sizes_v])
     sel = [slice(None)] * len(shape)
     for u, row in enumerate(blocks):
-        for v, x in enumerate(row):
-            sel[axis_u], sel[axis_v] = slice(ou[u], ou[u + 1]), slice(ov[v], ov[v + 1])
+        v = 0
+        while v < len(row):
+            w, x = _run_of_blocks(out, sel, axis_u, axis_v, ou[u], ou[u + 1], ov, row, v)
+            sel[axis_u], sel[axis_v] = slice(ou[u], ou[u + 1]), slice(ov[v], ov[w])
             block = out[tuple(sel)].reshape(x.shape)
             assert np.may_share_memory(block, out)  # splitting one axis of a slice is always a view
             copy(block, x)
+            v = w
     return out
+
+
+def _run_of_blocks(out, sel, axis_u, axis_v, u0, u1, ov, row, v):
+    """(w, source): blocks v..w-1 of a row copied as one, where each next block's source
+    continues the one before along one of its axes (At's m tiles of 128, 128 and 44 columns: one
+    copy of 300-element runs instead of three shorter ones) and their target is one view in that
+    shape; else (v + 1, row[v])."""
+    x = row[v]
+    address = lambda y: y.__array_interface__["data"][0]
+    for ax in range(x.ndim):
+        w, n = v + 1, x.shape[ax]
+        while w < len(row):
+            y = row[w]
+            if (y.strides != x.strides or y.dtype != x.dtype or y.shape[:ax] + y.shape[ax + 1:] != x.shape[:ax] + x.shape[ax + 1:]
+                    or x.strides[ax] <= 0 or address(y) != address(x) + n * x.strides[ax]):
+                break
+            n, w = n + y.shape[ax], w + 1
+        if w > v + 1:
+            sel[axis_u], sel[axis_v] = slice(u0, u1), slice(ov[v], ov[w])
+            shape = x.shape[:ax] + (n,) + x.shape[ax + 1:]
+            try:  # (the target must split into that shape as a view, as each block's does)
+                np.reshape(out[tuple(sel)], shape, copy=False)
+            except (ValueError, TypeError):
+                continue
+            return w, np.lib.stride_tricks.as_strided(x, shape, x.strides, writeable=False)
+    return v + 1, x
 
 
 def _matmul_stacked(st, mv, nlead: int, reduce: tuple, rows: int = 1) -> list:
