@@ -1019,3 +1019,25 @@ def test_a_view_of_a_tile_is_found_in_its_products_or_refused(data):
                                                                     whole.__array_interface__["data"][0]
                                                                     - arr.__array_interface__["data"][0],
                                                                     whole.strides))
+
+
+def test_operand_blocks_that_continue_each_other_are_one_copy(rng):
+    """matmul._blocks copies blocks of a row whose sources continue one another along an axis as
+    one copy (At's m tiles side by side), and only where the target holds each block where its
+    own copy would put it: here the same sources, adjacent along their rows, that the target
+    wants side by side along its columns stay two copies. Both equal copying block by block."""
+    from nkicc.ir.ops.matmul import _blocks
+    src = rng.standard_normal((6, 300)).astype(np.float32)
+    calls = []
+    copy = lambda d, x: (calls.append(x.shape), np.copyto(d, x))
+    # the m tiles: 128, 128 and 44 columns of each row, side by side in the target as in the source
+    row = [src[:, 0:128], src[:, 128:256], src[:, 256:300]]
+    out = _blocks([row], np.full((6, 300), np.nan, np.float32), 0, 1, [6], [128, 128, 44], copy)
+    np.testing.assert_array_equal(out, src)
+    assert calls == [(6, 300)]
+    # rows 0-2 and 3-5: adjacent in the source along rows, wanted side by side along columns
+    calls.clear()
+    row = [src[0:3, :], src[3:6, :]]
+    out = _blocks([row], np.full((3, 600), np.nan, np.float32), 0, 1, [3], [300, 300], copy)
+    np.testing.assert_array_equal(out, np.concatenate([src[0:3], src[3:6]], axis=1))
+    assert calls == [(3, 300), (3, 300)]

@@ -204,11 +204,20 @@ def _run_of_blocks(out, sel, axis_u, axis_v, u0, u1, ov, row, v):
         if w > v + 1:
             sel[axis_u], sel[axis_v] = slice(u0, u1), slice(ov[v], ov[w])
             shape = x.shape[:ax] + (n,) + x.shape[ax + 1:]
-            try:  # (the target must split into that shape as a view, as each block's does)
-                np.reshape(out[tuple(sel)], shape, copy=False)
+            try:  # the target, split into that shape as a view, must hold each block where its own does
+                target = np.reshape(out[tuple(sel)], shape, copy=False)
             except (ValueError, TypeError):
                 continue
-            return w, np.lib.stride_tricks.as_strided(x, shape, x.strides, writeable=False)
+            at, same = 0, True
+            for k in range(v, w):
+                sel[axis_v] = slice(ov[k], ov[k + 1])
+                own = out[tuple(sel)].reshape(row[k].shape)
+                part = target[(slice(None),) * ax + (slice(at, at + row[k].shape[ax]),)]
+                same = same and address(own) == address(part) and all(
+                    a == b for a, b, m in zip(own.strides, part.strides, own.shape) if m > 1)
+                at += row[k].shape[ax]
+            if same:
+                return w, np.lib.stride_tricks.as_strided(x, shape, x.strides, writeable=False)
     return v + 1, x
 
 
