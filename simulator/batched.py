@@ -65,6 +65,7 @@ import numpy as np
 from ..ir import Access, Alloc, Loop, Op, ops
 from ..ir.analysis import reads, runtime_guard, tensors_touched
 from ..ir.loopdeps import carried
+from ..ir.ops.values import address
 from . import semantics
 from ._blas import default_blas
 from .cpushare import CpuShare
@@ -799,6 +800,12 @@ class _Views:
             dst, terms = self.products.pop(name)
             _halves(self.sim, lambda r, d: np.add(r(0), np.float32(0), out=d), lambda _: terms, dst, True)
 
+    def before(self, ops, kept=frozenset()) -> None:
+        """`zero` for the tiles any of `ops` touches but `kept`, before they run (nothing worked
+        out while no tile waits: the usual case, on every instruction of every entry)."""
+        if self.unfilled or self.products:
+            self.zero(set().union(*map(tensors_touched, ops)) - kept)
+
     def release(self) -> None:
         for data, mask, _ in self.priv.values():
             self.sim.scratch.give(data)
@@ -1043,7 +1050,7 @@ def _execute(sim, nest: Nest, plan_: list, ordered: dict, views: _Views) -> None
             mm_got = done[id(mm)]
             if g is not None and id(it) in g.applies and callable(done[id(g)]):  # its GEMM runs now
                 kept = _forward_products(sim, it, g, done, views, mult, outs_of, arrays)
-                views.zero({x for a in g.adds for x in tensors_touched(a.feeds.plan.op)} - kept)
+                views.before([a.feeds.plan.op for a in g.adds], kept)
             summed = _grouped(it, done) if g is not None else None
             if summed is _ADDED:
                 continue
@@ -1054,13 +1061,13 @@ def _execute(sim, nest: Nest, plan_: list, ordered: dict, views: _Views) -> None
                 if done[once]:
                     continue
             if summed is None:
-                views.zero(tensors_touched(mm.plan.op))
+                views.before([mm.plan.op])
                 summed = mm.rule.run(mm.plan.op, lambda a: mm_got[id(a)], len(it.vars), it.reduce, gemm=mult)[0][1]
             term = next(a for a in p.op.ins if isinstance(a, Access) and a != p.op.outs[0])
             shape = tuple(1 if i in it.reduce else nest.trips[v] for i, v in enumerate(it.vars))
             summed = summed.reshape(shape + term.shape)
             read = lambda a, t=term, v=summed: v if a == t else got[id(a)]
-        views.zero(tensors_touched(p.op))
+        views.before([p.op])
         dst0, mask0 = outs[0]
         if (it.accum and it.rule.into is not None and dst0.dtype == np.float32 and not p.is_matmul
                 and p.op.outs[0].tensor not in ordered):
@@ -1154,10 +1161,10 @@ def _one_add(sim, g: _Group, got, outs_of: dict, ordered: dict, views: _Views) -
     if len(cells) != ni * nj or len(set(Ms)) != 1 or out.shape[:-2] != cells[(0, 0)].shape[:-2]:
         return False
     v0 = cells[(0, 0)]
-    step = _address(cells[(1, 0)]) - _address(v0) if ni > 1 else 0
+    step = address(cells[(1, 0)]) - address(v0) if ni > 1 else 0
     for (i, j), v in cells.items():
         if (v.strides != v0.strides or v.shape[:-2] != v0.shape[:-2] or v.shape[-2:] != (Ms[i], Ns[j])
-                or _address(v) != _address(v0) + i * step + no[j] * v0.strides[-1]):
+                or address(v) != address(v0) + i * step + no[j] * v0.strides[-1]):
             return False
     shape = v0.shape[:-2] + (ni, Ms[0], no[-1])
     strides = v0.strides[:-2] + (step, v0.strides[-2], v0.strides[-1])
@@ -1236,7 +1243,7 @@ class _EntryArrays:
                 pass
         key = None
         if self.steady and all(self._steady(x) for x in sources):
-            key = (shape, layout, tuple((_address(x), x.shape, x.strides) for x in sources))
+            key = (shape, layout, tuple((address(x), x.shape, x.strides) for x in sources))
             if key in self.made:
                 return self.made[key]
         out = fill(self.new(shape))
@@ -1294,7 +1301,7 @@ def _product_view(v: np.ndarray, tile: np.ndarray, terms: np.ndarray):
         if s != size:  # (not the whole array, once, in steps of the element: no mixed radix)
             return None
         size *= n
-    rest = _address(v) - _address(tile)
+    rest = address(v) - address(tile)
     if v.dtype != tile.dtype or not 0 <= rest < size:
         return None
     start = []
@@ -1320,14 +1327,10 @@ def _product_view(v: np.ndarray, tile: np.ndarray, terms: np.ndarray):
     owner = terms
     while isinstance(owner.base, np.ndarray):
         owner = owner.base
-    offset = _address(terms) - _address(owner) + sum(q * t for q, (_, _, t) in zip(start, digits))
+    offset = address(terms) - address(owner) + sum(q * t for q, (_, _, t) in zip(start, digits))
     out = np.ndarray(v.shape, v.dtype, owner, offset, tuple(strides))
     out.flags.writeable = False
     return out
-
-
-def _address(x: np.ndarray) -> int:
-    return x.__array_interface__["data"][0]
 
 
 def _group_gemm(sim, it: _OpItem, g: _Group, view, mult, outs_of: dict, operands: "_EntryArrays"):

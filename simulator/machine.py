@@ -828,7 +828,8 @@ class MachineSimulator:
         if self.tracing:
             self.tracer = TraceRecorder(self.kernel.name, getattr(self.target, "name", "?"),
                                         self.tracer.max_events, self.decls)
-        memo = self._timing_memo if self._timing_static and not self._shared else None
+        static = self._timing_static and not self._shared
+        memo = self._timing_memo if static else None
         # timed unless the first run's timing is reused (and off while a skipped period's iterations
         # run for their data alone: _replay)
         self._timed = self.timing and memo is None
@@ -836,7 +837,7 @@ class MachineSimulator:
             self._block(self._program)
         if memo is not None:
             memo.restore(self)
-        elif self._timing_static and not self._shared:
+        elif static:
             self._timing_memo = _TimingMemo.of(self)
         # and the inputs the kernel updated (once: a kernel may return an argument it wrote)
         names = list(dict.fromkeys(self.kernel.outputs + written_args(self.kernel)))

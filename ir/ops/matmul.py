@@ -11,7 +11,7 @@ from . import enums
 from .checks import free, on_chip, tensor
 from .core import Batched, CostContext, Emit, free_size, instruction, partitions, require_generation
 from .enums import matmul_perf_mode
-from .values import as_tiles, f32
+from .values import address, as_tiles, f32
 
 _FP32 = ("float32", "tfloat32")
 _FP8 = ("float8_e4m3", "float8_e5m2")
@@ -191,8 +191,7 @@ def _run_of_blocks(out, sel, axis_u, axis_v, u0, u1, ov, row, v):
     continues the one before along one of its axes (At's m tiles of 128, 128 and 44 columns: one
     copy of 300-element runs instead of three shorter ones) and their target is one view in that
     shape; else (v + 1, row[v])."""
-    x = row[v]
-    address = lambda y: y.__array_interface__["data"][0]
+    x, sel = row[v], list(sel)
     for ax in range(x.ndim):
         w, n = v + 1, x.shape[ax]
         while w < len(row):

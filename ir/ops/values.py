@@ -12,6 +12,11 @@ def f32(view: np.ndarray) -> np.ndarray:
     return np.asarray(view, dtype=F32)
 
 
+def address(x: np.ndarray) -> int:
+    """Where an array's first element lies in memory (views of one buffer compare by it)."""
+    return x.__array_interface__["data"][0]
+
+
 def as_tiles(a: np.ndarray) -> np.ndarray:
     """(partition, free) 2-d form of a tile view."""
     if a.ndim == 0:
