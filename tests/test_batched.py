@@ -825,6 +825,15 @@ def test_a_run_again_starts_from_the_memory_a_first_run_finds(rng):
             np.testing.assert_allclose(out, a.reshape(128, 32, 64).sum(1), rtol=1e-4, atol=1e-4)
 
 
+def nan_scratch(monkeypatch) -> None:
+    """The simulator's scratch pool hands out float arrays full of NaN where it promises nothing
+    (fill=None): an element the batched path forgets to fill or write shows in the results."""
+    from nkicc.simulator.scratch import Scratch
+    take = Scratch.take
+    monkeypatch.setattr(Scratch, "take", lambda self, shape, dtype, fill=None: take(
+        self, shape, dtype, np.nan if fill is None and np.dtype(dtype).kind == "f" else fill))
+
+
 @nkicc.jit
 def zeroed_products(a, b, W=136, ZERO_OPERAND=False):
     """Per 64-row block i, acc = a_i.T @ b in its first 136 columns (two moving tiles side by side),
@@ -857,10 +866,7 @@ def test_a_zeroed_accumulator_is_filled_only_where_a_sum_does_not_cover_it(rng, 
     zero operand read before its fill, shows: each of three runs equals numpy and the per-instruction
     path, with acc written (never filled) only when the products cover all of it."""
     from nkicc.simulator import batched
-    from nkicc.simulator.scratch import Scratch
-    take = Scratch.take
-    monkeypatch.setattr(Scratch, "take", lambda self, shape, dtype, fill=None: take(
-        self, shape, dtype, np.nan if fill is None and np.dtype(dtype).kind == "f" else fill))
+    nan_scratch(monkeypatch)
     zeroed = []
     zero = batched._Views.zero
     monkeypatch.setattr(batched._Views, "zero", lambda self, names: (
@@ -925,10 +931,7 @@ def test_a_gemm_reads_the_products_a_tile_would_hold(rng, monkeypatch, case):
     iteration's tile) gets it written. Scratch arrays come as NaN where nothing is promised; each
     of three runs equals numpy and the per-instruction path."""
     from nkicc.simulator import batched
-    from nkicc.simulator.scratch import Scratch
-    take = Scratch.take
-    monkeypatch.setattr(Scratch, "take", lambda self, shape, dtype, fill=None: take(
-        self, shape, dtype, np.nan if fill is None and np.dtype(dtype).kind == "f" else fill))
+    nan_scratch(monkeypatch)
     forwarded = []
     forward = batched._forward_products
     monkeypatch.setattr(batched, "_forward_products", lambda *a: forwarded.append(forward(*a)) or forwarded[-1])
@@ -1044,48 +1047,40 @@ def test_operand_blocks_that_continue_each_other_are_one_copy(rng):
     assert calls == [(3, 300), (3, 300)]
 
 
-forwarded_runs: list = []
-
-
-@settings(max_examples=20, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(st.data())
-def test_chained_products_on_generated_shapes_equal_per_instruction(monkeypatch, data):
+def test_chained_products_on_generated_shapes_equal_per_instruction(monkeypatch):
     """chained_products at drawn widths, splits, block and K counts, C stored or not: the batched
     path (zeroed tiles filled lazily, C's products kept and read by E's GEMM where its views map)
     equals the per-instruction path up to the order of the sums, on two runs of one simulator
-    whose scratch arrays come as NaN where nothing is promised; some examples forward C."""
+    whose scratch arrays come as NaN where nothing is promised; and some examples forward C (else
+    this test would pass with forwarding never taken)."""
     from nkicc.simulator import batched
-    from nkicc.simulator.scratch import Scratch
-    take = Scratch.take
-    monkeypatch.setattr(Scratch, "take", lambda self, shape, dtype, fill=None: take(
-        self, shape, dtype, np.nan if fill is None and np.dtype(dtype).kind == "f" else fill))
-    forward = batched._forward_products
-    monkeypatch.setattr(batched, "_forward_products",
-                        lambda *a: forwarded_runs.append(bool(kept := forward(*a))) or kept)
-    draw = data.draw
-    W = draw(st.integers(2, 128), label="W")
-    DW = draw(st.integers(2, 300), label="DW")
-    consts = dict(W=W, SPLIT=draw(st.integers(1, W - 1)), DW=DW, DSPLIT=draw(st.integers(1, DW - 1)),
-                  STORE_C=draw(st.booleans()))
-    I, KT = draw(st.integers(5, 8), label="I"), draw(st.integers(1, 3), label="KT")
-    seed = draw(st.integers(0, 2 ** 16))
-    c = nkicc.compile(chained_products, f"float32[{KT * 128},{I * W}]", f"float32[{KT * 128},128]",
-                      f"float32[128,{DW}]", **consts)
-    rng = np.random.default_rng(seed)
-    sim = MachineSimulator(c.ir, TRN2, timing=False)
-    for _ in range(2):
-        inputs = {"a": rng.standard_normal((KT * 128, I * W)).astype(np.float32),
-                  "b": rng.standard_normal((KT * 128, 128)).astype(np.float32),
-                  "d": rng.standard_normal((128, DW)).astype(np.float32)}
-        fast, _ = sim.run(inputs)
-        slow, _ = MachineSimulator(c.ir, TRN2, timing=False, batch=False).run(inputs)
-        for name in ("out", "c_out") if consts["STORE_C"] else ("out",):
-            assert_same_up_to_sums(c.ir, inputs, fast, slow, name)
+    nan_scratch(monkeypatch)
+    forward, forwarded = batched._forward_products, []
+    monkeypatch.setattr(batched, "_forward_products", lambda *a: forwarded.append(bool(kept := forward(*a))) or kept)
 
+    @settings(max_examples=20, deadline=None, derandomize=True, database=None,
+              suppress_health_check=[HealthCheck.too_slow])
+    @given(st.data())
+    def prop(data):
+        draw = data.draw
+        W = draw(st.integers(2, 128), label="W")
+        DW = draw(st.integers(2, 300), label="DW")
+        consts = dict(W=W, SPLIT=draw(st.integers(1, W - 1)), DW=DW, DSPLIT=draw(st.integers(1, DW - 1)),
+                      STORE_C=draw(st.booleans()))
+        I, KT = draw(st.integers(5, 8), label="I"), draw(st.integers(1, 3), label="KT")
+        seed = draw(st.integers(0, 2 ** 16))
+        c = nkicc.compile(chained_products, f"float32[{KT * 128},{I * W}]", f"float32[{KT * 128},128]",
+                          f"float32[128,{DW}]", **consts)
+        rng = np.random.default_rng(seed)
+        sim = MachineSimulator(c.ir, TRN2, timing=False)
+        for _ in range(2):
+            inputs = {"a": rng.standard_normal((KT * 128, I * W)).astype(np.float32),
+                      "b": rng.standard_normal((KT * 128, 128)).astype(np.float32),
+                      "d": rng.standard_normal((128, DW)).astype(np.float32)}
+            fast, _ = sim.run(inputs)
+            slow, _ = MachineSimulator(c.ir, TRN2, timing=False, batch=False).run(inputs)
+            for name in ("out", "c_out") if consts["STORE_C"] else ("out",):
+                assert_same_up_to_sums(c.ir, inputs, fast, slow, name)
 
-def test_the_generated_chained_products_forwarded_some():
-    """The property test above would pass with forwarding never taken: it must have been taken."""
-    if not forwarded_runs:
-        pytest.skip("runs after test_chained_products_on_generated_shapes_equal_per_instruction")
-    assert any(forwarded_runs)
+    prop()
+    assert any(forwarded)
