@@ -128,6 +128,9 @@ class _Group:
     # parts: groups of one shape whose cells add into the same elements are one group whose
     # GEMM stacks them along the contraction (_stack); each cell's sum is then added once, by its
     # last add, the other adds of the cell adding nothing
+    # groups that share their moving operands and whose loops are this one's and more, only their
+    # stationaries moving along the rest: one GEMM, their rows concatenated (_rowsets); None alone
+    rows: list | None = None
 
 
 @dataclass
@@ -579,6 +582,52 @@ def _groups(items: list, trips: dict, private: dict, tensors: dict) -> None:
         for g in groups:  # a group of one matmul alone: its own product as before
             if len(g.adds) == 1 and g.adds[0].group is g:
                 g.adds[0].group = None
+    _rowsets(items, private)
+
+
+def _rowsets(items: list, private: dict) -> None:
+    """Groups whose matmuls read the same moving operands, part by part, over loops that extend
+    the shortest group's (the stationaries alone moving along the extra ones, which are not
+    summed) run as one GEMM with their rows concatenated (matmul._matmul_grouped's `subs`): mm2's
+    E, whose m1 loop the multi-buffer pass split into a loop of four row tiles and the peeled last
+    two. At the first member's GEMM turn, so nothing may write what a member's matmuls read
+    between each of them and that turn (the check _stack makes)."""
+    gs = list({id(a.group): a.group for a in items if a.group is not None}.values())
+
+    def moving(g):  # per moving operand and part: its access, and the loops and sums of its matmul
+        return [[(x, a.vars, a.reduce) for a, x in parts] for parts in g.mvs]
+
+    def fits(g, h):  # h's loops extend g's, the rest the same
+        if len(g.mvs) != len(h.mvs) or len(g.sts[0]) != len(h.sts[0]) or len(g.sts) + len(h.sts) < 2:
+            return False
+        ga, ha = g.adds[0].feeds.plan.op, h.adds[0].feeds.plan.op
+        if bool(ga.attr("double_row")) != bool(ha.attr("double_row")) or ga.ins[0].shape[0] != ha.ins[0].shape[0]:
+            return False
+        for pg, ph in zip(moving(g), moving(h)):
+            for (x, vg, rg), (y, vh, rh) in zip(pg, ph):
+                extra = vh[len(vg):]
+                if (x != y or vh[:len(vg)] != vg or rg != rh or any(x.offset.coeff(v) for v in extra)
+                        or any(v in private.get(x.tensor, ()) for v in extra)):
+                    return False
+        return True
+    gs.sort(key=lambda g: min(a.order for a in g.adds))
+    taken: set = set()
+    for g in gs:
+        if id(g) in taken:
+            continue
+        short = [h for h in gs if id(h) not in taken and (h is g or fits(g, h) or fits(h, g))]
+        base = min(short, key=lambda h: len(h.adds[0].vars))
+        members = [h for h in short if h is base or fits(base, h)]
+        if len(members) < 2:
+            continue
+        at = min(min(a.order for a in h.adds if id(a) in h.applies) for h in members)  # the GEMM's turn
+        if any(_writes_between(items, *sorted((a.feeds.order, at)),
+                               {x.tensor for x in a.feeds.plan.op.ins if isinstance(x, Access)})
+               for h in members for a in h.adds):
+            continue
+        for h in members:
+            h.rows = members
+            taken.add(id(h))
 
 
 def _components(adds: list, opnd) -> list:
@@ -1050,7 +1099,7 @@ def _execute(sim, nest: Nest, plan_: list, ordered: dict, views: _Views) -> None
             mm_got = done[id(mm)]
             if g is not None and id(it) in g.applies and callable(done[id(g)]):  # its GEMM runs now
                 kept = _forward_products(sim, it, g, done, views, mult, outs_of, arrays)
-                views.before([a.feeds.plan.op for a in g.adds], kept)
+                views.before([a.feeds.plan.op for h in g.rows or [g] for a in h.adds], kept)
             summed = _grouped(it, done) if g is not None else None
             if summed is _ADDED:
                 continue
@@ -1133,7 +1182,8 @@ def _grouped(add: _OpItem, done: dict):
     if id(add) not in g.applies:
         return _ADDED
     if callable(got):
-        got = done[id(g)] = got()
+        got()  # (sets the products of g and of the groups that share its GEMM: _runner)
+        got = done[id(g)]
     out, mo, no = got
     i, j = g.cell[id(add)]
     return out[..., mo[i]:mo[i + 1], no[j]:no[j + 1]]
@@ -1214,7 +1264,7 @@ class _EntryArrays:
     `new`; GEMM operands, called as matmul._new_operand's contract), all given back when the
     entry ends (`release`). One view already of an operand's shape is the operand (no copy); an
     operand made only of views of inputs the kernel never writes is made once per entry (the At
-    block that mm2's two multi-buffer copies of the n0 body both read, D of both E groups)."""
+    block that mm2's two multi-buffer copies of the n0 body both read)."""
 
     def __init__(self, sim):
         self.sim, self.taken = sim, []
@@ -1255,10 +1305,36 @@ class _EntryArrays:
 def _check_groups(sim, nest: Nest, done: dict, mult, outs_of: dict, operands: "_EntryArrays") -> None:
     """Each group's GEMM, to run (a function) or None where its operands do not line up: decided
     before any of its adds runs (one that adds nothing must know whether its product comes)."""
+    view = lambda a, x: done[id(a.feeds)][id(x)]
     for it in nest.items:
         g = it.group
         if g is not None and id(g) not in done:
-            done[id(g)] = _group_gemm(sim, it, g, lambda a, x: done[id(a.feeds)][id(x)], mult, outs_of, operands)
+            done.update(_gemm_of(sim, g, view, done, mult, outs_of, operands))
+
+
+def _gemm_of(sim, g: _Group, view, done: dict, mult, outs_of: dict, operands: "_EntryArrays") -> dict:
+    """{id(h): a function that runs the GEMM and puts each group's products in done[id(h)], or
+    None where h's does not line up} for g and the groups that share its GEMM (_Group.rows); each
+    group's own GEMM where one for all does not line up."""
+    if g.rows is not None:
+        fn = _rows_gemm(sim, g.rows, view, mult, outs_of, operands)
+        if fn is not None:
+            return {id(h): _runner(fn, g.rows, done) for h in g.rows}
+    got = {}
+    for h in g.rows or [g]:
+        fn = _group_gemm(sim, h, view, mult, outs_of, operands)
+        got[id(h)] = None if fn is None else _runner(fn, [h], done)
+    return got
+
+
+def _runner(fn, groups: list, done: dict):
+    """What done[id(h)] holds until the GEMM runs: a call that runs fn and puts each group's
+    products in its place (fn's one result, or its list, one per group)."""
+    def run():
+        got = fn()
+        for h, x in zip(groups, got if len(groups) > 1 else [got]):
+            done[id(h)] = x
+    return run
 
 
 def _forward_products(sim, it: _OpItem, g: _Group, done: dict, views: _Views, mult, outs_of: dict,
@@ -1268,9 +1344,10 @@ def _forward_products(sim, it: _OpItem, g: _Group, done: dict, views: _Views, mu
     mm2's E GEMMs read Ct's products, laid out for the GEMM that made them, and Ct is never
     written. Returns those tiles (a tile with a view that does not map is written first, as
     before)."""
-    kept = {x.tensor for parts in g.sts + g.mvs for _, x in parts if x.tensor in views.products}
+    every = [p for h in g.rows or [g] for p in h.sts + h.mvs]
+    kept = {x.tensor for parts in every for _, x in parts if x.tensor in views.products}
     moved: dict = {}
-    for parts in g.sts + g.mvs:
+    for parts in every:
         for a, x in parts:
             if x.tensor in kept:
                 v = _product_view(done[id(a.feeds)][id(x)], *views.products[x.tensor])
@@ -1279,7 +1356,10 @@ def _forward_products(sim, it: _OpItem, g: _Group, done: dict, views: _Views, mu
                 moved[id(a), id(x)] = v
     if kept:
         view = lambda a, x: moved[id(a), id(x)] if x.tensor in kept else done[id(a.feeds)][id(x)]
-        done[id(g)] = _group_gemm(sim, it, g, view, mult, outs_of, operands)
+        got = _gemm_of(sim, g, view, done, mult, outs_of, operands)
+        if any(fn is None for fn in got.values()):  # (the tiles written instead: the GEMMs checked read them)
+            return set()
+        done.update(got)
     return kept
 
 
@@ -1333,19 +1413,57 @@ def _product_view(v: np.ndarray, tile: np.ndarray, terms: np.ndarray):
     return out
 
 
-def _group_gemm(sim, it: _OpItem, g: _Group, view, mult, outs_of: dict, operands: "_EntryArrays"):
+def _group_gemm(sim, g: _Group, view, mult, outs_of: dict, operands: "_EntryArrays"):
     """Group g's GEMM (the rule's `grouped`) over the operand views view(add, access). Its
     product is laid out as its first sum's destination is: M contiguous there (a tile a matmul
     reads, stored partition-innermost) makes the GEMM compute the transposed product."""
+    it = g.adds[0]
     op = it.feeds.plan.op
     views = lambda parts: [view(a, x) for a, x in parts]
+    return it.feeds.rule.grouped([views(p) for p in g.sts], [views(p) for p in g.mvs], len(it.vars), it.reduce, mult,
+                                 2 if op.attr("double_row") else 1, partial(_copy, sim), _transposed(g, outs_of),
+                                 operands)
+
+
+def _copy(sim, dst: np.ndarray, src: np.ndarray) -> None:
+    _halves(sim, lambda r, d: np.copyto(d, r(0)), lambda _: src, dst, True)
+
+
+def _transposed(g: _Group, outs_of: dict) -> bool:
     first = next(a for a in g.adds if id(a) in g.applies)
     dst = outs_of[id(first)][0][0]
-    transposed = dst.ndim >= 2 and dst.shape[-2] > 1 and abs(dst.strides[-2]) < abs(dst.strides[-1])
-    return it.feeds.rule.grouped([views(p) for p in g.sts], [views(p) for p in g.mvs], len(it.vars), it.reduce, mult,
-                                 2 if op.attr("double_row") else 1,
-                                 lambda d, x: _halves(sim, lambda r, dd: np.copyto(dd, r(0)), lambda _: x, d, True),
-                                 transposed, operands)
+    return dst.ndim >= 2 and dst.shape[-2] > 1 and abs(dst.strides[-2]) < abs(dst.strides[-1])
+
+
+def _rows_gemm(sim, groups: list, view, mult, outs_of: dict, operands: "_EntryArrays"):
+    """One GEMM for `groups` (_Group.rows): the shortest group's moving operands, every group's
+    stationary ones (the loops beyond the shortest group's as extra axes of their views). None
+    where another group's moving views differ from those, or the groups' products would be laid
+    out differently (transposed for one, not another)."""
+    base = min(groups, key=lambda h: len(h.adds[0].vars))
+    nlead = len(base.adds[0].vars)
+    op = base.adds[0].feeds.plan.op
+    mvs = [[view(a, x) for a, x in parts] for parts in base.mvs]
+    sts, subs = [], []
+    for h in groups:
+        e = len(h.adds[0].vars) - nlead
+        for parts, want in zip(h.mvs, mvs):
+            for (a, x), w in zip(parts, want):
+                v = view(a, x)
+                if any(n > 1 and s for n, s in zip(v.shape[nlead:nlead + e], v.strides[nlead:nlead + e])):
+                    return None
+                v = v[(slice(None),) * nlead + (0,) * e]
+                if v.shape != w.shape or address(v) != address(w) or any(
+                        n > 1 and p != q for n, p, q in zip(v.shape, v.strides, w.strides)):
+                    return None
+        views = [[view(a, x) for a, x in parts] for parts in h.sts]
+        sts += views
+        subs.append((len(h.sts), views[0][0].shape[nlead:nlead + e]))
+    if len({_transposed(h, outs_of) for h in groups}) > 1:
+        return None
+    return base.adds[0].feeds.rule.grouped(sts, mvs, nlead, base.adds[0].reduce, mult,
+                                           2 if op.attr("double_row") else 1, partial(_copy, sim),
+                                           _transposed(base, outs_of), operands, subs=subs)
 
 
 def _halves(sim, fn, read, dst: np.ndarray, split: bool) -> None:

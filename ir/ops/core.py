@@ -222,7 +222,8 @@ class Batched:
     # function computing (out, first offsets, second offsets) (nkicc.ir.ops.matmul._matmul_grouped:
     # every first operand with every second, one GEMM; transposed: out's memory is (N, M), for a
     # destination that stores M contiguously; operand(shape, layout, sources, fill): the arrays it
-    # copies operands into, matmul._new_operand's contract)
+    # copies operands into, matmul._new_operand's contract; subs=[(count, extra loop sizes)]: the
+    # firsts are the rows of several groups that share the seconds, one result per group)
     grouped: Callable | None = None
 
 

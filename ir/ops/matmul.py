@@ -50,7 +50,7 @@ def _matmul_batched(op: Op, read, nlead: int, reduce: tuple, gemm=np.matmul) -> 
 
 
 def _matmul_grouped(sts: list, mvs: list, nlead: int, reduce: tuple, gemm=np.matmul, rows: int = 1,
-                    copy=np.copyto, transposed: bool = False, operand=None):
+                    copy=np.copyto, transposed: bool = False, operand=None, subs: list | None = None):
     """The products of every stationary view in `sts` with every moving view in `mvs` (each with
     `nlead` leading loop axes, as _matmul_batched reads them) as one GEMM: the stationaries side
     by side along M, the movings along N (the copies into GEMM order that one product makes
@@ -64,7 +64,16 @@ def _matmul_grouped(sts: list, mvs: list, nlead: int, reduce: tuple, gemm=np.mat
     constant along a summed axis, or the parts do not line up. `copy(dst, src)`: how the simulator
     copies operands into their GEMM blocks. `transposed`: out is a view of an array laid out
     (N, M), the product computed as mv.T @ st.T (for a destination that stores M contiguously,
-    so that adding the product into it reads and writes both in memory order)."""
+    so that adding the product into it reads and writes both in memory order).
+
+    `subs`: the stationaries are the rows of several such groups that share the moving operands
+    ([(how many of sts, the sizes of its extra loop axes)], in order): a group's views have its
+    extra loop axes after the nlead common ones, loops that only its stationaries move along
+    (mm2's E: the multi-buffered m1 loop of four row tiles, beside its peeled last two). Their
+    rows are concatenated inside the common loop axes, and the function returns one (out, M
+    offsets, N offsets) per group, out with that group's kept loop axes, extra ones included."""
+    given, subs = subs is not None, subs or [(len(sts), ())]
+    extras = [len(e) for n, e in subs for _ in range(n)]
     sts = [x if isinstance(x, list) else [x] for x in sts]
     mvs = [x if isinstance(x, list) else [x] for x in mvs]
     nparts = len(sts[0])
@@ -72,16 +81,25 @@ def _matmul_grouped(sts: list, mvs: list, nlead: int, reduce: tuple, gemm=np.mat
     ms, mm = moving_axes(sts[0][0], nlead), moving_axes(mvs[0][0], nlead)
     if (any(len(xs) != nparts for xs in sts + mvs) or any(moving_axes(x, nlead) != ms for xs in sts for x in xs)
             or any(moving_axes(x, nlead) != mm for xs in mvs for x in xs)
-            or any((i in ms) != (i in mm) or (i not in ms and sizes[i] > 1) for i in reduce)):
+            or any((i in ms) != (i in mm) or (i not in ms and sizes[i] > 1) for i in reduce)
+            or any(x.shape[nlead:nlead + e] != sub[1] for xs, e, sub in
+                   zip(sts, extras, [s for s in subs for _ in range(s[0])]) for x in xs)):
         return None  # (a sum of one product repeated: _matmul_stacked)
     # each tile as (K, free): K its partitions (x2 in double-row mode)
-    k_free = lambda x: (x.shape[nlead] * rows, math.prod(x.shape[nlead:]) // (x.shape[nlead] * rows))
-    Ks = [k_free(x)[0] for x in sts[0]]
-    Ms, Ns = [k_free(xs[0])[1] for xs in sts], [k_free(xs[0])[1] for xs in mvs]
-    if any(k_free(x) != (k, k_free(xs[0])[1]) for xs in sts + mvs for x, k in zip(xs, Ks)):
+    k_free = lambda x, e=0: (x.shape[nlead + e] * rows, math.prod(x.shape[nlead + e:]) // (x.shape[nlead + e] * rows))
+    Ks = [k_free(x, extras[0])[0] for x in sts[0]]
+    Ms = [k_free(xs[0], e)[1] for xs, e in zip(sts, extras)]
+    Ns = [k_free(xs[0])[1] for xs in mvs]
+    if (any(k_free(x, e) != (k, k_free(xs[0], e)[1]) for xs, e in zip(sts, extras) for x, k in zip(xs, Ks))
+            or any(k_free(x) != (k, k_free(xs[0])[1]) for xs in mvs for x, k in zip(xs, Ks))):
         return None
+    if (len(subs) > 1 or extras[0]) and _free_contiguous(sts[0][0], nlead + extras[0]):
+        return None  # (rows joined only in the (M, K) layout)
+    if given:
+        return lambda: _grouped_gemm(sts, mvs, nlead, reduce, gemm, rows, ms, mm, Ks, Ms, Ns, copy, transposed,
+                                     operand or _new_operand, subs)
     return lambda: _grouped_gemm(sts, mvs, nlead, reduce, gemm, rows, ms, mm, Ks, Ms, Ns, copy, transposed,
-                                 operand or _new_operand)
+                                 operand or _new_operand, subs)[0]
 
 
 def _free_contiguous(tile: np.ndarray, n: int) -> bool:
@@ -99,16 +117,18 @@ def _new_operand(shape: tuple, layout: tuple, sources: list, fill) -> np.ndarray
     return fill(np.empty(shape, np.float32))
 
 
-def _grouped_gemm(sts, mvs, nlead, reduce, gemm, rows, ms, mm, Ks, Ms, Ns, copy, transposed, operand):
-    """_matmul_grouped's product, once its checks passed."""
+def _grouped_gemm(sts, mvs, nlead, reduce, gemm, rows, ms, mm, Ks, Ms, Ns, copy, transposed, operand, subs):
+    """_matmul_grouped's products, once its checks passed: [(out, M offsets, N offsets)] per group
+    of `subs`."""
     sizes = sts[0][0].shape[:nlead]
     ns, nm = len(ms), len(mm)
+    extras = [len(e) for n, e in subs for _ in range(n)]
 
-    def tiles(x, moving, n):  # the broadcast axes dropped before any copy, each tile as (K, free)
+    def tiles(x, moving, n, e=0):  # the broadcast axes dropped before any copy, each tile as (K, free)
         x = f32(x[tuple(slice(None) if i in moving else 0 for i in range(nlead))])
-        return x.reshape(x.shape[:n] + (x.shape[n] * rows, -1))
+        return x.reshape(x.shape[:n + e] + (x.shape[n + e] * rows, -1))
 
-    sts = [[tiles(x, ms, ns) for x in xs] for xs in sts]
+    sts = [[tiles(x, ms, ns, e) for x in xs] for xs, e in zip(sts, extras)]
     mvs = [[tiles(x, mm, nm) for x in xs] for xs in mvs]
     M, N = sum(Ms), sum(Ns)
     both = [i for i in ms if i in mm and i not in reduce]
@@ -121,15 +141,18 @@ def _grouped_gemm(sts, mvs, nlead, reduce, gemm, rows, ms, mm, Ks, Ms, Ns, copy,
     # a stationary operand whose tiles store M (their free axis) contiguously is copied as (K, M),
     # as the moving one is as (K, N): in its sources' order (a copy that transposes 4-byte elements
     # runs at a third of the rate or less); otherwise as (M, K)
-    st_km = _free_contiguous(sts[0][0], ns)
+    st_km = _free_contiguous(sts[0][0], ns + extras[0])
     if st_km:
         sts = [[x.transpose([ps[i] for i in both + red] + [ns] + [ps[i] for i in only_st] + [ns + 1]) for x in xs]
                for xs in sts]
-    else:
-        sts = [[x.transpose([ps[i] for i in both + only_st] + [ns + 1] + [ps[i] for i in red] + [ns]) for x in xs]
-               for xs in sts]
+    else:  # (a group's extra loop axes, each after the common ones: ns, ns + 1, ...)
+        sts = [[x.transpose([ps[i] for i in both + only_st] + [ns + k for k in range(e)] + [ns + e + 1]
+                            + [ps[i] for i in red] + [ns + e]) for x in xs] for xs, e in zip(sts, extras)]
     mvs = [[x.transpose([pm[i] for i in both + red] + [nm] + [pm[i] for i in only_mv] + [nm + 1]) for x in xs]
            for xs in mvs]
+    lead = [sizes[i] for i in both + only_st]
+    nrows = [math.prod(e) * sum(Ms[k:k + n]) for (n, e), k in zip(subs, np.cumsum([0] + [n for n, _ in subs]))]
+    split = None  # the contraction's parts, where the stationary ones lie in memory as GEMM operands
     if len(sts) == len(mvs) == len(sts[0]) == 1:  # one product: its reshape copies only when it must
         st = (sts[0][0].reshape(stack + [rks[0], -1]).swapaxes(-1, -2) if st_km
               else sts[0][0].reshape(stack + [-1, rks[0]]))
@@ -142,28 +165,103 @@ def _grouped_gemm(sts, mvs, nlead, reduce, gemm, rows, ms, mm, Ks, Ms, Ns, copy,
                          [x for xs in sts for x in xs], lambda out: _blocks(sts, out, *at, copy))
             st = st.reshape(stack + [sum(rks), -1]).swapaxes(-1, -2)
         else:
-            lead = [sizes[i] for i in both + only_st]
-            at = (len(lead), len(lead) + 1, tuple(Ms), tuple(rks))
-            st = operand(tuple(lead + [M, sum(rks)]), ("st",) + at, [x for xs in sts for x in xs],
-                         lambda out: _blocks(sts, out, *at, copy)).reshape(stack + [-1, sum(rks)])
+            split = _in_place(sts, lead, subs, Ms, rks, stack)
+            if split is None:
+                st = operand(tuple(lead + [sum(nrows), sum(rks)]), ("st", len(lead), tuple(Ms), tuple(rks), tuple(subs)),
+                             [x for xs in sts for x in xs], lambda out: _row_blocks(sts, out, subs, Ms, rks, copy))
+                st = st.reshape(stack + [-1, sum(rks)])
         at = (len(stack), len(stack) + 1 + len(only_mv), tuple(rks), tuple(Ns))
         mvs = [list(p) for p in zip(*mvs)]
         mv = operand(tuple(stack + [sum(rks)] + [sizes[i] for i in only_mv] + [N]), ("mv",) + at,
                      [x for xs in mvs for x in xs], lambda out: _blocks(mvs, out, *at, copy))
         mv = mv.reshape(stack + [sum(rks), -1])
-    if transposed:  # BLAS reads the transposed operands in place
-        out = gemm(mv.swapaxes(-1, -2), st.swapaxes(-1, -2)).swapaxes(-1, -2)
+    if split is not None:  # one GEMM per part, summed (mm2: E's from each multi-buffer copy's C products)
+        ks = np.cumsum([0] + rks).tolist()
+        out = None
+        for part, k0, k1 in zip(split, ks, ks[1:]):
+            got = _gemm(gemm, part, mv[..., k0:k1, :], transposed)
+            out = got if out is None else np.add(out, got, out=out)
     else:
-        out = gemm(st, mv)
-    out = out.reshape(stack + [sizes[i] for i in only_st] + [M] + [sizes[i] for i in only_mv] + [N])
-    # to the destination's order: the kept loop axes, then (M, N)
-    cur = both + only_st + ["M"] + only_mv + ["N"]
-    keep = [i for i in range(nlead) if i not in reduce]
-    out = out.transpose([cur.index(i) for i in keep if i in cur] + [cur.index("M"), cur.index("N")])
-    repeat = [k for k, i in enumerate(keep) if i not in cur]
-    if repeat:
-        out = np.broadcast_to(np.expand_dims(out, repeat), tuple(sizes[i] for i in keep) + (M, N))
-    return out, np.cumsum([0] + Ms).tolist(), np.cumsum([0] + Ns).tolist()
+        out = _gemm(gemm, st, mv, transposed)
+    out = out.reshape(stack + [sizes[i] for i in only_st] + [sum(nrows)] + [sizes[i] for i in only_mv] + [N])
+    # each group's rows, to the destination's order: the kept loop axes (its extra ones last), then (M, N)
+    got, r, k = [], 0, 0
+    n_axis = len(stack) + len(only_st)
+    for (n, e), nr in zip(subs, nrows):
+        x = out[(slice(None),) * n_axis + (slice(r, r + nr),)]
+        x = x.reshape(x.shape[:n_axis] + tuple(e) + (nr // max(math.prod(e), 1),) + x.shape[n_axis + 1:])
+        extra = [nlead + t for t in range(len(e))]
+        cur = both + only_st + extra + ["M"] + only_mv + ["N"]
+        keep = [i for i in range(nlead) if i not in reduce] + extra
+        x = x.transpose([cur.index(i) for i in keep if i in cur] + [cur.index("M"), cur.index("N")])
+        repeat = [q for q, i in enumerate(keep) if i not in cur]
+        if repeat:
+            x = np.broadcast_to(np.expand_dims(x, repeat), tuple(sizes[i] if i < nlead else e[i - nlead]
+                                                                 for i in keep) + x.shape[-2:])
+        got.append((x, np.cumsum([0] + Ms[k:k + n]).tolist(), np.cumsum([0] + Ns).tolist()))
+        r, k = r + nr, k + n
+    return got
+
+
+def _gemm(gemm, st, mv, transposed: bool):
+    if transposed:  # BLAS reads the transposed operands in place
+        return gemm(mv.swapaxes(-1, -2), st.swapaxes(-1, -2)).swapaxes(-1, -2)
+    return gemm(st, mv)
+
+
+def _row_blocks(sts: list, out: np.ndarray, subs: list, Ms: list, rks: list, copy=np.copyto) -> np.ndarray:
+    """`out` (lead..., rows, K) filled with the stationary blocks in the (M, K) layout: group by
+    group of `subs` down the rows, each group's rows its extra loop axes then its stationaries
+    side by side; the parts side by side along K. One group without extra axes: _blocks."""
+    n = out.ndim - 2
+    if len(subs) == 1 and not subs[0][1]:
+        return _blocks(sts, out, n, n + 1, tuple(Ms), tuple(rks), copy)
+    r, k = 0, 0
+    for cnt, e in subs:
+        m = sum(Ms[k:k + cnt])
+        region = out[(slice(None),) * n + (slice(r, r + math.prod(e) * m),)]
+        region = region.reshape(region.shape[:n] + tuple(e) + (m, region.shape[-1]))
+        _blocks(sts[k:k + cnt], region, n + len(e), n + len(e) + 1, tuple(Ms[k:k + cnt]), tuple(rks), copy)
+        r, k = r + math.prod(e) * m, k + cnt
+    return out
+
+
+def _in_place(sts: list, lead: list, subs: list, Ms: list, rks: list, stack: list):
+    """The stationary operand, one (stack..., rows, K part) view per part of the contraction, where
+    each part's blocks already lie in one array exactly as _row_blocks would copy them (mm2's E:
+    the rows of C's products, each multi-buffer copy of the n0 body its own array): a GEMM per
+    part reads them there, no copy. None where any part's do not."""
+    views = []
+    n = len(lead)
+    for p, k in enumerate(rks):
+        first = sts[0][p]  # (lead..., [extra...], M, red..., K)
+        owner = first
+        while isinstance(owner.base, np.ndarray):
+            owner = owner.base
+        e = len(subs[0][1])
+        strides = first.strides[:n] + (first.strides[n + e], first.strides[-1])
+        shape = tuple(lead) + (sum(math.prod(s) * sum(Ms[j:j + c]) for (c, s), j in
+                                   zip(subs, np.cumsum([0] + [c for c, _ in subs]))), k)
+        if first.dtype != np.float32 or not isinstance(owner, np.ndarray):
+            return None
+        try:
+            view = np.ndarray(shape, np.float32, owner, address(first) - address(owner), strides)
+        except (ValueError, TypeError):
+            return None
+        same = [True]
+
+        def check(dst, src):
+            same[0] = same[0] and address(dst) == address(src) and all(
+                a == b for a, b, m in zip(dst.strides, src.strides, src.shape) if m > 1)
+        _row_blocks([[xs[p]] for xs in sts], view, subs, Ms, (k,), check)
+        if not same[0]:
+            return None
+        try:
+            views.append(np.reshape(view, stack + [-1, k], copy=False))
+        except (ValueError, TypeError):
+            return None
+        views[-1].flags.writeable = False
+    return views
 
 
 def _blocks(blocks: list, out: np.ndarray, axis_u: int, axis_v: int, sizes_u: list, sizes_v: list,
