@@ -579,10 +579,10 @@ def _groups(items: list, trips: dict, private: dict, tensors: dict) -> None:
             dsts = {a.plan.op.outs[0].tensor for a in app}
             g.one_add = not any(lo <= it.order <= hi and id(it) not in members and not it.skip
                                 and any(_touches(it, t) for t in dsts) for it in items)
-        for g in groups:  # a group of one matmul alone: its own product as before
-            if len(g.adds) == 1 and g.adds[0].group is g:
-                g.adds[0].group = None
     _rowsets(items, private)
+    for a in items:  # a group of one matmul alone: its own product as before
+        if a.group is not None and len(a.group.adds) == 1 and a.group.rows is None:
+            a.group = None
 
 
 def _rowsets(items: list, private: dict) -> None:
