@@ -1183,3 +1183,59 @@ def test_chained_products_on_generated_shapes_equal_per_instruction(monkeypatch)
 
     prop()
     assert any(forwarded)
+
+
+@nkicc.jit
+def row_tiles(a, d, T=12, TE=16, R=8, REWRITE=False):
+    """Per 128-row block i of d's contraction: c holds a's block in its even columns (so a tile of
+    c stores its rows 8 bytes apart, as mm2's Ct does); E's rows are T tiles of TE in a loop and a
+    ragged tile of R after it, each summing c's rows times d's two column tiles (a group per tile
+    of rows, both reading d's tiles). REWRITE doubles c's last R rows between the loop and the
+    ragged tile: its matmuls must read them doubled."""
+    I, W = a.shape[0] // 128, T * TE + R
+    out = nl.ndarray((I * W, 96), dtype=nl.float32, buffer=nl.shared_hbm)
+    for i in nl.affine_range(I):
+        c = nl.ndarray((128, W, 2), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=c[:, :, 0], src=a[i * 128:(i + 1) * 128, :])
+        nisa.dma_copy(dst=c[:, :, 1], src=a[i * 128:(i + 1) * 128, :])
+        e = nl.zeros((TE, 96, T + 1), dtype=nl.float32, buffer=nl.sbuf)
+        d0, d1 = nl.load(d[i * 128:(i + 1) * 128, 0:56]), nl.load(d[i * 128:(i + 1) * 128, 56:96])
+        for m in nl.affine_range(T):
+            for lo, hi, dt in ((0, 56, d0), (56, 96, d1)):
+                q = nl.ndarray((TE, hi - lo), dtype=nl.float32, buffer=nl.psum)
+                nisa.nc_matmul(q, c[:, m * TE:(m + 1) * TE, 0], dt, accumulate=False)
+                nisa.tensor_tensor(dst=e[:, lo:hi, m], data1=e[:, lo:hi, m], data2=q, op=nl.add)
+        if REWRITE:
+            nisa.tensor_scalar(dst=c[:, T * TE:W, 0], data=c[:, T * TE:W, 0], op0=nl.multiply, operand0=2.0)
+        for lo, hi, dt in ((0, 56, d0), (56, 96, d1)):
+            q = nl.ndarray((R, hi - lo), dtype=nl.float32, buffer=nl.psum)
+            nisa.nc_matmul(q, c[:, T * TE:W, 0], dt, accumulate=False)
+            nisa.tensor_tensor(dst=e[:R, lo:hi, T], data1=e[:R, lo:hi, T], data2=q, op=nl.add)
+        for m in nl.affine_range(T):
+            nl.store(out[i * W + m * TE:i * W + (m + 1) * TE, :], e[:, :, m])
+        nl.store(out[i * W + T * TE:(i + 1) * W, :], e[:R, :, T])
+    return out
+
+
+@pytest.mark.parametrize("rewrite", [False, True])
+def test_row_groups_join_only_where_their_operands_hold_still(rng, monkeypatch, rewrite):
+    """row_tiles' loop of row tiles and its ragged tile share d's tiles: one GEMM with their rows
+    concatenated, which runs at the loop's turn. With c's ragged rows rewritten in between, the
+    ragged tile's matmuls must see the new rows: its group keeps its own GEMM. Batched against
+    per instruction and numpy on random data with NaN scratch."""
+    nan_scratch(monkeypatch)
+    a, d = rng.standard_normal((1024, 200)).astype(np.float32), rng.standard_normal((1024, 96)).astype(np.float32)
+    c = nkicc.compile(row_tiles, a, d, REWRITE=rewrite)
+    sim = MachineSimulator(c.ir, TRN2, timing=False)
+    rows = [it.group.rows for nest in sim.nests if nest.label.endswith("i (i0)") for it in nest.items
+            if it.group is not None]
+    assert rows and all((r is None) == rewrite for r in rows)
+    fast, rep = sim.run({"a": a, "d": d})
+    slow, _ = MachineSimulator(c.ir, TRN2, timing=False, batch=False).run({"a": a, "d": d})
+    assert rep.batched_loops
+    assert_same_up_to_sums(c.ir, {"a": a, "d": d}, fast, slow, "out")
+    want = np.concatenate([a[i * 128:(i + 1) * 128].T.astype(np.float64) @ d[i * 128:(i + 1) * 128] for i in range(8)])
+    if rewrite:
+        for i in range(8):
+            want[i * 200 + 192:(i + 1) * 200] *= 2
+    assert np.allclose(fast["out"], want, rtol=1e-4, atol=1e-3)
