@@ -25,11 +25,12 @@ iterations in an order the batched execution would swap:
   that one load fills whole from HBM the nest does not write is read at its
   source, never copied (_forwards);
 - a matmul into a private PSUM tile that one sum adds into an accumulator is
-  computed inside that sum (_fuse); such matmuls over loops of the same trips
-  are one GEMM (_groups: the ragged variants the tracer peels and the
-  unrolled copies of a body, every stationary operand with every moving one),
-  and groups whose products add into the same elements one GEMM stacked along
-  K, each sum then added once (_stack);
+  computed inside that sum (_fuse); such matmuls are joined into GEMMs by
+  matmul_groups.py (the ragged variants the tracer peels and the unrolled
+  copies of a body; stacked along K where their products add into the same
+  elements; rows concatenated where they share moving operands over loops
+  that extend one another), and a GEMM reads a stationary operand in place
+  where its blocks already lie as the GEMM reads them (matmul._in_place);
 - a private tile of zeros (nl.zeros) is filled just before something first
   touches it, and never where one GEMM's products cover it whole: the
   products are kept, a later GEMM of the nest that reads the tile reads them
@@ -69,6 +70,7 @@ from ..ir.ops.values import address
 from . import semantics
 from ._blas import default_blas
 from .cpushare import CpuShare
+from .matmul_groups import Group, group_matmuls
 from .reference import ReferenceMachine
 
 try:
@@ -109,28 +111,7 @@ class _OpItem:
     parts: tuple = ()               # the instructions it stands for, when not just plan (_rmw)
     skip: bool = False              # a load whose tile its readers read at the source (_forwards)
     preset: bool = False            # a memset of 0 of a private tile made of zeros (Nest.zeroed): nothing to do
-    group: "_Group | None" = None   # a sum fed by a matmul computed in one GEMM with others (_groups)
-
-
-@dataclass
-class _Group:
-    """Fused matmuls of one nest over loops of the same trips, summed over the same axes, whose
-    products are one GEMM: every distinct stationary operand with every distinct moving one
-    (the ragged variants of one matmul the tracer peels, the unrolled copies of a loop body)."""
-    adds: list                      # the sums they feed, body order
-    sts: list                       # per distinct stationary operand: [(feeding add, access)] per part
-    mvs: list                       # per distinct moving operand, likewise
-    cell: dict                      # id(add) -> (index in sts, index in mvs)
-    applies: set = field(default_factory=set)  # id(add): the sums that add their cell's product
-    # whether all its cells may be added at its first applying add (nothing else touches the
-    # accumulators in between): then, where their views tile one strided view, one pass (_one_add)
-    one_add: bool = False
-    # parts: groups of one shape whose cells add into the same elements are one group whose
-    # GEMM stacks them along the contraction (_stack); each cell's sum is then added once, by its
-    # last add, the other adds of the cell adding nothing
-    # groups that share their moving operands and whose loops are this one's and more, only their
-    # stationaries moving along the rest: one GEMM, their rows concatenated (_rowsets); None alone
-    rows: list | None = None
+    group: "Group | None" = None    # a sum fed by a matmul computed in one GEMM with others (matmul_groups)
 
 
 @dataclass
@@ -235,7 +216,7 @@ def plan(sim, loop: Loop, outer: tuple, label: str) -> Nest | None:
             uses.setdefault(a.tensor, []).append((it, a, True))
     dead |= _fuse(items, uses, private, tensors)
     forward = _forwards(items, uses, private, tensors)
-    _groups(items, trips, private, tensors)
+    group_matmuls(items, trips, private, tensors)
     columns = _columns(items, private, tensors)
     # sizes: private copies and per-op results must stay small
     total = 0
@@ -536,202 +517,6 @@ def _fuse(items, uses, private, tensors) -> set:
         add.feeds, mm.fused = mm, True
         dead.add(terms[0].tensor)
     return dead
-
-
-def _groups(items: list, trips: dict, private: dict, tensors: dict) -> None:
-    """Join fused matmuls into _Groups: those over loops of the same trips (names may differ: the
-    unrolled copies of a loop), summed over the same axes, with the same contraction size and
-    operand kinds; each group is every pairing of its distinct stationary and moving operands
-    once (else one group per stationary operand). The GEMM runs at the group's first sum, so
-    nothing from the first to the last of its instructions may write what the matmuls read."""
-    cands: dict = {}
-    for add in items:
-        mm = add.feeds
-        if mm is None or mm.rule.grouped is None:
-            continue
-        op = mm.plan.op
-        st, mv = op.ins[0], op.ins[1]
-        key = (tuple(trips[v] for v in add.vars), add.reduce, bool(op.attr("double_row")), st.shape[0],
-               tensors[st.tensor].dtype, tensors[mv.tensor].dtype, len(st.shape), len(mv.shape))
-        cands.setdefault(key, []).append(add)
-    opnd = lambda add, k: _operand_key(add.feeds.plan.op.ins[k], add.vars, private)
-    for key, adds in cands.items():
-        groups = []
-        for comp in _components(adds, opnd):
-            sts = set(opnd(a, 0) for a in comp)
-            mvs = set(opnd(a, 1) for a in comp)
-            if (len(comp) == len(sts) * len(mvs) == len({(opnd(a, 0), opnd(a, 1)) for a in comp})
-                    and _unwritten_between(items, comp)):
-                groups.append(_make_group(comp, opnd))
-                continue
-            # not every pairing, or a write in between: the matmuls sharing a stationary operand
-            for k in dict.fromkeys(opnd(a, 0) for a in comp):
-                part = [a for a in comp if opnd(a, 0) == k]
-                if len(part) == 1 or _unwritten_between(items, part):
-                    groups.append(_make_group(part, opnd))
-                else:
-                    groups += [_make_group([a], opnd) for a in part]
-        _stack(items, groups, private)
-        for g in {id(a.group): a.group for a in adds if a.group is not None}.values():
-            app = [a for a in g.adds if id(a) in g.applies]
-            members = {id(it) for a in g.adds for it in (a, a.feeds)}
-            lo, hi = min(a.order for a in app), max(a.order for a in app)
-            dsts = {a.plan.op.outs[0].tensor for a in app}
-            g.one_add = not any(lo <= it.order <= hi and id(it) not in members and not it.skip
-                                and any(_touches(it, t) for t in dsts) for it in items)
-    _rowsets(items, private)
-    for a in items:  # a group of one matmul alone: its own product as before
-        if a.group is not None and len(a.group.adds) == 1 and a.group.rows is None:
-            a.group = None
-
-
-def _rowsets(items: list, private: dict) -> None:
-    """Groups whose matmuls read the same moving operands, part by part, over loops that extend
-    the shortest group's (the stationaries alone moving along the extra ones, which are not
-    summed) run as one GEMM with their rows concatenated (matmul._matmul_grouped's `subs`): mm2's
-    E, whose m1 loop the multi-buffer pass split into a loop of four row tiles and the peeled last
-    two. At the first member's GEMM turn, so nothing may write what a member's matmuls read
-    between each of them and that turn (the check _stack makes)."""
-    gs = list({id(a.group): a.group for a in items if a.group is not None}.values())
-
-    def moving(g):  # per moving operand and part: its access, and the loops and sums of its matmul
-        return [[(x, a.vars, a.reduce) for a, x in parts] for parts in g.mvs]
-
-    def fits(g, h):  # h's loops extend g's, the rest the same
-        if len(g.mvs) != len(h.mvs) or len(g.sts[0]) != len(h.sts[0]) or len(g.sts) + len(h.sts) < 2:
-            return False
-        ga, ha = g.adds[0].feeds.plan.op, h.adds[0].feeds.plan.op
-        if bool(ga.attr("double_row")) != bool(ha.attr("double_row")) or ga.ins[0].shape[0] != ha.ins[0].shape[0]:
-            return False
-        for pg, ph in zip(moving(g), moving(h)):
-            for (x, vg, rg), (y, vh, rh) in zip(pg, ph):
-                extra = vh[len(vg):]
-                if (x != y or vh[:len(vg)] != vg or rg != rh or any(x.offset.coeff(v) for v in extra)
-                        or any(v in private.get(x.tensor, ()) for v in extra)):
-                    return False
-        return True
-    gs.sort(key=lambda g: min(a.order for a in g.adds))
-    taken: set = set()
-    for g in gs:
-        if id(g) in taken:
-            continue
-        short = [h for h in gs if id(h) not in taken and (h is g or fits(g, h) or fits(h, g))]
-        base = min(short, key=lambda h: len(h.adds[0].vars))
-        members = [h for h in short if h is base or fits(base, h)]
-        if len(members) < 2:
-            continue
-        at = min(min(a.order for a in h.adds if id(a) in h.applies) for h in members)  # the GEMM's turn
-        if any(_writes_between(items, *sorted((a.feeds.order, at)),
-                               {x.tensor for x in a.feeds.plan.op.ins if isinstance(x, Access)})
-               for h in members for a in h.adds):
-            continue
-        for h in members:
-            h.rows = members
-            taken.add(id(h))
-
-
-def _components(adds: list, opnd) -> list:
-    """The sums grouped by the connected components of their matmuls' operands (two matmuls
-    sharing a stationary or a moving operand are in one), each in body order."""
-    root: dict = {}
-
-    def find(x):
-        while root.setdefault(x, x) != x:
-            x = root[x]
-        return x
-    for a in adds:
-        root[find((0, opnd(a, 0)))] = find((1, opnd(a, 1)))
-    comps: dict = {}
-    for a in adds:
-        comps.setdefault(find((0, opnd(a, 0))), []).append(a)
-    return list(comps.values())
-
-
-def _operand_key(a: Access, vars_: tuple, private: dict):
-    """An operand access as the elements it reads over the loops `vars_` (by position, not name)."""
-    mine = private.get(a.tensor, ())
-    return (a.tensor, a.offset.const, tuple(a.offset.coeff(v) for v in vars_),
-            tuple(sorted((v, c) for v, c in a.offset.terms if v not in vars_)), a.pattern,
-            tuple(v in mine for v in vars_), a.scalar, a.scalar_scale)
-
-
-def _unwritten_between(items: list, part: list) -> bool:
-    """Whether no instruction between the first and the last of the group's matmuls and sums
-    writes a tensor one of its matmuls reads."""
-    orders = [it.order for a in part for it in (a, a.feeds)]
-    read = {x.tensor for a in part for x in a.feeds.plan.op.ins if isinstance(x, Access)}
-    return not _writes_between(items, min(orders), max(orders), read)
-
-
-def _writes_between(items: list, lo: int, hi: int, tensors: set) -> bool:
-    """Whether an item from body position lo to hi writes one of `tensors` (a forwarded load
-    writes nothing: its tile is read at the source, which the nest does not write; a fused
-    matmul writes only its dead PSUM tile)."""
-    return any(lo <= it.order <= hi and not it.skip and not it.fused
-               and any(o.tensor in tensors for o in it.plan.op.outs) for it in items)
-
-
-def _make_group(part: list, opnd) -> None:
-    sts, mvs, cell = {}, {}, {}
-    for a in part:
-        i = sts.setdefault(opnd(a, 0), len(sts))
-        j = mvs.setdefault(opnd(a, 1), len(mvs))
-        cell[id(a)] = (i, j)
-    first_st = {i: a for a in reversed(part) for i in [cell[id(a)][0]]}
-    first_mv = {j: a for a in reversed(part) for j in [cell[id(a)][1]]}
-    g = _Group(part, [[(first_st[i], first_st[i].feeds.plan.op.ins[0])] for i in range(len(sts))],
-               [[(first_mv[j], first_mv[j].feeds.plan.op.ins[1])] for j in range(len(mvs))], cell,
-               {id(a) for a in part})
-    for a in part:
-        a.group = g
-    return g
-
-
-def _stack(items: list, groups: list, private: dict) -> None:
-    """Groups of one shape whose cells add into the same elements (the unrolled copies of a
-    loop over the contraction, each summing its part into one accumulator) become one: their
-    GEMM stacks the parts along K and each cell's sum lands once, at the cell's last add. Legal
-    when nothing but the group's own instructions touches an accumulator between its cell's
-    first and last add, and nothing writes a matmul's operands between it and the GEMM (at the
-    first of the cells' last adds)."""
-    def dsts(g):
-        by = {c: a for a in g.adds for c in [g.cell[id(a)]]}
-        return tuple(_operand_key(by[c].plan.op.outs[0], by[c].vars, private) for c in sorted(by))
-
-    buckets: dict = {}
-    for g in groups:
-        if len(g.adds) == len(g.sts) * len(g.mvs):
-            buckets.setdefault((len(g.sts), len(g.mvs), dsts(g)), []).append(g)
-    for gs in buckets.values():
-        if len(gs) < 2:
-            continue
-        cells: dict = {}
-        for g in gs:
-            for a in g.adds:
-                cells.setdefault(g.cell[id(a)], []).append(a)
-        members = {id(it) for g in gs for a in g.adds for it in (a, a.feeds)}
-        at = min(max(a.order for a in cell) for cell in cells.values())  # the GEMM's turn
-        others = [it for it in items if id(it) not in members and not it.skip and not it.fused]
-        ok = True
-        for a in (a for g in gs for a in g.adds):  # operands as at each matmul
-            read = {x.tensor for x in a.feeds.plan.op.ins if isinstance(x, Access)}
-            ok = ok and not _writes_between(others, *sorted((a.feeds.order, at)), read)
-        for cell in cells.values():  # accumulators no one else sees between a cell's adds
-            t = cell[0].plan.op.outs[0].tensor
-            lo, hi = min(a.order for a in cell), max(a.order for a in cell)
-            ok = ok and not any(lo <= it.order <= hi and _touches(it, t) for it in others)
-            ok = ok and not any(lo <= it.order <= hi and any(x.tensor == t for x in it.plan.op.ins
-                                                             if isinstance(x, Access))
-                                for it in items if it.fused and id(it) not in members)
-        if not ok:
-            continue
-        adds = sorted((a for g in gs for a in g.adds), key=lambda a: a.order)
-        merged = _Group(adds, [sum((g.sts[i] for g in gs), []) for i in range(len(gs[0].sts))],
-                        [sum((g.mvs[j] for g in gs), []) for j in range(len(gs[0].mvs))],
-                        {id(a): g.cell[id(a)] for g in gs for a in g.adds},
-                        {id(max(cell, key=lambda a: a.order)) for cell in cells.values()})
-        for a in adds:
-            a.group = merged
 
 
 def _exempt(w, x, v) -> bool:
@@ -1158,22 +943,12 @@ def _execute(sim, nest: Nest, plan_: list, ordered: dict, views: _Views) -> None
     arrays.release()  # (nothing holds a product or an operand past its entry)
 
 
-def _touches(it: _OpItem, t: str) -> bool:
-    """Whether an item reads or writes tensor t other than as a sum into it (sums into the same
-    elements may run in another order: reordered float32 sums)."""
-    op = it.plan.op
-    if t not in tensors_touched(op):
-        return False
-    return not (it.accum and op.outs[0].tensor == t and len(op.outs) == 1
-                and all(x.tensor != t for x in op.ins if isinstance(x, Access) and x != op.outs[0]))
-
-
-_ADDED = object()  # a sum whose product its cell's last add adds (_stack)
+_ADDED = object()  # a sum whose product its cell's last add adds (matmul_groups._stack)
 
 
 def _grouped(add: _OpItem, done: dict):
     """The product feeding `add` out of its group's one GEMM (made at the group's first applying
-    add, where _stack checked what it reads; kept in `done`); _ADDED when another add of its cell
+    add, where matmul_groups checked what it reads; kept in `done`); _ADDED when another add of its cell
     adds it; None when the group's operands do not line up (each matmul alone then)."""
     g = add.group
     got = done[id(g)]
@@ -1189,7 +964,7 @@ def _grouped(add: _OpItem, done: dict):
     return out[..., mo[i]:mo[i + 1], no[j]:no[j + 1]]
 
 
-def _one_add(sim, g: _Group, got, outs_of: dict, ordered: dict, views: _Views) -> bool:
+def _one_add(sim, g: Group, got, outs_of: dict, ordered: dict, views: _Views) -> bool:
     """Every cell's product of group g added into its accumulator in one pass, when their views
     (SBUF float32, sums as `into` does them) tile one strided view: the stationary operands'
     cells a uniform step apart, the moving operands' side by side along the last axis (the
@@ -1312,9 +1087,9 @@ def _check_groups(sim, nest: Nest, done: dict, mult, outs_of: dict, operands: "_
             done.update(_gemm_of(sim, g, view, done, mult, outs_of, operands))
 
 
-def _gemm_of(sim, g: _Group, view, done: dict, mult, outs_of: dict, operands: "_EntryArrays") -> dict:
+def _gemm_of(sim, g: Group, view, done: dict, mult, outs_of: dict, operands: "_EntryArrays") -> dict:
     """{id(h): a function that runs the GEMM and puts each group's products in done[id(h)], or
-    None where h's does not line up} for g and the groups that share its GEMM (_Group.rows); each
+    None where h's does not line up} for g and the groups that share its GEMM (Group.rows); each
     group's own GEMM where one for all does not line up."""
     if g.rows is not None:
         fn = _rows_gemm(sim, g.rows, view, mult, outs_of, operands)
@@ -1337,7 +1112,7 @@ def _runner(fn, groups: list, done: dict):
     return run
 
 
-def _forward_products(sim, it: _OpItem, g: _Group, done: dict, views: _Views, mult, outs_of: dict,
+def _forward_products(sim, it: _OpItem, g: Group, done: dict, views: _Views, mult, outs_of: dict,
                       operands: "_EntryArrays") -> set:
     """Group g's GEMM, about to run, reads the kept products of a tile (_Views.products) in place
     of the tile, where every view it takes of that tile is a view of the products (_product_view):
@@ -1413,7 +1188,7 @@ def _product_view(v: np.ndarray, tile: np.ndarray, terms: np.ndarray):
     return out
 
 
-def _group_gemm(sim, g: _Group, view, mult, outs_of: dict, operands: "_EntryArrays"):
+def _group_gemm(sim, g: Group, view, mult, outs_of: dict, operands: "_EntryArrays"):
     """Group g's GEMM (the rule's `grouped`) over the operand views view(add, access). Its
     product is laid out as its first sum's destination is: M contiguous there (a tile a matmul
     reads, stored partition-innermost) makes the GEMM compute the transposed product."""
@@ -1429,14 +1204,14 @@ def _copy(sim, dst: np.ndarray, src: np.ndarray) -> None:
     _halves(sim, lambda r, d: np.copyto(d, r(0)), lambda _: src, dst, True)
 
 
-def _transposed(g: _Group, outs_of: dict) -> bool:
+def _transposed(g: Group, outs_of: dict) -> bool:
     first = next(a for a in g.adds if id(a) in g.applies)
     dst = outs_of[id(first)][0][0]
     return dst.ndim >= 2 and dst.shape[-2] > 1 and abs(dst.strides[-2]) < abs(dst.strides[-1])
 
 
 def _rows_gemm(sim, groups: list, view, mult, outs_of: dict, operands: "_EntryArrays"):
-    """One GEMM for `groups` (_Group.rows): the shortest group's moving operands, every group's
+    """One GEMM for `groups` (Group.rows): the shortest group's moving operands, every group's
     stationary ones (the loops beyond the shortest group's as extra axes of their views). None
     where another group's moving views differ from those, or the groups' products would be laid
     out differently (transposed for one, not another)."""

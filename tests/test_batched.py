@@ -450,7 +450,7 @@ def shared_operands(a, b, REWRITE=False):
 
 @pytest.mark.parametrize("rewrite", [False, True])
 def test_matmuls_sharing_operands_are_one_gemm(rng, rewrite):
-    """Matmuls of one loop pairing distinct stationary and moving tiles are one GEMM (batched._groups),
+    """Matmuls of one loop pairing distinct stationary and moving tiles are one GEMM (matmul_groups.py),
     equal to the per-instruction path up to the order of the sums; not when an instruction between
     them writes an operand (the GEMM would read it too early)."""
     a = rng.standard_normal((128 * 5, 94)).astype(np.float32)
@@ -754,7 +754,7 @@ def test_a_simulator_run_again_forgets_the_last_run(rng):
 @pytest.mark.parametrize("shape, reads_in_place", [((256, 796, 2048, 512), True), ((128, 1000, 512, 128), False)])
 def test_mm2_row_groups_share_one_gemm(rng, monkeypatch, shape, reads_in_place):
     """mm2's E row tiles, split by the multi-buffer pass into a loop of four and the peeled last
-    two, are one GEMM (batched._rowsets); at the first shape so are the single matmuls of the
+    two, are one GEMM (matmul_groups._rowsets); at the first shape so are the single matmuls of the
     ragged last block's loop and its tail, and E's stationary operand is read where C's products
     lie (matmul._in_place), at the second it is copied. Batched against per instruction on random
     data with NaN scratch, in two runs of one simulator."""
