@@ -9,7 +9,7 @@ add into the same elements are one group stacked along the contraction, each sum
 (_stack). Groups that read the same moving operands over loops that extend one another are one
 GEMM with their rows concatenated (_rowsets: a loop of row tiles and its peeled tail). Every
 joining is legal only where nothing writes what a matmul reads between the matmul and the GEMM's
-turn (writes_between), which is decided here from the body order alone.
+turn (_writes_between), which is decided here from the body order alone.
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ class Group:
     cell: dict                      # id(add) -> (index in sts, index in mvs)
     applies: set = field(default_factory=set)  # id(add): the sums that add their cell's product
     # whether all its cells may be added at its first applying add (nothing else touches the
-    # accumulators in between): then, where their views tile one strided view, one pass (_one_add)
+    # accumulators in between): then, where their views tile one strided view, one pass (batched._one_add)
     one_add: bool = False
     # parts: groups of one shape whose cells add into the same elements are one group whose
     # GEMM stacks them along the contraction (_stack); each cell's sum is then added once, by its
@@ -81,7 +81,7 @@ def group_matmuls(items: list, trips: dict, private: dict, tensors: dict) -> Non
             lo, hi = min(a.order for a in app), max(a.order for a in app)
             dsts = {a.plan.op.outs[0].tensor for a in app}
             g.one_add = not any(lo <= it.order <= hi and id(it) not in members and not it.skip
-                                and any(touches(it, t) for t in dsts) for it in items)
+                                and any(_touches(it, t) for t in dsts) for it in items)
     _rowsets(items, private)
     for a in items:  # a group of one matmul alone: its own product as before
         if a.group is not None and len(a.group.adds) == 1 and a.group.rows is None:
@@ -124,7 +124,7 @@ def _rowsets(items: list, private: dict) -> None:
         if len(members) < 2:
             continue
         at = min(min(a.order for a in h.adds if id(a) in h.applies) for h in members)  # the GEMM's turn
-        if any(writes_between(items, *sorted((a.feeds.order, at)),
+        if any(_writes_between(items, *sorted((a.feeds.order, at)),
                                {x.tensor for x in a.feeds.plan.op.ins if isinstance(x, Access)})
                for h in members for a in h.adds):
             continue
@@ -163,10 +163,10 @@ def _unwritten_between(items: list, part: list) -> bool:
     writes a tensor one of its matmuls reads."""
     orders = [it.order for a in part for it in (a, a.feeds)]
     read = {x.tensor for a in part for x in a.feeds.plan.op.ins if isinstance(x, Access)}
-    return not writes_between(items, min(orders), max(orders), read)
+    return not _writes_between(items, min(orders), max(orders), read)
 
 
-def writes_between(items: list, lo: int, hi: int, tensors: set) -> bool:
+def _writes_between(items: list, lo: int, hi: int, tensors: set) -> bool:
     """Whether an item from body position lo to hi writes one of `tensors` (a forwarded load
     writes nothing: its tile is read at the source, which the nest does not write; a fused
     matmul writes only its dead PSUM tile)."""
@@ -218,11 +218,11 @@ def _stack(items: list, groups: list, private: dict) -> None:
         ok = True
         for a in (a for g in gs for a in g.adds):  # operands as at each matmul
             read = {x.tensor for x in a.feeds.plan.op.ins if isinstance(x, Access)}
-            ok = ok and not writes_between(others, *sorted((a.feeds.order, at)), read)
+            ok = ok and not _writes_between(others, *sorted((a.feeds.order, at)), read)
         for cell in cells.values():  # accumulators no one else sees between a cell's adds
             t = cell[0].plan.op.outs[0].tensor
             lo, hi = min(a.order for a in cell), max(a.order for a in cell)
-            ok = ok and not any(lo <= it.order <= hi and touches(it, t) for it in others)
+            ok = ok and not any(lo <= it.order <= hi and _touches(it, t) for it in others)
             ok = ok and not any(lo <= it.order <= hi and any(x.tensor == t for x in it.plan.op.ins
                                                              if isinstance(x, Access))
                                 for it in items if it.fused and id(it) not in members)
@@ -237,7 +237,7 @@ def _stack(items: list, groups: list, private: dict) -> None:
             a.group = merged
 
 
-def touches(it, t: str) -> bool:
+def _touches(it, t: str) -> bool:
     """Whether an item reads or writes tensor t other than as a sum into it (sums into the same
     elements may run in another order: reordered float32 sums)."""
     op = it.plan.op
