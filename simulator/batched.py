@@ -66,7 +66,7 @@ import numpy as np
 from ..ir import Access, Alloc, Loop, Op, ops
 from ..ir.analysis import reads, runtime_guard, tensors_touched
 from ..ir.loopdeps import carried
-from ..ir.ops.values import address
+from ..ir.ops.values import address, view_at
 from . import semantics
 from ._blas import default_blas
 from .cpushare import CpuShare
@@ -1092,22 +1092,21 @@ def _gemm_of(sim, g: Group, view, done: dict, mult, outs_of: dict, operands: "_E
     None where h's does not line up} for g and the groups that share its GEMM (Group.rows); each
     group's own GEMM where one for all does not line up."""
     if g.rows is not None:
-        fn = _rows_gemm(sim, g.rows, view, mult, outs_of, operands)
+        fn = _group_gemm(sim, g.rows, view, mult, outs_of, operands)
         if fn is not None:
             return {id(h): _runner(fn, g.rows, done) for h in g.rows}
     got = {}
     for h in g.rows or [g]:
-        fn = _group_gemm(sim, h, view, mult, outs_of, operands)
+        fn = _group_gemm(sim, [h], view, mult, outs_of, operands)
         got[id(h)] = None if fn is None else _runner(fn, [h], done)
     return got
 
 
 def _runner(fn, groups: list, done: dict):
     """What done[id(h)] holds until the GEMM runs: a call that runs fn and puts each group's
-    products in its place (fn's one result, or its list, one per group)."""
+    products (fn's list, one per group) in its place."""
     def run():
-        got = fn()
-        for h, x in zip(groups, got if len(groups) > 1 else [got]):
+        for h, x in zip(groups, fn()):
             done[id(h)] = x
     return run
 
@@ -1179,25 +1178,10 @@ def _product_view(v: np.ndarray, tile: np.ndarray, terms: np.ndarray):
         if reach[j] >= digits[j][1]:
             return None
         strides.append(c * digits[j][2])
-    owner = terms
-    while isinstance(owner.base, np.ndarray):
-        owner = owner.base
-    offset = address(terms) - address(owner) + sum(q * t for q, (_, _, t) in zip(start, digits))
-    out = np.ndarray(v.shape, v.dtype, owner, offset, tuple(strides))
+    out = view_at(terms, address(terms) + sum(q * t for q, (_, _, t) in zip(start, digits)), v.shape,
+                  tuple(strides), v.dtype)
     out.flags.writeable = False
     return out
-
-
-def _group_gemm(sim, g: Group, view, mult, outs_of: dict, operands: "_EntryArrays"):
-    """Group g's GEMM (the rule's `grouped`) over the operand views view(add, access). Its
-    product is laid out as its first sum's destination is: M contiguous there (a tile a matmul
-    reads, stored partition-innermost) makes the GEMM compute the transposed product."""
-    it = g.adds[0]
-    op = it.feeds.plan.op
-    views = lambda parts: [view(a, x) for a, x in parts]
-    return it.feeds.rule.grouped([views(p) for p in g.sts], [views(p) for p in g.mvs], len(it.vars), it.reduce, mult,
-                                 2 if op.attr("double_row") else 1, partial(_copy, sim), _transposed(g, outs_of),
-                                 operands)
 
 
 def _copy(sim, dst: np.ndarray, src: np.ndarray) -> None:
@@ -1210,11 +1194,14 @@ def _transposed(g: Group, outs_of: dict) -> bool:
     return dst.ndim >= 2 and dst.shape[-2] > 1 and abs(dst.strides[-2]) < abs(dst.strides[-1])
 
 
-def _rows_gemm(sim, groups: list, view, mult, outs_of: dict, operands: "_EntryArrays"):
-    """One GEMM for `groups` (Group.rows): the shortest group's moving operands, every group's
-    stationary ones (the loops beyond the shortest group's as extra axes of their views). None
-    where another group's moving views differ from those, or the groups' products would be laid
-    out differently (transposed for one, not another)."""
+def _group_gemm(sim, groups: list, view, mult, outs_of: dict, operands: "_EntryArrays"):
+    """One GEMM (the rule's `grouped`) for `groups`, a group alone or those sharing its GEMM
+    (Group.rows), over the operand views view(add, access): the shortest group's moving operands,
+    every group's stationary ones (the loops beyond the shortest group's as extra axes of their
+    views); a function returning each group's products. None where another group's moving views
+    differ from those, or the groups' products would be laid out differently. The products are
+    laid out as the first sum's destination is: M contiguous there (a tile a matmul reads, stored
+    partition-innermost) makes the GEMM compute the transposed product."""
     base = min(groups, key=lambda h: len(h.adds[0].vars))
     nlead = len(base.adds[0].vars)
     op = base.adds[0].feeds.plan.op

@@ -11,7 +11,7 @@ from . import enums
 from .checks import free, on_chip, tensor
 from .core import Batched, CostContext, Emit, free_size, instruction, partitions, require_generation
 from .enums import matmul_perf_mode
-from .values import address, as_tiles, f32
+from .values import address, as_tiles, f32, view_at
 
 _FP32 = ("float32", "tfloat32")
 _FP8 = ("float8_e4m3", "float8_e5m2")
@@ -95,11 +95,9 @@ def _matmul_grouped(sts: list, mvs: list, nlead: int, reduce: tuple, gemm=np.mat
         return None
     if (len(subs) > 1 or extras[0]) and _free_contiguous(sts[0][0], nlead + extras[0]):
         return None  # (rows joined only in the (M, K) layout)
-    if given:
-        return lambda: _grouped_gemm(sts, mvs, nlead, reduce, gemm, rows, ms, mm, Ks, Ms, Ns, copy, transposed,
-                                     operand or _new_operand, subs)
-    return lambda: _grouped_gemm(sts, mvs, nlead, reduce, gemm, rows, ms, mm, Ks, Ms, Ns, copy, transposed,
-                                 operand or _new_operand, subs)[0]
+    run = lambda: _grouped_gemm(sts, mvs, nlead, reduce, gemm, rows, ms, mm, Ks, Ms, Ns, copy, transposed,
+                                operand or _new_operand, subs)
+    return run if given else lambda: run()[0]
 
 
 def _free_contiguous(tile: np.ndarray, n: int) -> bool:
@@ -165,7 +163,7 @@ def _grouped_gemm(sts, mvs, nlead, reduce, gemm, rows, ms, mm, Ks, Ms, Ns, copy,
                          [x for xs in sts for x in xs], lambda out: _blocks(sts, out, *at, copy))
             st = st.reshape(stack + [sum(rks), -1]).swapaxes(-1, -2)
         else:
-            split = _in_place(sts, lead, subs, Ms, rks, stack)
+            split = _in_place(sts, lead + [sum(nrows)], subs, Ms, rks, stack)
             if split is None:
                 st = operand(tuple(lead + [sum(nrows), sum(rks)]), ("st", len(lead), tuple(Ms), tuple(rks), tuple(subs)),
                              [x for xs in sts for x in xs], lambda out: _row_blocks(sts, out, subs, Ms, rks, copy))
@@ -226,26 +224,21 @@ def _row_blocks(sts: list, out: np.ndarray, subs: list, Ms: list, rks: list, cop
     return out
 
 
-def _in_place(sts: list, lead: list, subs: list, Ms: list, rks: list, stack: list):
+def _in_place(sts: list, rows: list, subs: list, Ms: list, rks: list, stack: list):
     """The stationary operand, one (stack..., rows, K part) view per part of the contraction, where
-    each part's blocks already lie in one array exactly as _row_blocks would copy them (mm2's E:
-    the rows of C's products, each multi-buffer copy of the n0 body its own array): a GEMM per
-    part reads them there, no copy. None where any part's do not."""
+    each part's blocks already lie in one array exactly as _row_blocks would copy them into an
+    operand of shape rows + [K part] (mm2's E: the rows of C's products, each multi-buffer copy of
+    the n0 body its own array): a GEMM per part reads them there, no copy. None where any part's
+    do not."""
     views = []
-    n = len(lead)
+    n, e = len(rows) - 1, len(subs[0][1])
     for p, k in enumerate(rks):
         first = sts[0][p]  # (lead..., [extra...], M, red..., K)
-        owner = first
-        while isinstance(owner.base, np.ndarray):
-            owner = owner.base
-        e = len(subs[0][1])
-        strides = first.strides[:n] + (first.strides[n + e], first.strides[-1])
-        shape = tuple(lead) + (sum(math.prod(s) * sum(Ms[j:j + c]) for (c, s), j in
-                                   zip(subs, np.cumsum([0] + [c for c, _ in subs]))), k)
-        if first.dtype != np.float32 or not isinstance(owner, np.ndarray):
+        if first.dtype != np.float32:
             return None
         try:
-            view = np.ndarray(shape, np.float32, owner, address(first) - address(owner), strides)
+            view = view_at(first, address(first), tuple(rows) + (k,),
+                           first.strides[:n] + (first.strides[n + e], first.strides[-1]))
         except (ValueError, TypeError):
             return None
         same = [True]

@@ -17,6 +17,15 @@ def address(x: np.ndarray) -> int:
     return x.__array_interface__["data"][0]
 
 
+def view_at(x: np.ndarray, start: int, shape: tuple, strides: tuple, dtype=None) -> np.ndarray:
+    """A view of the buffer x is a view of (its base's base ...), from address `start`, in the
+    given shape and byte strides (numpy refuses, ValueError, one that leaves the buffer)."""
+    owner = x
+    while isinstance(owner.base, np.ndarray):
+        owner = owner.base
+    return np.ndarray(shape, dtype or x.dtype, owner, start - address(owner), strides)
+
+
 def as_tiles(a: np.ndarray) -> np.ndarray:
     """(partition, free) 2-d form of a tile view."""
     if a.ndim == 0:
