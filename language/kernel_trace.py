@@ -23,7 +23,8 @@ from ..ir.loopdeps import check_affine_loops
 from . import ranges
 from .tensor import Tensor, row_major
 from .tracing import GRID, Builder, LoopPlan, LoopSite, TraceRetry, is_nkicc_file
-from .loop_effects import EffectChecker, for_node_at
+from .loop_effects import EffectChecker
+from .sources import function_node, source_file
 from .objects import FORWARDING_CODE
 
 if TYPE_CHECKING:  # the driver's argument specs; language/ does not import the driver at run time
@@ -38,7 +39,6 @@ class RetryPolicy:
     splits: dict = field(default_factory=dict)
     concrete: dict = field(default_factory=dict)  # key -> reason
     effects: EffectChecker = field(default_factory=EffectChecker)
-    _ast_index: dict = field(default_factory=dict)
     _sites: dict = field(default_factory=dict)
     _body_reasons: dict = field(default_factory=dict)
     unroll: bool = False  # trace every static loop concretely: NKI's own semantics, the oracle
@@ -58,7 +58,8 @@ class RetryPolicy:
             return None  # list(...), star-unpacking, etc.: plain iteration
         if hasattr(code, "co_positions"):
             positions = list(code.co_positions())[lasti // 2]
-            node = for_node_at(code.co_filename, positions, self._ast_index)
+            f = source_file(code.co_filename)
+            node = None if f is None else f.loop_at(positions)
             line, col = positions[0], positions[2]
         else:  # Python 3.10 has no column positions: such loops are traced concretely
             line, col, node = 0, 0, None
@@ -239,18 +240,10 @@ def _source_lines(fn) -> tuple[int, int | None]:
     """The line of the kernel's `def` (not its decorator) and of its one
     top-level `return` statement (None unless there is exactly one)."""
     import ast
-    import inspect
-    import textwrap
 
-    first = fn.__code__.co_firstlineno
-    try:
-        lines, start = inspect.getsourcelines(fn)
-        tree = ast.parse(textwrap.dedent("".join(lines)))
-    except (OSError, TypeError, SyntaxError):
-        return first, None
-    node = tree.body[0] if tree.body and isinstance(tree.body[0], (ast.FunctionDef, ast.AsyncFunctionDef)) else None
+    node = function_node(fn)
     if node is None:
-        return first, None
+        return fn.__code__.co_firstlineno, None
     returns = []
     stack = list(node.body)
     while stack:
@@ -259,7 +252,7 @@ def _source_lines(fn) -> tuple[int, int | None]:
             returns.append(n.lineno)
         elif not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
             stack.extend(ast.iter_child_nodes(n))
-    return start + node.lineno - 1, (start + returns[0] - 1 if len(returns) == 1 else None)
+    return node.lineno, (returns[0] if len(returns) == 1 else None)
 
 
 def inspect_unwrap(fn):

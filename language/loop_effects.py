@@ -17,10 +17,9 @@ import ast
 import builtins
 import collections.abc
 import functools
-import inspect
-import linecache
-import textwrap
 import types
+
+from .sources import source_file
 
 MUTATING_METHODS = frozenset({
     "append", "extend", "insert", "pop", "remove", "clear", "update", "add", "discard",
@@ -458,24 +457,23 @@ class EffectChecker:
         return reason
 
     def _function_reason(self, fn: types.FunctionType, depth: int) -> str | None:
-        try:
-            src = textwrap.dedent(inspect.getsource(fn))
-            tree = ast.parse(src)
-        except (OSError, TypeError, SyntaxError):
-            return f"calls {fn.__qualname__}, whose source nkicc cannot read"
-        fdef = tree.body[0] if tree.body else None
+        unreadable = f"calls {fn.__qualname__}, whose source nkicc cannot read"
+        f = source_file(fn.__code__.co_filename, fn.__globals__)
+        if f is None or f.tree is None:
+            return unreadable
         if fn.__name__ == "<lambda>":
-            # getsource gives the statement holding the lambda: scan every lambda in it
-            lambdas = [n for n in ast.walk(tree) if isinstance(n, ast.Lambda)]
+            # a lambda's code names only its line: scan every lambda on it
+            lambdas = f.lambdas_at(fn.__code__.co_firstlineno)
             if not lambdas:
-                return f"calls {fn.__qualname__}, whose source nkicc cannot read"
+                return unreadable
             for lam in lambdas:
                 why = self._scan_function(fn, lam.args, [ast.Expr(lam.body)], depth)
                 if why:
                     return why
             return None
-        if not isinstance(fdef, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            return None
+        fdef = f.function(fn.__code__)
+        if fdef is None:
+            return unreadable
         return self._scan_function(fn, fdef.args, fdef.body, depth)
 
     def _scan_function(self, fn: types.FunctionType, args: ast.arguments, body: list, depth: int) -> str | None:
@@ -532,46 +530,3 @@ class _Env:
                 return _UNRESOLVED
             return getattr(base, node.attr, _UNRESOLVED)
         return _UNRESOLVED
-
-
-def for_node_at(filename: str, positions: tuple, cache: dict) -> "ast.For | bool | None":
-    """The `for` statement whose iterable sits at `positions` (line, end_line,
-    col, end_col); False when that iterable belongs to a comprehension; None
-    when the source cannot be read."""
-    index = cache.get(filename)
-    if index is None:
-        source = "".join(linecache.getlines(filename))
-        # parsing a big module costs far more than a trace: share the index
-        # across traces for as long as the source text is the same
-        shared = _SHARED_INDEX.get(filename)
-        if shared is not None and shared[0] == source:
-            cache[filename] = index = shared[1]
-        elif not source:
-            cache[filename] = index = {}
-        else:
-            try:
-                tree = ast.parse(source)
-            except SyntaxError:
-                tree = ast.Module(body=[], type_ignores=[])
-            index = {}
-            # CPython reports GET_ITER at the whole statement or comprehension
-            # (3.11) or at the iterable (later versions): index both.
-            for n in ast.walk(tree):
-                if isinstance(n, ast.For):
-                    index[_span(n)] = index[_span(n.iter)] = n
-                elif isinstance(n, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
-                    index[_span(n)] = False
-                    for gen in n.generators:
-                        index[_span(gen.iter)] = False
-            cache[filename] = index
-            if len(_SHARED_INDEX) >= 64:
-                _SHARED_INDEX.pop(next(iter(_SHARED_INDEX)))
-            _SHARED_INDEX[filename] = (source, index)
-    return index.get(positions)
-
-
-_SHARED_INDEX: dict[str, tuple[str, dict]] = {}
-
-
-def _span(node: ast.AST) -> tuple:
-    return (node.lineno, node.end_lineno, node.col_offset, node.end_col_offset)

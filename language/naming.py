@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import ast
 import functools
-import inspect
 import sys
-import textwrap
+
+from .sources import source_file
 
 _POSITIONS = sys.version_info >= (3, 11)  # code.co_positions(): the column of the running call
 
@@ -40,52 +40,11 @@ def _positions(code) -> tuple:
     return tuple(code.co_positions())
 
 
-@functools.lru_cache(maxsize=256)
-def _assignments(code):
-    """(assignment statements of the source that holds `code`, first line - 1,
-    columns removed by dedent), or None without source."""
-    try:
-        lines, start = inspect.getsourcelines(code)
-    except (OSError, TypeError, IndexError):
-        return None
-    text = "".join(lines)
-    dedented = textwrap.dedent(text)
-    indent = len(text.splitlines()[0]) - len(dedented.splitlines()[0]) if text.strip() else 0
-    try:
-        tree = ast.parse(dedented)
-    except SyntaxError:
-        return None
-    stmts = [n for n in ast.walk(tree) if isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value is not None]
-    return stmts, max(start, 1) - 1, indent
-
-
 @functools.lru_cache(maxsize=4096)
 def _target(code, line: int, col: int | None, end_line: int | None, end_col: int | None) -> str:
-    found = _assignments(code)
-    if found is None:
-        return ""
-    stmts, line0, indent = found
-    line -= line0
-    if col is not None:
-        col -= indent
-        end_line -= line0
-        end_col -= indent
-    for stmt in stmts:
-        values = stmt.value.elts if isinstance(stmt.value, ast.Tuple) else [stmt.value]
-        for k, value in enumerate(values):
-            if col is None:
-                hit = isinstance(value, ast.Call) and value.lineno == line and len(values) == 1
-            else:
-                hit = (value.lineno, value.col_offset, value.end_lineno, value.end_col_offset) == \
-                      (line, col, end_line, end_col)
-            if hit:
-                target = stmt.targets[0] if isinstance(stmt, ast.Assign) else stmt.target
-                if len(values) > 1:
-                    if not isinstance(target, (ast.Tuple, ast.List)) or len(target.elts) != len(values):
-                        return ""
-                    target = target.elts[k]
-                return _name_of(target)
-    return ""
+    f = source_file(code.co_filename)
+    target = None if f is None else f.assigned_at(line, col, end_line, end_col)
+    return _name_of(target) if target else ""
 
 
 def _name_of(target) -> str:
