@@ -6,6 +6,7 @@ Exit codes: 0 ok, 1 user error (one line: code, kernel file:line, fix),
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import os
 import runpy
@@ -621,6 +622,10 @@ app.add_typer(cache_app, name="cache")
 def main() -> None:
     from .reproduce import PassCrash
 
+    # What the imports made lives until the command exits: moved out of the
+    # cyclic collector's reach, a full collection no longer walks it (13 ms
+    # of a 125 ms `nkicc compile`, the same again in every simulate and tune task).
+    gc.freeze()
     try:
         app()
     except SystemExit:
