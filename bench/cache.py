@@ -8,7 +8,10 @@ processes sharing one cache folder.
     python bench/cache.py --json F.json      # also write the measurements as JSON (bench/run_all.py)
 
 Every measurement runs in fresh Python processes against a fresh temporary
-cache folder (NKICC_CACHE_DIR); nothing touches the user's cache.
+cache folder (NKICC_CACHE_DIR); nothing touches the user's cache. The processes
+freeze what their imports made (gc.freeze), as the `nkicc` command does, so that
+a full collection of the import heap (13 ms) does not land in whichever compile
+happens to trigger it.
 
 - Full-size seeds (../shared/workloads or --workloads, when present): compile_s
   of each seed with the cache off, cold (empty cache) and warm (a new process:
@@ -54,6 +57,8 @@ SEED_WORKER = '''
 import json, sys
 from nkicc.api import _compile
 from nkicc.cli import _resolve
+import gc
+gc.freeze()  # as the nkicc command does once its imports are done (cli.main)
 out = []
 for target, args in json.loads(sys.argv[1]):
     fn, specs, consts = _resolve(target, args, [])
@@ -66,6 +71,8 @@ EDIT_WORKER = '''
 import json, sys
 from nkicc.api import _compile
 from nkicc.cli import _resolve
+import gc
+gc.freeze()  # as the nkicc command does once its imports are done (cli.main)
 from nkicc.specs import annotated_specs
 path, name, args = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 fn, specs, consts = _resolve(f"{path}::{name}", args, [])

@@ -31,10 +31,10 @@ def _checksum(body: bytes) -> str:
 
 def pack(kind: str, key: str, meta: dict, ir=None) -> bytes:
     """An entry: `meta` (JSON-able; gets the key added) and an optional IR
-    node, stored as a table of its distinct nodes (serialize.encode_table)."""
+    node, stored as a table of its distinct nodes (serialize.dumps_table)."""
     text = json.dumps({**meta, "key": key, "kind": kind}, separators=(",", ":"))
     if ir is not None:
-        text += "\n" + json.dumps(serialize.encode_table(ir), separators=(",", ":"))
+        text += "\n" + serialize.dumps_table(ir)
     raw = text.encode()
     codec = b"zlib" if len(raw) > COMPRESS_OVER else b"json"
     body = zlib.compress(raw, 1) if codec == b"zlib" else raw

@@ -95,13 +95,16 @@ def encode(v: Any) -> Any:
     raise Unserialisable(f"cannot serialise a value of type {t.__module__}.{t.__qualname__}: {v!r}")
 
 
-def encode_table(v: Any) -> dict:
-    """encode(v) with every distinct node stored once: {"table": [...],
-    "root": value}, where each node's fields refer to other nodes as
-    {"#": position}, children before parents. `loads` reads it back with
-    every repeated node built once."""
-    table: list = []
-    index: dict = {}   # an entry's printed form -> its position: equal nodes are stored once
+_dump = json.JSONEncoder(separators=(",", ":")).encode  # (json.dumps builds an encoder per call)
+
+
+def dumps_table(v: Any) -> str:
+    """The JSON text of encode(v) with every distinct node stored once:
+    {"table": [...], "root": value}, where each node's fields refer to other
+    nodes as {"#": position}, children before parents. `loads_table` reads it
+    back with every repeated node built once."""
+    texts: list[str] = []
+    index: dict = {}   # an entry's text -> its position: equal nodes are stored once
     seen: dict = {}    # id(node) -> position: a node shared by several parents is encoded once
 
     def enc(x):
@@ -119,20 +122,19 @@ def encode_table(v: Any) -> dict:
             return encode(x)
         i = seen.get(id(x))
         if i is None:
-            # keyed by the entry, whose children are already positions: a shallow key (hashing
-            # the node itself would hash its whole subtree at every level), and one that tells
-            # 1, 1.0 and True apart, which node equality does not
-            entry = {t.__name__: [enc(y) for y in getter(x)]}
-            key = repr(entry)
-            i = index.get(key)
+            # keyed by the entry's text, whose children are already positions: a shallow key
+            # (hashing the node itself would hash its whole subtree at every level), one that
+            # tells 1, 1.0 and True apart, which node equality does not, and the output itself
+            text = _dump({t.__name__: [enc(y) for y in getter(x)]})
+            i = index.get(text)
             if i is None:
-                i = index[key] = len(table)
-                table.append(entry)
+                i = index[text] = len(texts)
+                texts.append(text)
             seen[id(x)] = i
         return {"#": i}
 
-    root = enc(v)
-    return {"table": table, "root": root}
+    root = _dump(enc(v))
+    return '{"table":[' + ",".join(texts) + '],"root":' + root + "}"
 
 
 def decode(d: Any) -> Any:
@@ -222,7 +224,7 @@ def loads(text: str | bytes) -> Any:
 
 
 def loads_table(text: str | bytes) -> Any:
-    """Parse the text of `json.dumps(encode_table(x))` back to x."""
+    """Parse the text of `dumps_table(x)` back to x."""
     table: list = []
     append = table.append
     plain = _PLAIN_FIELDS
@@ -258,5 +260,5 @@ def loads_table(text: str | bytes) -> Any:
     return _tuples(data["root"])
 
 
-__all__ = ["FORMAT", "NODES", "Unserialisable", "decode", "dumps", "encode", "encode_table", "from_json", "loads",
+__all__ = ["FORMAT", "NODES", "Unserialisable", "decode", "dumps", "dumps_table", "encode", "from_json", "loads",
            "loads_table", "schema", "to_json"]
