@@ -43,6 +43,7 @@ from ._blas import single_threaded_blas
 from .reference import ReferenceMachine, gather_index
 from .activity import DmaActivity, percent
 from .fabric import Fabric
+from .hazards import HazardChecks, Records
 from .pending import RegionFinishes
 from .scratch import Scratch
 from .report import DMA_DIRECTIONS, EngineStats, SimReport
@@ -55,10 +56,7 @@ from .trace import DEFAULT_MAX_EVENTS, TraceRecorder, loop_label
 _accumulate = ReferenceMachine._accumulate  # the accumulate=None rule, one implementation
 _INF = float("inf")
 _NO_FINISH = repeat(-_INF)  # fin.get's default for every wait (map(fin.get, waits, _NO_FINISH))
-_CLEANUP_AT = 24          # records per group and kind before a cleanup (then twice what remained)
 _VIEW_CACHE = 512         # cached views per access (distinct start offsets)
-_OVERLAP_CACHE = 1 << 16  # exact overlap answers kept (two accesses and where they sit relative to each other)
-_MAX_RECORDS = 4096      # per buffer and kind; beyond this the oldest are forgotten (reported)
 
 
 def _nested(pairs) -> tuple[int, list] | None:
@@ -95,19 +93,6 @@ def _dense_pairs(pairs) -> bool | None:
     from the steps alone; None where that needs the values."""
     nested = _nested(pairs)
     return None if nested is None else run_length(nested[1]) is not None
-
-
-class _Records(dict):
-    """Hazard records of one memory group and kind (reads or writes), keyed by
-    region. maxfin is never below the latest finish among them: a check from an
-    instruction that starts at or after it skips the scan (almost every check
-    does: the records that could still conflict are the few in flight)."""
-    __slots__ = ("maxfin", "limit")
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.maxfin = -_INF
-        self.limit = _CLEANUP_AT  # cleanup when more are kept (then twice what remained)
 
 
 def _dense(vals: np.ndarray) -> bool:
@@ -248,7 +233,7 @@ class _TimingMemo:
         sim.dma_activity, sim.closed_loops, sim.forgotten = self.dma_activity, dict(self.closed_loops), self.forgotten
 
 
-class MachineSimulator:
+class MachineSimulator(HazardChecks):
     """Simulate a lowered kernel. `target` is a nkicc Target (clocks, buffer
     sizes, DMA bandwidth). timing=False runs the functional model only (no
     times, no hazard checks: fastest). trace: a path for a Perfetto / Chrome
@@ -811,8 +796,8 @@ class MachineSimulator:
         self.dma_activity = DmaActivity()  # the union of the DMA queues' busy time (activity.py)
         self._dma_keys = [k for k, name in enumerate(self.engines) if name.startswith("dma.q")]
         groups = set(self.neighbours.values())
-        wrecs = {g: _Records() for g in groups}
-        rrecs = {g: _Records() for g in groups}
+        wrecs = {g: Records() for g in groups}
+        rrecs = {g: Records() for g in groups}
         self._hz_groups = [g for g in wrecs] + [g for g in rrecs]
         self._hz_dicts = [wrecs[g] for g in wrecs] + [rrecs[g] for g in rrecs]
         self.closed_loops: dict[str, int] = {}  # loop label -> iterations timed in closed form
@@ -1124,152 +1109,6 @@ class MachineSimulator:
                 dense, fast = acc.dense, True
         key = box if dense and fast else box + (id(acc), e)
         return (t.name,) + box + (dense, e, fast, key)
-
-    def _hazards(self, p: _Plan, start: float, finish: float) -> None:
-        """Check the op's accesses against the unfinished accesses recorded
-        for its memory group (tensors sharing bytes), then record its own.
-        A record: (p_lo, p_hi, b_lo, b_hi, start, finish, plan, acc, e, dense, fast, serial),
-        kept in a _Records per group and kind keyed by its region, so that the
-        latest access to a region replaces the older one."""
-        check_all = self.hazards == "all"
-        region = self._region
-        rregions = [(acc, acc.rcache.get(acc.cur) or region(acc)) for acc in p.hz_reads]
-        wregions = [(acc, acc.rcache.get(acc.cur) or region(acc)) for acc in p.hz_writes]
-        # read after write: the bytes' last writer must have finished
-        for acc, r in rregions:
-            d = acc.wrecs
-            if d.maxfin > start:
-                self._scan(d, "read-after-write", p, acc, r, start, "writes")
-        if check_all:
-            for acc, r in wregions:
-                d = acc.wrecs
-                if d.maxfin > start:
-                    self._scan(d, "write-after-write", p, acc, r, start, "writes")
-                d = acc.rrecs
-                if d.maxfin > start:
-                    self._scan(d, "write-after-read", p, acc, r, start, "reads")
-        serial = self.executed
-        for acc, r in wregions:
-            rec = (r[1], r[2], r[3], r[4], start, finish, p, acc, r[6], r[5], r[7], serial)
-            d, key = acc.wrecs, r[8]
-            d.pop(key, None)
-            d[key] = rec  # the newest write of a region is the one reads must wait for
-            if finish > d.maxfin:
-                d.maxfin = finish
-            if check_all:
-                acc.rrecs.pop(key, None)  # a read this write had to wait for (checked above)
-            if len(d) > d.limit:
-                self._cleanup(acc.wrecs, acc.rrecs)
-        if check_all:
-            for acc, r in rregions:
-                d, key = acc.rrecs, r[8]
-                old = d.get(key)
-                if old is None or old[5] <= finish:
-                    d.pop(key, None)
-                    d[key] = (r[1], r[2], r[3], r[4], start, finish, p, acc, r[6], r[5], r[7], serial)
-                    if finish > d.maxfin:
-                        d.maxfin = finish
-                    if len(d) > d.limit:
-                        self._cleanup(acc.wrecs, acc.rrecs)
-
-    def _scan(self, d: _Records, kind: str, p: _Plan, acc: _Acc, r, start: float, verb: str) -> None:
-        """Raise E171 for a record of `d` that overlaps region r and finishes after
-        `start`; tighten d.maxfin to the latest finish kept."""
-        overlap = self._overlap
-        latest = -_INF
-        for w in d.values():
-            f = w[5]
-            if f > latest:
-                latest = f
-            if f > start and overlap(r, acc, w):
-                self._raise(kind, p, acc, start, w, verb, f)
-        d.maxfin = latest
-
-    def _cleanup(self, wrecs: _Records, rrecs: _Records) -> None:
-        """Drop records no future access can conflict with: finished before any
-        engine of the program can start again, or covered by a newer dense write
-        (or, for reads, by a newer read that ends no earlier)."""
-        horizon = min(self.efree) if self.efree else 0.0
-        boxes = []  # (serial, box, finish) of dense writes, newest first
-        for key, x in reversed(list(wrecs.items())):
-            if x[5] <= horizon or any(b0 <= x[0] and x[1] <= b1 and c0 <= x[2] and x[3] <= c1
-                                      for _, (b0, b1, c0, c1), _ in boxes):
-                del wrecs[key]
-            elif x[9] and x[10]:
-                boxes.append((x[11], (x[0], x[1], x[2], x[3]), x[5]))
-        rboxes = []
-        for key, x in reversed(list(rrecs.items())):
-            if x[5] <= horizon or any(s > x[11] and b0 <= x[0] and x[1] <= b1 and c0 <= x[2] and x[3] <= c1
-                                      for s, (b0, b1, c0, c1), _ in boxes) \
-                    or any(f >= x[5] and b0 <= x[0] and x[1] <= b1 and c0 <= x[2] and x[3] <= c1
-                           for _, (b0, b1, c0, c1), f in rboxes):
-                del rrecs[key]
-            elif x[9] and x[10]:
-                rboxes.append((x[11], (x[0], x[1], x[2], x[3]), x[5]))
-        for d in (wrecs, rrecs):
-            d.limit = max(_CLEANUP_AT, 2 * len(d))
-            if len(d) > _MAX_RECORDS:  # pathological: forget the oldest
-                for key in list(d)[:len(d) - _MAX_RECORDS]:
-                    del d[key]
-                    self.forgotten += 1
-
-    def _overlap(self, r, acc: _Acc, rec) -> bool:
-        if not (r[1] <= rec[1] and rec[0] <= r[2] and r[3] < rec[3] and rec[2] < r[4]):
-            return False
-        if (r[5] and r[7]) and (rec[9] and rec[10]):
-            return True
-        # exact: both (partition set, byte set) materialised, which costs milliseconds for a large
-        # strided access; the answer depends only on where the two sit relative to each other, and
-        # a loop asks the same question every iteration
-        wa, wb = self._shift(acc, r[6], r[7]), self._shift(rec[7], rec[8], rec[10])
-        where = (wa[0] - wb[0], wa[1] - wb[1]) if wa is not None and wb is not None else (wa, wb)
-        key = (id(acc), id(rec[7]), where)
-        hit = self._overlaps.get(key)
-        if hit is None:
-            pa, ba, ia = self._sets(acc, r[6], r[7])
-            pb, bb, ib = self._sets(rec[7], rec[8], rec[10])
-            hit = False
-            if np.intersect1d(pa, pb, assume_unique=True).size:
-                j = np.searchsorted(ba, bb + ib, side="left") - 1
-                ok = j >= 0
-                hit = bool(np.any(ba[j[ok]] + ia > bb[ok]))
-            if len(self._overlaps) >= _OVERLAP_CACHE:
-                self._overlaps.clear()
-            self._overlaps[key] = hit
-        return hit
-
-    @staticmethod
-    def _shift(acc: _Acc, e: int, fast: bool):
-        """(partitions, bytes) by which _sets moves the access's pattern at start e; None when
-        _sets gives the whole tile, wherever e is."""
-        t = acc.t
-        if not fast:
-            return None
-        if not t.onchip:
-            return 0, e * t.item
-        p0, f0 = divmod(e, t.F)
-        return p0, f0 * t.item
-
-    def _sets(self, acc: _Acc, e: int, fast: bool):
-        t = acc.t
-        if not fast:
-            return (np.arange(t.P), np.arange(t.address, t.address + t.F * t.item, t.item), t.item)
-        part, free = acc.sets()
-        p0, b0 = self._shift(acc, e, fast)
-        base = t.address if t.onchip else 0  # (HBM: bytes from the tensor's start)
-        return part + p0, base + free * t.item + b0, t.item
-
-    def _raise(self, kind: str, p: _Plan, acc: _Acc, start: float, rec, verb: str, rec_finish: float) -> None:
-        other: _Plan = rec[6]
-        mine = "reads" if kind == "read-after-write" else "writes"
-        where = ", ".join(f"{v}={self.env[v]}" for v in p.loop_vars)
-        where = f" (iteration {where})" if where else ""
-        raise NkiccError(
-            "E171",
-            f"{kind} hazard: {p.opcode} (id {p.id}, {p.loc_str}) on {self.engines[p.ekey]} {mine} "
-            f"{acc.t.decl.described()} at {start:.1f} ns{where}, before {other.opcode} (id {other.id}, {other.loc_str}) "
-            f"on {self.engines[other.ekey]} that {verb} {rec[7].t.decl.described()} finishes at {rec_finish:.1f} ns",
-            p.op.loc, f"a semaphore is missing: op {p.id} must wait for op {other.id} (a schedule bug)")
 
     # --- results -------------------------------------------------------------------------
 
