@@ -189,12 +189,13 @@ class _Acc:
         return self.part_rel, self.free_rel
 
 
-def _static_overhead_ns(op: Op, engine: str, m) -> float:
-    """The fixed per-instruction cycles a compute instruction's cost includes (CostContext.fixed_cycles)."""
+def _background_ns(op: Op, engine: str, m) -> float:
+    """The part of a compute instruction's cost its engine can spend while the instruction before
+    it executes (CostContext.background_cycles)."""
     if engine not in COMPUTE_ENGINES:
         return 0.0
     ctx = ops.CostContext(m.decls, m.target, m.costs, engine, m.comm.size)
-    return ctx.ns(ctx.fixed_cycles(op))
+    return ctx.ns(ctx.background_cycles(op, ops.of(op)))
 
 
 class _Plan:
@@ -517,7 +518,7 @@ class MachineSimulator(HazardChecks):
         p.hz_reads = [self._hz_acc(p, a) for a in reads(op)]
         p.hz_writes = [get(a) for a in writes(op)]  # outputs, and dependency tokens
         p.cost = cost_ns(op, p.engine, self.decls, self.target, self.costs, self.comm.size) if self.timing else 0.0
-        p.hidden = min(p.cost, _static_overhead_ns(op, p.engine, self)) if self.timing else 0.0
+        p.hidden = min(p.cost, _background_ns(op, p.engine, self)) if self.timing else 0.0
         p.collective = ops.of(op).collective
         p.dma_dir, p.dma_bytes, p.spill, p.fabric_ns = None, 0, False, 0.0
         if p.engine == "dma":
@@ -1008,9 +1009,10 @@ class MachineSimulator(HazardChecks):
             k = p.ekey
         self.ecount[k] += 1
         free = self.efree[k]
-        # A compute engine decodes an instruction's static overhead while the one before it
-        # executes (ARCH1 "Cost Model": back-to-back instructions pay only their execution); it
-        # is exposed when the instruction waits for its inputs or its predecessor is short.
+        # A compute engine decodes an instruction's static overhead (and TensorE loads the next
+        # stationary) while the one before it executes (ARCH1 "Cost Model", "Background
+        # LoadStationary": back-to-back instructions pay only their execution); that part is
+        # exposed when the instruction waits for its inputs or its predecessor is short.
         hidden = p.hidden
         start = free - hidden
         fin = self.finish_of

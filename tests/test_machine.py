@@ -320,6 +320,41 @@ def test_timing_follows_the_targets_clocks_and_bandwidth(rng):
     assert machine(k, inputs, costs=slow)[1].total_ns >= totals["trn2"] + 2 * 9 * base.dma_fixed_ns
 
 
+@nkicc.jit
+def matmul_repeat(a_t, b, dtype=nl.float32):
+    """out = 6 a_t.T @ b: six matmuls on operands loaded once (as `dtype`), into one PSUM tile."""
+    out = nl.ndarray((a_t.shape[1], b.shape[1]), dtype=nl.float32, buffer=nl.shared_hbm)
+    at = nl.load(a_t, dtype=dtype)
+    bt = nl.load(b, dtype=dtype)
+    ps = nl.ndarray((a_t.shape[1], b.shape[1]), dtype=nl.float32, buffer=nl.psum)
+    for _ in nl.affine_range(6):
+        nisa.nc_matmul(ps, at, bt)
+    nl.store(out, value=nl.copy(ps))
+    return out
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_tensore_loads_the_next_stationary_while_it_multiplies(rng, dtype):
+    """ARCH1's TensorE cost: a matmul is a LoadStationary and a MultiplyMoving, and the engine
+    decodes the next instruction and loads its stationary while the current one multiplies. The
+    first of six matmuls waits for its operands' loads and pays its static overhead and its
+    LoadStationary; the five after it, whose operands are in place, pay only their MultiplyMoving."""
+    a = rng.standard_normal((128, 128)).astype(np.float32)
+    b = rng.standard_normal((128, 512)).astype(np.float32)
+    k, inputs = lowered(matmul_repeat, a, b, dtype=getattr(nl, dtype), cache=False)
+    t, ghz = COST_TABLES["trn2"], TRN2.pe_ghz
+    factor = t.matmul_fp32_factor if dtype == "float32" else 1
+    overhead = t.fixed_cycles + t.onchip_access_cycles
+    load_stationary = 128 * factor / t.load_stationary_speedup
+    multiply = 512 * factor
+    outputs, report = machine(k, inputs)
+    rounded = [x.astype(ml_dtypes.bfloat16).astype(np.float64) if dtype == "bfloat16" else x.astype(np.float64)
+               for x in (a, b)]
+    close(next(iter(outputs.values())), 6 * (rounded[0].T @ rounded[1]), tol=1e-4)
+    first = (overhead + load_stationary + multiply) / ghz
+    assert report.engines["pe"].busy_ns == pytest.approx(first + 5 * multiply / ghz)
+
+
 def test_cost_table_entries(rng):
     a = rng.standard_normal((256, 128)).astype(np.float32)
     b = rng.standard_normal((256, 512)).astype(np.float32)
@@ -327,11 +362,12 @@ def test_cost_table_entries(rng):
     decls = k.tensor_map()
     t = COST_TABLES["trn2"]
     mm = next(op for op in ops(k) if op.opcode == "nc_matmul")
-    pe_cycles = t.fixed_cycles + t.onchip_access_cycles + 4 * 512  # fp32: x4
+    # the LoadStationary of the 128 x 128 stationary at the fast rate, then the 512-column MultiplyMoving
+    pe_cycles = t.fixed_cycles + t.onchip_access_cycles + 4 * 128 / t.load_stationary_speedup + 4 * 512  # fp32: x4
     assert cost_ns(mm, "pe", decls, TRN2, t) == pytest.approx(pe_cycles / TRN2.pe_ghz)
     bf = dataclasses.replace(k, tensors=tuple(dataclasses.replace(d, dtype="bfloat16") if d.buffer == "sbuf"
                                               else d for d in k.tensors))
-    bf_cycles = t.fixed_cycles + t.onchip_access_cycles + 512
+    bf_cycles = t.fixed_cycles + t.onchip_access_cycles + 128 / t.load_stationary_speedup + 512
     assert cost_ns(mm, "pe", bf.tensor_map(), TRN2, t) == pytest.approx(bf_cycles / TRN2.pe_ghz)
     load = next(op for op in ops(k) if op.opcode == "dma_copy" and op.ins[0].tensor == "b")
     ns, nbytes = cost_ns(load, "dma", decls, TRN2, t), traffic_bytes(load, decls)

@@ -113,6 +113,13 @@ class CostContext:
         onchip = any(self.decls[a.tensor].on_chip for a in op.outs + tuple(x for x in op.ins if isinstance(x, Access)))
         return t.fixed_cycles + (t.onchip_access_cycles if onchip else 0)
 
+    def background_cycles(self, op: Op, defn: "OpDef") -> float:
+        """The cycles of the op's cost an engine can spend while the instruction before it executes:
+        the static overhead (decoded meanwhile, ARCH1 "Cost Model") and the instruction's own
+        background work (`OpDef.background`)."""
+        own = defn.background(op, self) if defn.background is not None else 0
+        return self.fixed_cycles(op) + own
+
     def ns(self, cycles: float) -> float:
         return cycles / self.ghz()
 
@@ -153,6 +160,9 @@ class OpDef:
     compute: Callable
     engine: str | Callable[[Op, Mapping[str, TensorDecl]], str] = "dve"
     cost: Callable[[Op, CostContext], float] = _elementwise_cost
+    # the part of `cost` (engine cycles) the engine can spend while the instruction before it still
+    # executes, beyond every instruction's static overhead (TensorE's background LoadStationary)
+    background: Callable[[Op, CostContext], float] | None = None
     # the op adds into its destination, so it reads it (matmul accumulation)
     accumulates: Callable[[Op], bool] = _never
     # rules on the lowered IR that passes must not break (buffers, partner operands)
@@ -192,10 +202,11 @@ def instruction(*, family: str, compute: Callable, engine="dve", cost: Callable 
                 traffic: Callable | None = None, free_limited: bool = True,
                 public: bool = True, control: bool = False, collective: Callable | None = None,
                 module: str = "isa", start_exempt: Callable | None = None,
-                since: int = 2, batched: "Batched | None" = None) -> Callable[[Callable], OpDef]:
+                since: int = 2, batched: "Batched | None" = None,
+                background: Callable | None = None) -> Callable[[Callable], OpDef]:
     """Decorator: the decorated function is the trace rule, its name the opcode."""
     def make(trace: Callable) -> OpDef:
-        return OpDef(trace.__name__, family, trace, compute, engine, cost or _elementwise_cost,
+        return OpDef(trace.__name__, family, trace, compute, engine, cost or _elementwise_cost, background,
                      accumulates or _never, verify, traffic, free_limited, public, control, collective, module,
                      start_exempt, since, batched)
     return make

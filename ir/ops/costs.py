@@ -43,6 +43,11 @@ class CostTable:
     matmul_min_rows: int = 64
     # [doc: ARCH1, "Tensor Engine"] 92 TFLOPS bf16/fp8 vs 23 TFLOPS fp32 inputs: fp32 is 4x slower
     matmul_fp32_factor: int = 4
+    # [doc: ARCH1, "Tensor Engine" > "Performance Consideration"] nc_matmul is a LoadStationary then a
+    # MultiplyMoving; "background LoadStationary" loads the next stationary while the current one
+    # multiplies, and "Fast LoadStationary" is up to 4x faster than a MultiplyMoving of the same free
+    # size (the bound taken): it costs only where the matmul waits for its operands
+    load_stationary_speedup: int = 4
     # --- Vector / Scalar / GpSimd ---------------------------------------------------------
     # [doc: ARCH1, "Vector Engine" > "Cost Model"] one input: about N cycles (N > 128; below, the fixed
     # cost dominates: the floor is the same MM_INIT-like 64 cycles [assumed])

@@ -336,17 +336,29 @@ def _matmul_stacked(st, mv, nlead: int, reduce: tuple, rows: int = 1) -> list:
     return [(0, np.matmul(st.swapaxes(-1, -2), mv))]
 
 
+def _fp32_factor(op: Op, ctx: CostContext) -> int:
+    fp32 = any((a.dtype or ctx.decls[a.tensor].dtype) == "float32" for a in op.ins[:2])
+    return ctx.table.matmul_fp32_factor if fp32 else 1
+
+
+def _load_stationary(op: Op, ctx: CostContext) -> float:
+    """LoadStationary: a MultiplyMoving of the stationary's free size, max(64, M) cycles (x4 for
+    fp32), at the Fast LoadStationary rate (ARCH1). Run in the background while the matmul before it
+    multiplies, it costs only where the matmul waits for its operands."""
+    t = ctx.table
+    rows = 2 if op.attr("double_row") else 1
+    return max(t.matmul_min_rows, free_size(op.ins[0]) // rows) * _fp32_factor(op, ctx) / t.load_stationary_speedup
+
+
 def _matmul_cost(op: Op, ctx: CostContext) -> float:
-    """max(min(64, M), N) cycles for 2-byte and fp8 inputs; x4 for fp32. FP8
-    double-row mode multiplies two rows per cycle: a [K, 2, N] moving tile
-    streams in N cycles, twice the rate (ARCH2, Tensor Engine performance modes)."""
+    """The LoadStationary, then the MultiplyMoving: max(min(64, M), N) cycles for 2-byte and fp8
+    inputs, x4 for fp32. FP8 double-row mode multiplies two rows per cycle: a [K, 2, N] moving
+    tile streams in N cycles, twice the rate (ARCH2, Tensor Engine performance modes)."""
     t = ctx.table
     st, mv = op.ins[0], op.ins[1]
     rows = 2 if op.attr("double_row") else 1
-    cycles = max(min(t.matmul_min_rows, free_size(st) // rows), free_size(mv) // rows)
-    if any((a.dtype or ctx.decls[a.tensor].dtype) == "float32" for a in (st, mv)):
-        cycles *= t.matmul_fp32_factor
-    return ctx.ns(ctx.fixed_cycles(op) + cycles)
+    cycles = max(min(t.matmul_min_rows, free_size(st) // rows), free_size(mv) // rows) * _fp32_factor(op, ctx)
+    return ctx.ns(ctx.fixed_cycles(op) + _load_stationary(op, ctx) + cycles)
 
 
 def _sbuf_to_psum(op: Op, decls) -> None:
@@ -356,7 +368,8 @@ def _sbuf_to_psum(op: Op, decls) -> None:
 
 
 # free_limited=False: nc_matmul's own tile limits (N <= 512, 4096 or 8192) are the tighter ones
-@instruction(family="matmul", compute=_matmul, engine="pe", cost=_matmul_cost, verify=_sbuf_to_psum,
+@instruction(family="matmul", compute=_matmul, engine="pe", cost=_matmul_cost, background=_load_stationary,
+             verify=_sbuf_to_psum,
              accumulates=lambda op: op.attr("accumulate") is not False, free_limited=False,
              batched=Batched(_matmul_batched, lambda op: op.attr("accumulate") is not False, sums=True,
                              grouped=_matmul_grouped))
