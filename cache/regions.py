@@ -16,17 +16,18 @@ The stored value is small: subtrees of the output that are objects of the
 input (a child loop the pass left alone) are stored as references to their
 position and taken from the current input on a hit.
 
-The region level pays or steps aside: a region is looked up only where the
-pass is expected to cost more on it than a lookup does, and stored only
-where the pass's measured time on it was above the lookup cost. The
-expectation is the pass's measured seconds per statement (from every earlier
-compile that used this cache folder, kept as counters `cost.<pass>.s` and
-`cost.<pass>.stmts`) times the block's statements; the lookup cost is the
-measured mean of earlier lookups (`cost.lookup.s` / `cost.lookup.n`); the
-same rule decides what is stored, so that no entry is written that no lookup
-would read (for a pass with no measurements yet, the rule is applied with
-this compile's measurements once the pass has run on every block). A pass
-cheaper than a lookup (all of nkicc's built-in region passes on most bodies)
+The region level pays or steps aside: a region goes through the cache only
+where the pass is expected to cost more on it than looking it up and storing
+it. The expectation is the pass's measured seconds per statement (from every
+earlier compile that used this cache folder, kept as counters
+`cost.<pass>.s` and `cost.<pass>.stmts`) times the block's statements; the
+lookup cost is the measured mean of earlier lookups (`cost.lookup.s` /
+`cost.lookup.n`), the store cost the measured seconds per statement of
+encoding entries (`cost.store.s` / `cost.store.stmts`). The same rule
+decides what is looked up and what is stored, so that no entry is written
+that no lookup would read (for a pass with no measurements yet, the rule is
+applied with this compile's measurements once the pass has run on every
+block). A pass cheaper than that (all of nkicc's built-in region passes)
 just runs: such a region is counted as skipped, neither keyed nor stored.
 
 A region is not stored (a bypass, counted with its reason) when its result
@@ -63,6 +64,9 @@ def run_region(p, block, region, ctx):
 
 
 DEFAULT_LOOKUP_S = 150e-6  # before any lookup was measured (docs/cache.md: 0.1-0.2 ms)
+# before any store was measured: encoding and packing an entry, per statement of its block
+# (docs/cache.md: about 5 us on the seeds' blocks)
+DEFAULT_STORE_S_PER_STMT = 10e-6
 
 
 class RegionSession:
@@ -82,6 +86,9 @@ class RegionSession:
         costs = costs or {}
         n = costs.get("cost.lookup.n", 0)
         self.lookup_s = costs["cost.lookup.s"] / n if n and costs.get("cost.lookup.s") else DEFAULT_LOOKUP_S
+        stored = costs.get("cost.store.stmts", 0)
+        self.store_s = (costs["cost.store.s"] / stored if stored and costs.get("cost.store.s")
+                        else DEFAULT_STORE_S_PER_STMT)  # per statement
         self.rates = {}                 # pass -> seconds per statement, measured by earlier compiles
         for name, value in costs.items():
             if name.startswith("cost.") and name.endswith(".stmts") and value:
@@ -112,6 +119,12 @@ class RegionSession:
     def _measure(self, name: str, value: float) -> None:
         self.measured[name] = self.measured.get(name, 0.0) + value
 
+    def _pays(self, rate: float, stmts: int) -> bool:
+        """Whether a region of `stmts` statements is worth the cache for a pass that costs `rate`
+        seconds per statement: the pass costs more than looking the region up and storing it
+        (an entry pays for itself at its first hit)."""
+        return rate * stmts > self.lookup_s + self.store_s * stmts
+
     def _key(self, p, block, region, ctx):
         """(key, renaming) of the region for pass p, or None (a bypass, counted)."""
         try:
@@ -137,7 +150,7 @@ class RegionSession:
         stmts = max(len(block.stmts), 1)
         rate = self.rates.get(p.name)
         keyed = None
-        if rate is not None and rate * stmts > self.lookup_s:  # worth a lookup
+        if rate is not None and self._pays(rate, stmts):
             t0 = time.perf_counter()
             keyed = self._key(p, block, region, ctx)
             if keyed is None:
@@ -161,7 +174,7 @@ class RegionSession:
                 self.hit += 1
                 self.saved_s += float(meta.get("s", 0.0))
                 return restored
-        if keyed is None and rate is not None:  # cheaper than a lookup by the lookup's own rule: no entry
+        if keyed is None and rate is not None:  # cheaper than the cache by its own rule: no entry
             t0 = time.perf_counter()
             out = p.run(block, region, ctx)
             self._measure(f"cost.{p.name}.s", time.perf_counter() - t0)
@@ -195,11 +208,14 @@ class RegionSession:
             if keyed is None:
                 return
         key, renaming = keyed
+        t0 = time.perf_counter()
         try:
             stored = encode_output(out, block, renaming, self.summaries)
             meta = {"s": round(seconds, 9), "pass": p.name, "out": stored}
             self.pending.append((key, pack("region", key, meta)))
             self.fresh[key] = (json.loads(json.dumps(meta)), None)  # as a stored entry reads back
+            self._measure("cost.store.s", time.perf_counter() - t0)
+            self._measure("cost.store.stmts", max(len(block.stmts), 1))
         except NotCanonical:
             self._bypass("output names something new")
         except (Unserialisable, TypeError, ValueError, AttributeError):
@@ -215,7 +231,7 @@ class RegionSession:
         items, self._deferred = self._deferred, []
         rate = sum(i[5] for i in items) / max(sum(i[6] for i in items), 1)
         for p, block, region, ctx, out, seconds, stmts in items:
-            if rate * stmts > self.lookup_s:
+            if self._pays(rate, stmts):
                 self._store(p, block, region, ctx, out, seconds)
             else:
                 self.skipped += 1

@@ -64,11 +64,13 @@ def load_module(path: pathlib.Path, name: str):
     return module
 
 
-def seed_costs(cache_dir, lookup_s: float, pass_s_per_stmt: float) -> None:
+def seed_costs(cache_dir, lookup_s: float, pass_s_per_stmt: float, store_s_per_stmt: float | None = None) -> None:
     """Pretend earlier compiles measured these costs (the counters the region
     level's gate reads: docs/cache.md)."""
     from nkicc.cache.stats import Counters
     costs = {"cost.lookup.s": lookup_s, "cost.lookup.n": 1}
+    if store_s_per_stmt is not None:
+        costs.update({"cost.store.s": store_s_per_stmt, "cost.store.stmts": 1})
     for p in registry().passes.values():
         if p.scope == "region":
             costs[f"cost.{p.name}.s"] = pass_s_per_stmt

@@ -309,6 +309,29 @@ def test_region_passes_cheaper_than_a_lookup_step_aside(cache_dir, tmp_path):
     assert c.ir == nkicc.compile(edited_stages(tmp_path).stages, x, cache=False).ir
 
 
+@pytest.mark.parametrize("store_s_per_stmt, stored", [(1e-2, False), (1e-7, True)])
+def test_a_region_goes_through_the_cache_only_where_its_pass_costs_more_than_storing_it(
+        cache_dir, store_s_per_stmt, stored):
+    """Every region pass costs 1 ms a statement and a lookup 1 us: each region is worth a lookup.
+    Whether it is worth the cache depends on storing it too: at 10 ms a statement (dearer than the
+    pass) no region is keyed or stored and each just runs its passes; at 0.1 us every one is
+    stored."""
+    seed_costs(cache_dir, lookup_s=1e-6, pass_s_per_stmt=1e-3, store_s_per_stmt=store_s_per_stmt)
+    x = np.random.default_rng(12).standard_normal((ck.ROWS, ck.COLS)).astype(np.float32)
+    c = nkicc.compile(ck.stages, x)
+    info = c.report["cache"]
+    import diskcache
+    raw = diskcache.Cache(str(cache_dir))
+    regions = [k for k in raw.iterkeys() if k != PROBE and k.startswith("nkicc-region-")]
+    raw.close()
+    assert info["regions_total"] > 0
+    if stored:
+        assert info["regions_skipped"] == 0 and len(regions) > 0, info
+    else:
+        assert info["regions_skipped"] == info["regions_total"] and not regions, info
+    assert c.ir == nkicc.compile(ck.stages, x, cache=False).ir
+
+
 def test_an_expensive_region_pass_is_served_by_the_cache_after_an_edit(cache_dir, tmp_path):
     import slow_region_plugin as slow
 
