@@ -58,7 +58,7 @@ import json, sys
 from nkicc.api import _compile
 from nkicc.cli import _resolve
 import gc
-gc.freeze()  # as the nkicc command does once its imports are done (cli.main)
+gc.freeze()  # as the nkicc command does once its imports are done (cli.entry)
 out = []
 for target, args in json.loads(sys.argv[1]):
     fn, specs, consts = _resolve(target, args, [])
@@ -72,7 +72,7 @@ import json, sys
 from nkicc.api import _compile
 from nkicc.cli import _resolve
 import gc
-gc.freeze()  # as the nkicc command does once its imports are done (cli.main)
+gc.freeze()  # as the nkicc command does once its imports are done (cli.entry)
 from nkicc.specs import annotated_specs
 path, name, args = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 fn, specs, consts = _resolve(f"{path}::{name}", args, [])

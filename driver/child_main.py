@@ -32,8 +32,8 @@ def _die_with_parent(parent: int) -> None:
 def _main() -> None:
     _die_with_parent(int(sys.argv[1]))
     sys.argv = ["nkicc", *sys.argv[2:]]
-    from .cli import main
-    main()
+    from .cli import entry
+    entry()
 
 
 if __name__ == "__main__":

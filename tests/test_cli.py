@@ -280,3 +280,24 @@ def test_simulation_progress_draws_the_running_count_on_a_terminal():
     assert run(Console(file=io.StringIO(), force_terminal=True, width=120), after=5.0) == ""
     assert run(Console(file=io.StringIO(), force_terminal=False), after=0.0) == ""
     assert not [t for t in threading.enumerate() if t.name == "nkicc-sim-progress"]
+
+
+def test_only_the_commands_own_process_freezes_its_imports():
+    """`nkicc` (cli.entry) moves what its imports made out of the cyclic collector's reach;
+    cli.main, called from someone else's program (or a test), leaves that program's heap alone."""
+    code = textwrap.dedent("""
+        import gc, sys
+        from nkicc.cli import {fn} as run
+        sys.argv = ["nkicc", "--version"]
+        try:
+            run()
+        except SystemExit:
+            pass
+        print(gc.get_freeze_count())
+    """)
+    counts = {}
+    for fn in ("entry", "main"):
+        r = subprocess.run([sys.executable, "-c", code.format(fn=fn)], capture_output=True, text=True, cwd=REPO)
+        assert r.returncode == 0, r.stderr
+        counts[fn] = int(r.stdout.split()[-1])
+    assert counts["entry"] > 10_000 and counts["main"] == 0, counts
