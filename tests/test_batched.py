@@ -358,7 +358,6 @@ def test_groups_sharing_moving_operands_are_one_gemm_of_their_rows(data):
     rng = np.random.default_rng(data.draw(st.integers(0, 2 ** 31)))
     subs = [(len(ms), tuple(e)) for e, ms in subs_spec]
     Ms = [m for _, ms in subs_spec for m in ms]
-    rks = [red * k for k in Ks]
     rows = sum(math.prod(e) * sum(ms) for e, ms in subs_spec)
     sts = [[None] * len(Ks) for _ in Ms]  # [entry][part]: (lead0, red, extra..., K, M)
     for p, K in enumerate(Ks):

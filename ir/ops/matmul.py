@@ -231,14 +231,14 @@ def _in_place(sts: list, rows: list, subs: list, Ms: list, rks: list, stack: lis
     the n0 body its own array): a GEMM per part reads them there, no copy. None where any part's
     do not."""
     views = []
-    n, e = len(rows) - 1, len(subs[0][1])
+    n = len(rows) - 1
     for p, k in enumerate(rks):
         first = sts[0][p]  # (lead..., [extra...], M, red..., K)
         if first.dtype != np.float32:
             return None
         try:
             view = view_at(first, address(first), tuple(rows) + (k,),
-                           first.strides[:n] + (first.strides[n + e], first.strides[-1]))
+                           first.strides[:n] + (_row_step(sts, p, n, subs), first.strides[-1]))
         except (ValueError, TypeError):
             return None
         same = [True]
@@ -255,6 +255,24 @@ def _in_place(sts: list, rows: list, subs: list, Ms: list, rks: list, stack: lis
             return None
         views[-1].flags.writeable = False
     return views
+
+
+def _row_step(sts: list, p: int, n: int, subs: list) -> int:
+    """Bytes from the first row of part p's stationary operand to the second, in _row_blocks's
+    order (a group's extra loop axes outermost, then its blocks' M rows side by side), as the
+    blocks lie (one-row blocks: their own M stride says nothing); 0 where there is one row."""
+    rows = []
+    k = 0
+    for cnt, e in subs:
+        for ext in np.ndindex(*e):
+            for xs in sts[k:k + cnt]:
+                x = xs[p]
+                base = address(x) + sum(i * step for i, step in zip(ext, x.strides[n:n + len(e)]))
+                rows.extend(base + r * x.strides[n + len(e)] for r in range(min(x.shape[n + len(e)], 2)))
+                if len(rows) > 1:
+                    return rows[1] - rows[0]
+        k += cnt
+    return 0
 
 
 def _blocks(blocks: list, out: np.ndarray, axis_u: int, axis_v: int, sizes_u: list, sizes_v: list,
