@@ -66,7 +66,7 @@ import numpy as np
 from ..ir import Access, Alloc, Loop, Op, ops
 from ..ir.analysis import reads, runtime_guard, tensors_touched
 from ..ir.loopdeps import carried
-from ..ir.ops.values import address, view_at
+from ..ir.ops.values import address, same_view, view_at
 from . import semantics
 from ._blas import default_blas
 from .cpushare import CpuShare
@@ -1215,8 +1215,7 @@ def _group_gemm(sim, groups: list, view, mult, outs_of: dict, operands: "_EntryA
                 if any(n > 1 and s for n, s in zip(v.shape[nlead:nlead + e], v.strides[nlead:nlead + e])):
                     return None
                 v = v[(slice(None),) * nlead + (0,) * e]
-                if v.shape != w.shape or address(v) != address(w) or any(
-                        n > 1 and p != q for n, p, q in zip(v.shape, v.strides, w.strides)):
+                if not same_view(v, w):
                     return None
         views = [[view(a, x) for a, x in parts] for parts in h.sts]
         sts += views

@@ -11,7 +11,7 @@ from . import enums
 from .checks import free, on_chip, tensor
 from .core import Batched, CostContext, Emit, free_size, instruction, partitions, require_generation
 from .enums import matmul_perf_mode
-from .values import address, as_tiles, f32, view_at
+from .values import address, as_tiles, f32, same_view, view_at
 
 _FP32 = ("float32", "tfloat32")
 _FP8 = ("float8_e4m3", "float8_e5m2")
@@ -244,8 +244,7 @@ def _in_place(sts: list, rows: list, subs: list, Ms: list, rks: list, stack: lis
         same = [True]
 
         def check(dst, src):
-            same[0] = same[0] and address(dst) == address(src) and all(
-                a == b for a, b, m in zip(dst.strides, src.strides, src.shape) if m > 1)
+            same[0] = same[0] and same_view(dst, src)
         _row_blocks([[xs[p]] for xs in sts], view, subs, Ms, (k,), check)
         if not same[0]:
             return None
@@ -321,8 +320,7 @@ def _run_of_blocks(out, sel, axis_u, axis_v, u0, u1, ov, row, v):
                 sel[axis_v] = slice(ov[k], ov[k + 1])
                 own = out[tuple(sel)].reshape(row[k].shape)
                 part = target[(slice(None),) * ax + (slice(at, at + row[k].shape[ax]),)]
-                same = same and address(own) == address(part) and all(
-                    a == b for a, b, m in zip(own.strides, part.strides, own.shape) if m > 1)
+                same = same and same_view(own, part)
                 at += row[k].shape[ax]
             if same:
                 return w, np.lib.stride_tricks.as_strided(x, shape, x.strides, writeable=False)
@@ -359,7 +357,7 @@ def _fp32_factor(op: Op, ctx: CostContext) -> int:
     return ctx.table.matmul_fp32_factor if fp32 else 1
 
 
-def _load_stationary(op: Op, ctx: CostContext) -> float:
+def load_stationary(op: Op, ctx: CostContext) -> float:
     """LoadStationary: a MultiplyMoving of the stationary's free size, max(64, M) cycles (x4 for
     fp32), at the Fast LoadStationary rate (ARCH1). Run in the background while the matmul before it
     multiplies, it costs only where the matmul waits for its operands."""
@@ -376,7 +374,7 @@ def _matmul_cost(op: Op, ctx: CostContext) -> float:
     st, mv = op.ins[0], op.ins[1]
     rows = 2 if op.attr("double_row") else 1
     cycles = max(min(t.matmul_min_rows, free_size(st) // rows), free_size(mv) // rows) * _fp32_factor(op, ctx)
-    return ctx.ns(ctx.fixed_cycles(op) + _load_stationary(op, ctx) + cycles)
+    return ctx.ns(ctx.fixed_cycles(op) + load_stationary(op, ctx) + cycles)
 
 
 def _sbuf_to_psum(op: Op, decls) -> None:
@@ -386,7 +384,7 @@ def _sbuf_to_psum(op: Op, decls) -> None:
 
 
 # free_limited=False: nc_matmul's own tile limits (N <= 512, 4096 or 8192) are the tighter ones
-@instruction(family="matmul", compute=_matmul, engine="pe", cost=_matmul_cost, background=_load_stationary,
+@instruction(family="matmul", compute=_matmul, engine="pe", cost=_matmul_cost, background=load_stationary,
              verify=_sbuf_to_psum,
              accumulates=lambda op: op.attr("accumulate") is not False, free_limited=False,
              batched=Batched(_matmul_batched, lambda op: op.attr("accumulate") is not False, sums=True,

@@ -17,6 +17,13 @@ def address(x: np.ndarray) -> int:
     return x.__array_interface__["data"][0]
 
 
+def same_view(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two arrays are the same elements of memory in the same order: one shape, one first
+    address, and one stride along every axis that has more than one element."""
+    return a.shape == b.shape and address(a) == address(b) and all(
+        p == q for n, p, q in zip(a.shape, a.strides, b.strides) if n > 1)
+
+
 def view_at(x: np.ndarray, start: int, shape: tuple, strides: tuple, dtype=None) -> np.ndarray:
     """A view of the buffer x is a view of (its base's base ...), from address `start`, in the
     given shape and byte strides (numpy refuses, ValueError, one that leaves the buffer)."""
