@@ -24,6 +24,7 @@ from ..errors import NkiccError
 from ..nodes import Access, Affine, Op
 from .checks import free, tensor
 from .core import CostContext, Emit, free_size, instruction
+from .matmul import load_stationary
 from .values import as_tiles
 
 QUADRANT = 32       # partitions per SBUF quadrant
@@ -190,18 +191,12 @@ def _quantize_mx(op: Op, read):
 
 # --- costs ---------------------------------------------------------------------------------
 
-def _load_stationary_mx(op: Op, ctx: CostContext) -> float:
-    """As a bf16 nc_matmul's LoadStationary (matmul._load_stationary)."""
-    t = ctx.table
-    return max(t.matmul_min_rows, free_size(op.ins[0])) / t.load_stationary_speedup
-
-
 def _matmul_mx_cost(op: Op, ctx: CostContext) -> float:
     """As a bf16 nc_matmul, its LoadStationary and then max(min(64, M), N) cycles: each PE
     multiplies four MX pairs per cycle, so 4x the contraction in the same time (trainium3 guide)."""
     t = ctx.table
     cycles = max(min(t.matmul_min_rows, free_size(op.ins[0])), free_size(op.ins[1]))
-    return ctx.ns(ctx.fixed_cycles(op) + _load_stationary_mx(op, ctx) + cycles)
+    return ctx.ns(ctx.fixed_cycles(op) + load_stationary(op, ctx) + cycles)
 
 
 def _quantize_mx_cost(op: Op, ctx: CostContext) -> float:
@@ -278,7 +273,7 @@ def _tiling(tile_position, tile_size, k: int) -> None:
 
 
 @instruction(family="mx", compute=_matmul_mx, engine="pe", cost=_matmul_mx_cost,
-             background=_load_stationary_mx, verify=_matmul_verify,
+             background=load_stationary, verify=_matmul_verify,
              accumulates=lambda op: op.attr("accumulate") is not False, start_exempt=_scale_operand, since=4)
 def nc_matmul_mx(dst, stationary, moving, stationary_scale, moving_scale, tile_position=None, tile_size=None,
                  accumulate=None, name=None):
