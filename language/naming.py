@@ -31,8 +31,8 @@ def assigned_name(frame) -> str:
         where = pos[i] if 0 <= i < len(pos) else None
         if where is None or where[0] is None or where[2] is None:
             return ""
-        return _target(code, where[0], where[2], where[1], where[3])
-    return _target(code, frame.f_lineno, None, None, None)
+        return _target(code, where)
+    return _target(code, (frame.f_lineno, None, None, None))
 
 
 @functools.lru_cache(maxsize=512)
@@ -41,9 +41,10 @@ def _positions(code) -> tuple:
 
 
 @functools.lru_cache(maxsize=4096)
-def _target(code, line: int, col: int | None, end_line: int | None, end_col: int | None) -> str:
+def _target(code, positions: tuple) -> str:
+    """positions: (line, end_line, col, end_col) as code.co_positions gives them."""
     f = source_file(code.co_filename)
-    target = None if f is None else f.assigned_at(line, col, end_line, end_col)
+    target = None if f is None else f.assigned_at(positions)
     return _name_of(target) if target else ""
 
 

@@ -51,11 +51,12 @@ class SourceFile:
         """Every lambda that starts on `line` (a lambda's code names only its line)."""
         return [n for n in self._walk() if isinstance(n, ast.Lambda) and n.lineno == line]
 
-    def assigned_at(self, line: int, col: int | None, end_line: int | None, end_col: int | None):
+    def assigned_at(self, positions: tuple):
         """The target of the assignment whose value (or one element of a tuple of
-        values) spans exactly these positions: the ast target node, "" where the
-        tuple does not pair up, None where no assignment has that value. Without
-        columns (Python 3.10), a single call value starting on `line`."""
+        values) spans exactly `positions` (line, end_line, col, end_col): the ast
+        target node, "" where the tuple does not pair up, None where no assignment
+        has that value. Without columns (Python 3.10: col None), a single call
+        value starting on the line."""
         if self._targets is None:
             self._targets = {}
             for stmt in self._walk():
@@ -68,11 +69,10 @@ class SourceFile:
                     if len(values) > 1:
                         pairs = isinstance(target, (ast.Tuple, ast.List)) and len(target.elts) == len(values)
                         t = target.elts[k] if pairs else ""
-                    span = (value.lineno, value.col_offset, value.end_lineno, value.end_col_offset)
-                    self._targets.setdefault(span, t)
+                    self._targets.setdefault(_span(value), t)
                     if len(values) == 1 and isinstance(value, ast.Call):
                         self._targets.setdefault(value.lineno, t)
-        return self._targets.get(value_key(line, col, end_line, end_col))
+        return self._targets.get(positions if positions[2] is not None else positions[0])
 
     def loop_at(self, positions: tuple) -> ast.For | bool | None:
         """The `for` statement whose iterable sits at `positions` (line, end_line,
@@ -92,10 +92,6 @@ class SourceFile:
 
     def _walk(self):
         return ast.walk(self.tree) if self.tree is not None else iter(())
-
-
-def value_key(line: int, col: int | None, end_line: int | None, end_col: int | None):
-    return line if col is None else (line, col, end_line, end_col)
 
 
 def _span(node: ast.AST) -> tuple:
