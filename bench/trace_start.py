@@ -41,7 +41,8 @@ def one(path: pathlib.Path, args: list[str]) -> dict:
         subprocess.run(command + ["--report", report], check=True, capture_output=True,
                        env={**os.environ, "NKICC_CACHE": "0"})
         wall = time.perf_counter() - t0
-        r = json.load(open(report))
+        with open(report) as f:
+            r = json.load(f)
     return {"trace_s": r["trace_s"], "compile_s": r["compile_s"], "wall_s": wall}
 
 
