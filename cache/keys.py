@@ -16,15 +16,14 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import importlib.metadata
-import importlib.util
 import json
 import os
 import sys
 
+from ..ir.origin import is_nkicc, package_dirs
 from . import env
 
 FORMAT = 1
-PACKAGES = ("nkicc", "nkicc.language", "nkicc.isa", "nkicc.ir", "nkicc.plugins", "nkicc.simulator", "nkicc.cache")
 SOURCE_SUFFIXES = (".py", ".json", ".toml")
 
 _source_hash: str | None = None
@@ -58,20 +57,6 @@ def compiler_version() -> str:
         return "unknown"
 
 
-def _package_dirs() -> list[tuple[str, str]]:
-    out = []
-    for name in PACKAGES:
-        try:
-            spec = importlib.util.find_spec(name)
-        except (ImportError, ValueError):
-            spec = None
-        if spec is None or not spec.submodule_search_locations:
-            continue
-        for d in spec.submodule_search_locations:
-            out.append((name, d))
-    return out
-
-
 def source_hash() -> str:
     """blake2b of nkicc's own source files (every package, sorted), once per
     process: an edited nkicc never reuses what an older one compiled."""
@@ -79,7 +64,7 @@ def source_hash() -> str:
     if _source_hash is None:
         h = hashlib.blake2b(digest_size=16)
         seen = set()
-        for pkg, root in _package_dirs():
+        for pkg, root in package_dirs():
             for dirpath, dirnames, filenames in os.walk(root):
                 dirnames[:] = sorted(d for d in dirnames if d != "__pycache__" and not d.startswith("."))
                 for fn in sorted(filenames):
@@ -144,7 +129,7 @@ def plugin_versions(manager, own_distribution: str = "nkicc", providers: dict | 
         source = None
         module_file = getattr(plugin, "__file__", None) or getattr(sys.modules.get(type(plugin).__module__), "__file__", None)
         own = dist_name.lower().replace("_", "-") == own_distribution or (
-            module_file is not None and _inside_nkicc(module_file))
+            module_file is not None and is_nkicc(module_file))
         if not own and module_file:
             source = file_hash(module_file)
         out.append([name or "", dist_name, version, source])
@@ -154,21 +139,12 @@ def plugin_versions(manager, own_distribution: str = "nkicc", providers: dict | 
     return sorted(out, key=lambda r: [str(x) for x in r])
 
 
-def _inside_nkicc(path: str) -> bool:
-    real = os.path.realpath(path)
-    for _, root in _package_dirs():
-        r = os.path.realpath(root)
-        if real == r or real.startswith(r + os.sep):
-            return True
-    return False
-
-
 def instruction_families() -> list:
     """[module, source hash] of every instruction family from outside nkicc
     (nkicc's own are covered by the compiler's source hash)."""
     from ..ir import ops
     return sorted([name, file_hash(file)] for name, file in ops.family_files()
-                  if file is not None and not _inside_nkicc(file))
+                  if file is not None and not is_nkicc(file))
 
 
 def target_key(target) -> dict:

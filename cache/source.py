@@ -33,14 +33,13 @@ import dataclasses
 import functools
 import hashlib
 import linecache
-import os
 import sys
-import sysconfig
 import types
 
 import numpy as np
 
 from nkicc.ir import Loc
+from nkicc.ir.origin import LIBRARY, NKICC, USER, origin
 
 from . import keys
 
@@ -57,27 +56,11 @@ IMPURE_BUILTINS = frozenset({"open", "input", "__import__", "eval", "exec", "com
 # names with which code reaches a module's attributes without naming them
 DYNAMIC_ACCESS = frozenset({"getattr", "__dict__", "__getattribute__", "__getattr__"})
 OWN_ROOTS = ("nkicc", "nki")
+_KIND = {NKICC: "own", LIBRARY: "library", USER: "user"}  # ir.origin's answer, as keys spell it
 
 
 class Incomplete(Exception):
     """What the trace reads cannot be shown complete (the message says why)."""
-
-
-@functools.lru_cache(maxsize=1)
-def _library_roots() -> tuple[str, ...]:
-    paths = sysconfig.get_paths()
-    return tuple({os.path.realpath(paths[k]) + os.sep
-                  for k in ("stdlib", "platstdlib", "purelib", "platlib") if paths.get(k)})
-
-
-@functools.lru_cache(maxsize=None)
-def _own_file(path: str) -> bool:
-    return keys._inside_nkicc(path)
-
-
-@functools.lru_cache(maxsize=4096)
-def _library_file(path: str) -> bool:
-    return os.path.realpath(path).startswith(_library_roots())
 
 
 def _root_version(module_name: str) -> str | None:
@@ -94,11 +77,7 @@ def _module_kind(m: types.ModuleType) -> str:
         if name in sys.builtin_module_names:
             return "library"
         return "own" if name.partition(".")[0] in OWN_ROOTS else "user"
-    if _own_file(path):
-        return "own"
-    if _library_file(path):
-        return "library"
-    return "user"
+    return _KIND[origin(path)]
 
 
 def _object_kind(obj) -> str:

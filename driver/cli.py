@@ -482,7 +482,7 @@ def _script_failed(exc: Exception) -> None:
     """An exception out of a script `nkicc run` ran: the script's own traceback
     (from its first frame on) and exit 1, as python itself would; one raised
     inside nkicc is an internal error (re-raised: exit 4 with nkicc's traceback)."""
-    from .language.tracing import is_nkicc_file
+    from .ir.origin import is_nkicc
     from .language.kernel_trace import _innermost_is_nkicc
 
     from .language.usererrors import user_error
@@ -494,7 +494,7 @@ def _script_failed(exc: Exception) -> None:
         raise exc
     tb = exc.__traceback__
     while tb is not None and (tb.tb_frame.f_code.co_filename.startswith("<frozen")
-                              or is_nkicc_file(os.path.abspath(tb.tb_frame.f_code.co_filename))):
+                              or is_nkicc(tb.tb_frame.f_code.co_filename)):
         tb = tb.tb_next
     traceback.print_exception(type(exc), exc, tb or exc.__traceback__)
     raise typer.Exit(EXIT_USER)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dis
 import functools
-import os
 import sys
 import time
 import traceback
@@ -20,9 +19,10 @@ from typing import TYPE_CHECKING
 
 from ..ir import Kernel, Loc, NkiccError
 from ..ir.loopdeps import check_affine_loops
+from ..ir.origin import LIBRARY, USER, is_nkicc, origin
 from . import ranges
 from .tensor import Tensor, row_major
-from .tracing import GRID, Builder, LoopPlan, LoopSite, TraceRetry, is_nkicc_file
+from .tracing import GRID, Builder, LoopPlan, LoopSite, TraceRetry
 from .loop_effects import EffectChecker
 from .sources import function_node, source_file
 from .objects import FORWARDING_CODE
@@ -125,12 +125,10 @@ def _user_frame(tb) -> Loc | None:
     the kernel called (numpy, the standard library) unless nothing else is left."""
     loc = fallback = None
     for frame, line in traceback.walk_tb(tb):
-        path = os.path.abspath(frame.f_code.co_filename)
-        if is_nkicc_file(path):
-            continue
-        if _is_library(path):
+        kind = origin(frame.f_code.co_filename)
+        if kind == LIBRARY:
             fallback = Loc(frame.f_code.co_filename, line)
-        else:
+        elif kind == USER:
             loc = Loc(frame.f_code.co_filename, line)
     return loc or fallback
 
@@ -140,30 +138,17 @@ def caller_loc(default: Loc | None = None) -> Loc | None:
     library such as click or the standard library), else `default`."""
     f = sys._getframe(1)
     while f is not None:
-        path = os.path.abspath(f.f_code.co_filename)
-        if not is_nkicc_file(path) and not _is_library(path):
+        if origin(f.f_code.co_filename) == USER:
             return Loc(f.f_code.co_filename, f.f_lineno)
         f = f.f_back
     return default
-
-
-def _is_library(path: str) -> bool:
-    return path.startswith("<") or path.startswith(_library_roots())
-
-
-@functools.lru_cache(maxsize=1)
-def _library_roots() -> tuple[str, ...]:
-    import sysconfig
-    paths = sysconfig.get_paths()
-    return tuple({os.path.abspath(paths[k]) + os.sep
-                  for k in ("stdlib", "platstdlib", "purelib", "platlib", "scripts") if paths.get(k)})
 
 
 def _innermost_is_nkicc(tb) -> bool:
     frames = [frame for frame, _ in traceback.walk_tb(tb)]
     while frames and frames[-1].f_code in FORWARDING_CODE:
         frames.pop()
-    return bool(frames) and is_nkicc_file(os.path.abspath(frames[-1].f_code.co_filename))
+    return bool(frames) and is_nkicc(frames[-1].f_code.co_filename)
 
 
 def trace_kernel(fn, tensor_args: dict[str, TensorSpec], constants: dict, name: str | None = None,

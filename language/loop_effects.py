@@ -17,8 +17,10 @@ import ast
 import builtins
 import collections.abc
 import functools
+import sys
 import types
 
+from ..ir.origin import is_nkicc
 from .sources import source_file
 
 MUTATING_METHODS = frozenset({
@@ -30,7 +32,7 @@ PURE_BUILTINS = frozenset({
     "getattr", "hasattr", "int", "isinstance", "issubclass", "len", "list", "map", "max", "min", "print",
     "range", "repr", "reversed", "round", "set", "slice", "sorted", "str", "sum", "tuple", "type", "zip",
 })
-_PURE_MODULE_ROOTS = ("nkicc", "nki", "math", "operator", "functools", "itertools")
+_PURE_MODULE_ROOTS = ("math", "operator", "functools", "itertools")
 # builtins that change the state of their first argument (checked like a mutating method on it)
 STATEFUL_BUILTINS = frozenset({"next", "anext", "setattr", "delattr"})
 # methods of built-in objects that only read; any other C method on an object from
@@ -440,7 +442,7 @@ class EffectChecker:
                 return "calls a random number generator"
             return f"calls {type(owner).__name__}.{obj.__name__}(), which may change an object from outside the loop body"
         module = getattr(obj, "__module__", None) or ""
-        if module.split(".")[0] in _PURE_MODULE_ROOTS or module == "builtins":
+        if module.split(".")[0] in _PURE_MODULE_ROOTS or module == "builtins" or _nkicc_code(obj, module):
             return None
         if module.startswith("numpy"):
             return "calls numpy.random" if "random" in module else None
@@ -496,6 +498,16 @@ class EffectChecker:
             if scan.reason:
                 return f"in {fn.__qualname__}: {scan.reason}"
         return None
+
+
+def _nkicc_code(obj, module: str) -> bool:
+    """Whether `obj` is nkicc's own (trusted: it keeps no Python state between
+    calls). Whose code it is is decided by its file, as for the tracer's
+    locations and the cache key (ir.origin); a library's helper is read like
+    the user's, since it may change what it is given (random.shuffle)."""
+    code = getattr(obj, "__code__", None)
+    path = code.co_filename if code is not None else getattr(sys.modules.get(module), "__file__", None)
+    return isinstance(path, str) and is_nkicc(path)
 
 
 def _same(a, b) -> bool:

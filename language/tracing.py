@@ -9,18 +9,15 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
-import functools
 import itertools
 import operator
-import os
 import sys
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Protocol
 
 from ..ir import Access, Affine, Alloc, Block, Loc, Loop, NkiccError, Op, Stmt, TensorDecl
+from ..ir.origin import is_nkicc
 from ..ir.rewrite import map_stmts
-
-_PACKAGES = ("nkicc", "nkicc.language", "nkicc.isa", "nkicc.ir", "nkicc.simulator", "nkicc.plugins", "nkicc.cache")
 
 _active: contextvars.ContextVar["Builder | None"] = contextvars.ContextVar("nkicc_builder", default=None)
 
@@ -29,28 +26,11 @@ def current_builder() -> "Builder | None":
     return _active.get()
 
 
-@functools.lru_cache(maxsize=None)
-def _package_dirs(loaded: frozenset) -> tuple[str, ...]:
-    dirs = []
-    for name in sorted(loaded):
-        file = getattr(sys.modules[name], "__file__", None)
-        if file:
-            dirs.append(os.path.dirname(os.path.abspath(file)) + os.sep)
-    return tuple(dirs)
-
-
-def is_nkicc_file(filename: str) -> bool:
-    """True for files of nkicc itself (installed, or editable with its
-    one-folder-per-layer layout)."""
-    loaded = frozenset(n for n in _PACKAGES if n in sys.modules)
-    return filename.startswith(_package_dirs(loaded))
-
-
 def user_frame(depth: int = 2):
     """The innermost frame outside nkicc (None: there is none)."""
     f = sys._getframe(depth)
     while f is not None:
-        if not is_nkicc_file(f.f_code.co_filename):
+        if not is_nkicc(f.f_code.co_filename):
             return f
         f = f.f_back
     return None

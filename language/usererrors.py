@@ -14,8 +14,8 @@ import sys
 import traceback
 
 from ..ir import Loc, NkiccError
-from .tracing import is_nkicc_file
-from .kernel_trace import _is_library, _user_frame
+from ..ir.origin import USER, is_nkicc, origin
+from .kernel_trace import _user_frame
 
 # the roots under which nkicc serves NKI (the `nki` and `neuronxcc` aliases, and nkicc itself)
 _SERVED_ROOTS = ("nki", "neuronxcc", "nkicc")
@@ -44,7 +44,7 @@ def _asserting_frame(tb) -> Loc | None:
     above helpers whose whole job is asserting (`kernel_assert`, `assert_shape`),
     whose own `assert` line says nothing about which check failed."""
     frames = [(frame, line) for frame, line in traceback.walk_tb(tb)
-              if not is_nkicc_file(frame.f_code.co_filename) and not _is_library(frame.f_code.co_filename)]
+              if origin(frame.f_code.co_filename) == USER]
     while len(frames) > 1 and "assert" in frames[-1][0].f_code.co_name.lower():
         frames.pop()
     if not frames:
@@ -76,7 +76,7 @@ def _served_by_nkicc(module: str) -> bool:
         loaded = sys.modules.get(".".join(parts[:n]))
         if loaded is not None:
             file = getattr(loaded, "__file__", None)
-            return bool(file) and is_nkicc_file(file)
+            return bool(file) and is_nkicc(file)
     return False
 
 
