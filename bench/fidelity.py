@@ -10,7 +10,7 @@ checked separately. The published numbers are typed in below with their
 document and section (aws-neuron/aws-neuron-sdk); the SDK is not needed to
 run this.
 
-Where every cost constant comes from is in ir/ops/costs.py and
+Where every cost constant comes from is in ir/target.py and
 docs/fidelity.md. None is fitted on these tables (`dma_fixed_ns`, once
 fitted on the kernel-optimization table, is now the DMA bandwidth guide's
 figure), so every table is held out; a table fitted on later sets
@@ -256,9 +256,8 @@ def kernel_opt_latency(active: Table, quick: bool) -> Table:
 
 def arithmetic_intensity() -> Table:
     """The matmul tutorial's roofline threshold: peak bf16 FLOPS / HBM bytes/s of one NeuronCore-v2."""
-    from nkicc.ir.ops.costs import COST_TABLES
-    from nkicc.plugins.targets import TRN1
-    t = COST_TABLES["trn1"]
+    from nkicc.ir.target import TRN1
+    t = TRN1.costs
     flops = 2 * 128 * 128 * TRN1.pe_ghz  # per ns: one 128-row column per cycle through 128x128 MACs
     return Table("roofline", "Matmul tutorial: arithmetic intensity to saturate TensorE",
                  f"{MMT}, 'Optimization 1: Removing Redundant Loads' (NeuronCore-v2, bf16: 222 Flops/Byte)",
@@ -270,7 +269,7 @@ def dma_statements() -> Table:
     """The architecture guides' DMA statements, each measured by simulating one transfer."""
     import nkicc.isa as nisa
     import nkicc.language as nl
-    from nkicc.ir.ops.costs import COST_TABLES
+    from nkicc.ir.target import TRN1, TRN2
 
     def run(target, build, shape, dtype=np.float32):
         """(ns, bytes) of the kernel's first DMA, read from the simulator's trace."""
@@ -301,17 +300,16 @@ def dma_statements() -> Table:
         nisa.dma_transpose(dst=t, src=x)
         return t
 
-    tab = COST_TABLES
     t = Table("dma", "Architecture guides: DMA statements",
               f"{ARCH1}, 'Data movement between HBM and SBUF using DMAs'; {ARCH2}, 'HBM2SBUF DMA transpose'",
               "as stated", "one transfer simulated, its fixed latency subtracted")
     ns, nbytes = run("trn1", one_row, (1, 16384))
     t.rows.append(Row("one DMA engine, GiB/s (trn1)", 27.0,
-                      nbytes / (ns - tab["trn1"].dma_fixed_ns) * 1e9 / 2 ** 30 * (1 + 512 / 65536),
+                      nbytes / (ns - TRN1.costs.dma_fixed_ns) * 1e9 / 2 ** 30 * (1 + 512 / 65536),
                       "a 64 KiB contiguous row, buffer overhead taken out"))
     ns_t, b_t = run("trn2", transpose, (512, 128), np.float16)
-    bw_t = b_t / (ns_t - tab["trn2"].dma_fixed_ns)
-    peak = tab["trn2"].dma_peak_bytes_per_ns()
+    bw_t = b_t / (ns_t - TRN2.costs.dma_fixed_ns)
+    peak = TRN2.costs.dma_peak_bytes_per_ns()
     t.rows.append(Row("HBM->SBUF transpose throughput / DMA peak (trn2)", 0.90, bw_t / peak,
                       "[512, 128] fp16 transposed into [128, 512]"))
     return t
@@ -321,13 +319,12 @@ def dma_statements() -> Table:
 
 def constants_table() -> str:
     """Every CostTable constant with its per-target value and the source its
-    comment in ir/ops/costs.py names, and the engine clocks of the Targets."""
+    comment in ir/target.py names, and the engine clocks of the Targets."""
     import dataclasses
     import inspect
     import re
-    from nkicc.ir.ops import costs
-    from nkicc.plugins.targets import TRN1, TRN2, TRN3
-    lines = inspect.getsource(costs.CostTable).splitlines()
+    from nkicc.ir.target import TRN1, TRN2, TRN3, CostTable
+    lines = inspect.getsource(CostTable).splitlines()
     notes, pending = {}, []
     for line in lines:
         text = line.strip()
@@ -343,12 +340,9 @@ def constants_table() -> str:
             prev = None
         if not text.startswith("#"):
             pending = [] if m or text else pending
-    targets = ("trn1", "trn2", "trn3")
     out = ["| constant | trn1 | trn2 | trn3 | source |", "|---|---|---|---|---|"]
-    for f in dataclasses.fields(costs.CostTable):
-        if f.name == "name":
-            continue
-        vals = [getattr(costs.COST_TABLES[t], f.name) for t in targets]
+    for f in dataclasses.fields(CostTable):
+        vals = [getattr(t.costs, f.name) for t in (TRN1, TRN2, TRN3)]
         shown = [f"{v:.4g}" if isinstance(v, float) else str(v) for v in vals]
         out.append(f"| `{f.name}` | " + " | ".join(shown) + f" | {notes.get(f.name, '').replace('|', '/')} |")
     target_sources = {

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .ir import Counts, Kernel, Loop, NkiccError, count_instructions, dtypes, format_kernel
+from .ir.target import GENERATION_NAMES
 from .simulator.reference import poison
 from .simulator import run_reference
 from .simulator.reference import check_defined
@@ -344,12 +345,9 @@ class BudgetError(Exception):
         self.pass_name = exc.pass_name
 
 
-_GENERATIONS = {"gen2": "trn1", "gen3": "trn2", "gen4": "trn3"}
-
-
 def resolve_target(name: str | None, reg) -> Target:
     name = name or os.environ.get("NEURON_PLATFORM_TARGET_OVERRIDE") or DEFAULT_TARGET
-    name = _GENERATIONS.get(name, name)  # the vendor's generation names: gen2 trn1, gen3 trn2, gen4 trn3
+    name = GENERATION_NAMES.get(name, name)  # the vendor's generation names: gen2 trn1, gen3 trn2, gen4 trn3
     if name not in reg.targets:
         import difflib
         near = difflib.get_close_matches(name, list(reg.targets), n=1)

@@ -24,6 +24,7 @@ from typing import Callable, Mapping
 import pluggy
 
 from .ir import Block, Kernel, Loc, Loop, NkiccError, TensorDecl
+from .ir.target import CostTable, Target  # the one definition of a target, for passes and target plugins
 
 hookimpl = pluggy.HookimplMarker("nkicc")
 
@@ -50,25 +51,6 @@ class Pass:
             raise ValueError(f"pass {self.name}: scope must be one of {SCOPES}")
         if self.cost not in COSTS:
             raise ValueError(f"pass {self.name}: cost must be one of {COSTS}")
-
-
-@dataclass(frozen=True)
-class Target:
-    """A NeuronCore generation: its memories and engines."""
-    name: str
-    sbuf_partition_bytes: int
-    psum_partition_bytes: int = 16 * 1024
-    psum_bank_bytes: int = 2048
-    partitions: int = 128
-    # engine clocks: the architecture guides' "Compute Engine Specifications" tables; the
-    # rest of the timing model (DMA and HBM bandwidth included) is nkicc.ir.ops.costs
-    pe_ghz: float = 2.4
-    dve_ghz: float = 0.96
-    act_ghz: float = 1.2
-    pool_ghz: float = 1.2
-    dma_queues: int = 16
-    description: str = ""
-    nc_version: int = 3  # NeuronCore generation, what nisa.get_nc_version() answers while tracing
 
 
 @dataclass(frozen=True)
@@ -120,4 +102,4 @@ class PassContext:
             self._progress(self.pass_name, done, total)
 
 
-__all__ = ["Pass", "PassContext", "Region", "Target", "BudgetExceeded", "hookimpl", "Block", "Kernel", "Loop"]
+__all__ = ["Pass", "PassContext", "Region", "Target", "CostTable", "BudgetExceeded", "hookimpl", "Block", "Kernel", "Loop"]

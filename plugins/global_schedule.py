@@ -14,7 +14,7 @@ import dataclasses
 import heapq
 
 from nkicc.ir import Alloc, Block, Loop, Op, count_instructions, ops
-from nkicc.ir.ops.costs import cost_ns, cost_table
+from nkicc.ir.ops.costs import cost_ns
 from nkicc.ir.analysis import engine_of, extent, reads, writes
 from nkicc.pass_api import Pass, hookimpl
 
@@ -23,7 +23,7 @@ _CHECK_EVERY = 1024
 
 def _cost(op: Op, decls, ctx) -> float:
     """The instruction's estimated time, from its definition's cost rule."""
-    return cost_ns(op, engine_of(op, decls), decls, ctx.target, cost_table(ctx.target))
+    return cost_ns(op, engine_of(op, decls), decls, ctx.target, ctx.target.costs)
 
 
 def _schedule(stmts, trips, decls, ctx, progress):

@@ -38,7 +38,7 @@ import os
 
 from nkicc.ir import Access, Affine, Alloc, Block, Loop, Op, count_instructions, ops
 from nkicc.ir.analysis import engine_of, tensors_touched
-from nkicc.ir.ops.costs import cost_ns, cost_table
+from nkicc.ir.ops.costs import cost_ns
 from nkicc.ir.rewrite import bind_block
 from nkicc.pass_api import Pass, hookimpl
 
@@ -90,7 +90,7 @@ def buffers_wanted(loop: Loop, decls, target) -> int:
     time per iteration; at least 2, at most the DMA queues (more copies
     cannot put more loads in flight) and half the trip (two rounds at
     least: the loop stays a loop, expanded, not unrolled; unroll does that)."""
-    table = cost_table(target)
+    table = target.costs
     times = _times(loop.body, set(_allocated(loop.body)), decls, target, table)
     compute = max((ns for e, ns in times.items() if e not in ("dma", "load")), default=0.0)
     cap = min(loop.trip // 2, getattr(target, "dma_queues", 16))

@@ -50,7 +50,7 @@ from .report import DMA_DIRECTIONS, EngineStats, SimReport
 from ..ir.ops.collectives import group_of, payload as collective_payload
 from ..ir.ops.dma import engine_share
 from .comm import RankComm, single
-from .timing import COMPUTE_ENGINES, CostTable, cost_ns, cost_table, traffic_bytes
+from .timing import COMPUTE_ENGINES, CostTable, cost_ns, traffic_bytes
 from .trace import DEFAULT_MAX_EVENTS, TraceRecorder, loop_label
 
 _accumulate = ReferenceMachine._accumulate  # the accumulate=None rule, one implementation
@@ -268,7 +268,7 @@ class MachineSimulator(HazardChecks):
         self.timing = bool(timing)
         self.trace_path = trace if isinstance(trace, str) else None
         self.tracing = bool(trace) and self.timing
-        self.costs = costs or cost_table(target)
+        self.costs = costs or target.costs
         self.decls = kernel.tensor_map()
         self.precise = numerics.precise_from_env() if precise is None else bool(precise)
         self.scale = 1 if self.precise else max(

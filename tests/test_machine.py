@@ -25,7 +25,7 @@ from nkicc.simulator._blas import single_threaded_blas
 from nkicc.simulator.machine import MachineSimulator
 from nkicc.simulator.reference import run_reference
 from nkicc.simulator.testing import edit_op, naive_lower
-from nkicc.simulator.timing import COST_TABLES, cost_ns, cost_table, traffic_bytes
+from nkicc.simulator.timing import cost_ns, traffic_bytes
 
 from conftest import EXAMPLES, same_up_to_sums
 
@@ -313,7 +313,7 @@ def test_timing_follows_the_targets_clocks_and_bandwidth(rng):
     totals = {t.name: machine(k, inputs, target=t)[1].total_ns for t in (TRN1, TRN2, TRN3)}
     assert totals["trn3"] < totals["trn2"]  # faster DMA, faster vector clock
     assert all(v > 0 for v in totals.values())
-    base = cost_table(TRN2)
+    base = TRN2.costs
     slow = dataclasses.replace(base, dma_fixed_ns=10 * base.dma_fixed_ns)
     # the kernel starts with loads and ends with a store, both on its critical path: each adds
     # the extra latency at least once
@@ -342,7 +342,7 @@ def test_tensore_loads_the_next_stationary_while_it_multiplies(rng, dtype):
     a = rng.standard_normal((128, 128)).astype(np.float32)
     b = rng.standard_normal((128, 512)).astype(np.float32)
     k, inputs = lowered(matmul_repeat, a, b, dtype=getattr(nl, dtype), cache=False)
-    t, ghz = COST_TABLES["trn2"], TRN2.pe_ghz
+    t, ghz = TRN2.costs, TRN2.pe_ghz
     factor = t.matmul_fp32_factor if dtype == "float32" else 1
     overhead = t.fixed_cycles + t.onchip_access_cycles
     load_stationary = 128 * factor / t.load_stationary_speedup
@@ -360,7 +360,7 @@ def test_cost_table_entries(rng):
     b = rng.standard_normal((256, 512)).astype(np.float32)
     k, _ = lowered(matmul_acc, a, b)
     decls = k.tensor_map()
-    t = COST_TABLES["trn2"]
+    t = TRN2.costs
     mm = next(op for op in ops(k) if op.opcode == "nc_matmul")
     # the LoadStationary of the 128 x 128 stationary at the fast rate, then the 512-column MultiplyMoving
     pe_cycles = t.fixed_cycles + t.onchip_access_cycles + 4 * 128 / t.load_stationary_speedup + 4 * 512  # fp32: x4
@@ -373,7 +373,7 @@ def test_cost_table_entries(rng):
     ns, nbytes = cost_ns(load, "dma", decls, TRN2, t), traffic_bytes(load, decls)
     assert nbytes == 128 * 512 * 4
     # 128 partition rows of 2 KiB: all 16 engines (capped by the core's HBM share), at the
-    # per-buffer efficiency of 2 KiB rows (ir/ops/costs.py, ARCH1 "Data movement ...")
+    # per-buffer efficiency of 2 KiB rows (ir/target.py, ARCH1 "Data movement ...")
     eff = 2048 / (2048 + t.dma_buffer_overhead_bytes)
     peak = min(16 * t.dma_engine_bytes_per_ns, t.hbm_bytes_per_ns)
     assert ns == pytest.approx(t.dma_fixed_ns + nbytes / (peak * eff))

@@ -11,7 +11,6 @@ import nkicc.language as nl
 from nkicc.api import resolve_target
 from nkicc.ir import ops
 from nkicc.passes import registry
-from nkicc.ir.ops.costs import cost_table
 from ops_helpers import bf16, check_error, f32, rand, rounded, run_rolled_and_unrolled
 from sim_helpers import run_both_simulators
 
@@ -274,7 +273,7 @@ def test_topk_cost_is_the_documented_4n_plus_k(rng):
     ck = nkicc.compile(topk_kernel(633, 17), rand(rng, (32, 40), bf16))
     op = next(o for o in ck.ir.body.walk() if getattr(o, "opcode", None) == "topk")
     target = resolve_target(ck.target, registry())
-    table = cost_table(target)
+    table = target.costs
     ctx = ops.CostContext(ck.ir.tensor_map(), target, table, "pool")
     want_cycles = table.fixed_cycles + table.onchip_access_cycles + 4 * 633 + 17
     assert ops.get("topk").cost(op, ctx) == pytest.approx(want_cycles / target.pool_ghz)

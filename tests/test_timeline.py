@@ -21,7 +21,7 @@ from nkicc.ir.analysis import engine_of
 from nkicc.plugins.targets import TRN2
 from nkicc.simulator.activity import DmaActivity, union_ns
 from nkicc.simulator.machine import MachineSimulator
-from nkicc.simulator.timing import cost_ns, cost_table
+from nkicc.simulator.timing import cost_ns
 
 from conftest import REPO
 
@@ -54,7 +54,7 @@ def _costs(compiled):
     decls = compiled.ir.tensor_map()
     out = {}
     for op in (s for s in compiled.ir.body.walk() if isinstance(s, Op)):
-        out.setdefault(op.opcode, []).append(cost_ns(op, engine_of(op, decls), decls, TRN2, cost_table(TRN2)))
+        out.setdefault(op.opcode, []).append(cost_ns(op, engine_of(op, decls), decls, TRN2, TRN2.costs))
     return out
 
 
@@ -69,7 +69,7 @@ def test_active_percentages_of_a_hand_computed_kernel(rng):
     # the loads start at once on two queues, but each spreads over all 16 DMA engines (128 rows), so
     # after their fixed latency they share the engines: the first issued moves its bytes first, the
     # second's follow (simulator/fabric.py); the matmul waits for both, the copy for it, the store for it
-    fixed = cost_table(TRN2).dma_fixed_ns
+    fixed = TRN2.costs.dma_fixed_ns
     loads = fixed + (load_a - fixed) + (load_b - fixed)
     total = loads + mm + copy + store
     out, rep = c.simulate({"a_t": a, "b": b})
@@ -270,7 +270,7 @@ def test_collectives_are_on_every_ranks_timeline(rng, ranks, tmp_path):
         np.testing.assert_allclose(gat, np.concatenate([total] * ranks), rtol=1e-5, atol=1e-5)
         np.testing.assert_allclose(sca, total[r * 64 // ranks:(r + 1) * 64 // ranks], rtol=1e-5, atol=1e-5)
     decls = ck.ir.tensor_map()
-    want = {op.opcode: cost_ns(op, "dma", decls, TRN2, cost_table(TRN2), ranks) / 1000
+    want = {op.opcode: cost_ns(op, "dma", decls, TRN2, TRN2.costs, ranks) / 1000
             for op in ck.ir.body.walk() if isinstance(op, Op) and op.opcode in ("all_reduce", "all_gather",
                                                                                   "reduce_scatter")}
     assert len(want) == 3

@@ -6,10 +6,9 @@
 """
 from .core import (
     ACT_REGS, BUILTIN_FAMILIES, Batched, DVE_ACC, ENTRY_POINT_GROUP, CostContext, Emit, EngineState, OpDef, StateRef, TensorOperand, family_files, free_size, get, initial_state, instruction, of,
-    any_shape, by_partition, partitions, require_generation, table, TARGET_OF_GENERATION,
+    any_shape, by_partition, partitions, require_generation, table,
 )
 
 __all__ = ["ACT_REGS", "BUILTIN_FAMILIES", "Batched", "any_shape", "by_partition", "DVE_ACC", "ENTRY_POINT_GROUP", "CostContext", "Emit", "EngineState",
            "OpDef", "StateRef", "family_files", "TensorOperand", "free_size",
-           "get", "initial_state", "instruction", "of", "partitions", "require_generation", "table",
-           "TARGET_OF_GENERATION"]
+           "get", "initial_state", "instruction", "of", "partitions", "require_generation", "table"]

@@ -25,6 +25,7 @@ import numpy as np
 
 from ..errors import NkiccError
 from ..nodes import Access, Op, TensorDecl
+from ..target import TARGET_OF_GENERATION, CostTable, Target
 
 ENTRY_POINT_GROUP = "nkicc.instructions"
 # nkicc's own families, imported when the installed metadata does not list them
@@ -96,10 +97,11 @@ DVE_ACC = EngineState("dve.accumulators")
 @dataclass(frozen=True)
 class CostContext:
     """Everything a cost rule may read: tensor declarations, the target
-    (clocks, DMA bandwidth), the cost table and the engine the op runs on."""
+    (clocks), the cost table (the target's own, or an override the machine
+    simulator was given) and the engine the op runs on."""
     decls: Mapping[str, TensorDecl]
-    target: object
-    table: object
+    target: Target
+    table: CostTable
     engine: str
     ranks: int = 1  # ranks of the simulation (collectives over "all ranks")
 
@@ -266,9 +268,6 @@ def by_partition(compute: Callable) -> Batched:
 
 
 # --- NeuronCore generations --------------------------------------------------------------
-
-TARGET_OF_GENERATION = {2: "trn1", 3: "trn2", 4: "trn3"}
-
 
 def require_generation(have: int, need: int, what: str) -> None:
     """E135 unless the kernel's target (NeuronCore generation `have`) has `what`,

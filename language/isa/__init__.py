@@ -17,6 +17,7 @@ from ..ir.nodes import UNRESOLVED_GROUP
 from ..ir.ops import alu
 from ..ir.ops.checks import FREE_MAX, free
 from ..ir.ops.enums import dge_mode, dma_engine, engine, matmul_perf_mode, nc_version, oob_mode, reduce_cmd
+from ..ir.target import TARGET_OF_GENERATION
 from ..language.tensor import Tensor, require_builder, unsupported_name
 from ..language.tracing import user_loc
 from .instruction import NkiInstruction, NkiValidationError, handle_of
@@ -99,7 +100,7 @@ def _function(d: ops.OpDef):
     instruction.__module__ = __name__
     instruction.__qualname__ = d.name
     if d.since > 2:
-        instruction.__doc__ = f"NeuronCore-v{d.since} ({ops.TARGET_OF_GENERATION[d.since]}) and newer. {d.doc}"
+        instruction.__doc__ = f"NeuronCore-v{d.since} ({TARGET_OF_GENERATION[d.since]}) and newer. {d.doc}"
     return instruction
 
 
