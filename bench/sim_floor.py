@@ -7,8 +7,8 @@ Four simulators of examples/fused_matmul.py::mm2 (as bench/sim_throughput.py bui
 against numpy's `(At.T @ B) @ D` in the same loop: as shipped; with every private tile stored
 (partition, free), as before tiles a matmul reads were stored partition-innermost
 (`batched._columns` returns nothing); with the copies of operands into
-GEMM order skipped (`_blocks` returns its array unfilled); and with the adds of the products
-into their accumulators skipped too (`_one_add` does nothing). The last two compute wrong values
+GEMM order skipped (`gemm._blocks` returns its array unfilled); and with the adds of the products
+into their accumulators skipped too (`matmul_groups.one_add` does nothing). The last two compute wrong values
 on purpose: only their time means anything. It shows how much of the gap to numpy those two
 passes over memory are, and what would be left with both gone (GEMMs, the other instructions,
 per-entry Python).
@@ -42,10 +42,9 @@ def measure(scale: int, repeat: int) -> list[tuple[str, float, float, float, flo
     import fused_matmul as fm
 
     import nkicc
-    import nkicc.ir.ops.matmul as matmul
     from nkicc.api import resolve_target
     from nkicc.passes import registry
-    from nkicc.simulator import batched
+    from nkicc.simulator import batched, gemm, matmul_groups
     from nkicc.simulator.machine import MachineSimulator
 
     (M, K, N, L), (At, B, D) = _scaled_inputs(scale)
@@ -71,9 +70,9 @@ def measure(scale: int, repeat: int) -> list[tuple[str, float, float, float, flo
     rows = [run("as shipped")]
     with _patched(batched, "_columns", lambda *a: set()):
         rows.append(run("private tiles (partition, free), as at fd5a23e"))
-    with _patched(matmul, "_blocks", no_copy):
+    with _patched(gemm, "_blocks", no_copy):
         rows.append(run("operand copies skipped"))
-        with _patched(batched, "_one_add", lambda *a: True):
+        with _patched(matmul_groups, "one_add", lambda *a: True):
             rows.append(run("operand copies and product adds skipped"))
     return rows
 

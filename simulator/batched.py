@@ -30,13 +30,13 @@ iterations in an order the batched execution would swap:
   copies of a body; stacked along K where their products add into the same
   elements; rows concatenated where they share moving operands over loops
   that extend one another), and a GEMM reads a stationary operand in place
-  where its blocks already lie as the GEMM reads them (matmul._in_place);
+  where its blocks already lie as the GEMM reads them (gemm._in_place);
 - a private tile of zeros (nl.zeros) is filled just before something first
   touches it, and never where one GEMM's products cover it whole: the
   products are kept, a later GEMM of the nest that reads the tile reads them
-  where each of its views of the tile is a view of them (_product_view: mm2's
-  E GEMMs read C's products, and Ct is never written), and anything else
-  gets them written first (_Views.zero);
+  where each of its views of the tile is a view of them
+  (matmul_groups._product_view: mm2's E GEMMs read C's products, and Ct is
+  never written), and anything else gets them written first (Views.zero);
 - tiles that share bytes must both be private and live in disjoint stretches
   of the body (the allocator reuses addresses only so); everything else
   falls back to per-iteration execution, which also reports out-of-bounds
@@ -52,6 +52,10 @@ offsets that change the relative position of two accesses of a tensor the nest
 writes (usually none: once per loop), shared by the simulators of one kernel
 (MachineSimulator(verdicts=)). Large GEMMs get BLAS threads and large
 element-wise passes two threads while a core is to spare (cpushare.py).
+
+This module plans a nest, checks an entry's legality and runs it; the views
+of an entry are nest_views.py's, the GEMMs that matmuls become are gemm.py's
+and matmul_groups.py's.
 Timing and hazard checks (E171) then run per iteration without moving data
 (`MachineSimulator._walk_timing`): times do not depend on values.
 """
@@ -66,36 +70,16 @@ import numpy as np
 from ..ir import Access, Alloc, Loop, Op, ops
 from ..ir.analysis import reads, runtime_guard, tensors_touched
 from ..ir.loopdeps import carried
-from ..ir.ops.values import address, same_view, view_at
-from . import semantics
-from ._blas import default_blas
-from .cpushare import CpuShare
+from . import gemm, matmul_groups, semantics
+from .cpushare import halves
 from .matmul_groups import Group, group_matmuls
+from .nest_views import Views, shift
 from .reference import ReferenceMachine
-
-try:
-    from numpy.lib.array_utils import byte_bounds
-except ImportError:  # numpy < 2
-    from numpy import byte_bounds
 
 _accumulate = ReferenceMachine._accumulate
 CHECK_BUDGET = 200_000_000      # run-start comparisons per legality check (seconds at most, once per loop)
 MAX_PRIVATE_BYTES = 512 << 20     # private tile copies of one nest
 MAX_VALUES_BYTES = 256 << 20      # one op's batched results
-_MAX_RECIPES = 1 << 14            # view recipes kept per nest (Nest.recipes): a nest entered at many offsets
-# BLAS threads for a GEMM of at least this many flops, while a core is spare (cpushare.py): below it a
-# multi-threaded OpenBLAS lost 2-10x on this shared 2-vCPU machine (mm2 --scale 8: 30 MFLOP stacked
-# GEMMs 62 s against 3.9 s, before the spare-core check). With the check, 0.35-0.41 GFLOP GEMMs take
-# 1.4-1.6 ms on two threads against 2.6-2.9 ms on one, and mm2 --scale 8 ran 2-5% faster than with
-# 1 GFLOP here (same process, alternating runs). Row bands on two Python threads with one BLAS thread
-# each were no faster at load 1-4 (0.34 s against 0.33 s) and were dropped.
-THREADED_GEMM_FLOP = 1 << 28
-# element-wise passes over at least this many destination elements run in two halves on two threads:
-# a strided 20 MB dst += terms took 3.7-4.2 ms so against 6.6-7.1 ms on one (2 vCPUs at load 2.3)
-PARALLEL_ELEMENTS = 1 << 18
-# Both only while a core is to spare (cpushare.py): with every core busy the second thread waits for
-# a core and loses (mm2 --scale 8 at load 3-4: 0.35-0.65 s with threads against 0.21-0.39 s without,
-# best of 5, the two alternating)
 
 
 @dataclass
@@ -132,7 +116,7 @@ class Nest:
     # Alloc over them before anything reads them)
     escapes: set = field(default_factory=set)
     forward: dict = field(default_factory=dict)  # tile -> (its load, the source access, its (P, F) steps)
-    # private tiles a matmul reads, stored partition-innermost (_Views): the contraction runs
+    # private tiles a matmul reads, stored partition-innermost (nest_views): the contraction runs
     # along the partitions, so a tile's rows of K elements are then contiguous, as BLAS reads them
     columns: set = field(default_factory=set)
     scalars: dict = field(default_factory=dict)  # runtime scalar offsets -> how to read them (_scalar_offsets)
@@ -287,7 +271,7 @@ def loops_around(block) -> dict:
 def _columns(items: list, private: dict, tensors: dict) -> set:
     """Private SBUF tiles a matmul reads: stored partition-innermost, so that a GEMM reads their
     K rows (the partitions) contiguously, with no transposing copy into GEMM order, and a GEMM
-    whose product adds into one computes it transposed (_check_groups)."""
+    whose product adds into one computes it transposed (matmul_groups._transposed)."""
     return {a.tensor for it in items if it.rule.sums for a in it.plan.op.ins[:2]
             if isinstance(a, Access) and a.tensor in private and not tensors[a.tensor].is_psum}
 
@@ -332,16 +316,11 @@ def _scalar_values(sim, nest: Nest) -> dict | None:
     return values
 
 
-def _shift(a: Access, values: dict) -> int:
-    """The elements access a's runtime scalar offset adds at this entry."""
-    return values[a.scalar] * a.scalar_scale if a.scalar is not None else 0
-
-
 def _static(a: Access, values: dict) -> Access:
     """Access a with its runtime offset folded in (for the legality checks)."""
     if a.scalar is None:
         return a
-    return Access(a.tensor, a.offset + _shift(a, values), a.pattern)
+    return Access(a.tensor, a.offset + shift(a, values), a.pattern)
 
 
 def _unbatched(sim, label: str, why: str) -> None:
@@ -594,218 +573,6 @@ def _overwrite_only(us: list) -> bool:
     return all(w and not it.plan.is_matmul and not it.reduce and not it.parts for it, _, w in us)
 
 
-class _Views:
-    """Strided views of one entry of a nest: machine memory for shared
-    tensors, private arrays for the nest's own tiles."""
-
-    def __init__(self, sim, nest: Nest, env: dict, values: dict):
-        self.sim, self.nest, self.env, self.values = sim, nest, env, values
-        self.priv: dict = {}
-        # tiles of zeros not yet zeroed: each is filled just before something first touches it, or
-        # never, where a sum's first write covers the whole of it (_one_add)
-        self.unfilled: set = set()
-        # tiles whose content is a GEMM's products not yet written: name -> (the tile's elements as one
-        # strided view, the products in the same shape). A GEMM that reads such a tile reads the
-        # products instead (_forward_products); anything else gets them written first (`zero`)
-        self.products: dict = {}
-        for name, vars_ in nest.private.items():
-            if name in nest.dead or name in nest.forward or name not in nest.uses:
-                continue
-            t = sim.tensors[name]
-            lead = tuple(nest.trips[v] for v in vars_)
-            column = name in nest.columns
-            shape = lead + ((t.F, t.P) if column else (t.P, t.F))
-            if name in nest.zeroed:
-                self.unfilled.add(name)
-            data = sim.scratch.take(shape, t.dtype, None if name in nest.zeroed or name in nest.fresh else t.fill)
-            if column:
-                data = data.swapaxes(-1, -2)  # indexed (partition, free) like the others
-            mask = sim.scratch.take(shape, np.bool_, False) if t.is_psum else None
-            self.priv[name] = (data, mask, vars_)
-
-    def zero(self, names) -> None:
-        """The tiles among `names` made what the program says they hold, before anything reads or
-        adds into them: zeros filled, or GEMM products written (x + 0.0: 0 + x, a -0.0 product
-        summing to +0.0 as it would)."""
-        for name in self.unfilled.intersection(names):
-            self.unfilled.discard(name)
-            _halves(self.sim, lambda _, d: d.fill(0), None, self.priv[name][0], True)
-        for name in [n for n in names if n in self.products]:
-            dst, terms = self.products.pop(name)
-            _halves(self.sim, lambda r, d: np.add(r(0), np.float32(0), out=d), lambda _: terms, dst, True)
-
-    def before(self, ops, kept=frozenset()) -> None:
-        """`zero` for the tiles any of `ops` touches but `kept`, before they run (nothing worked
-        out while no tile waits: the usual case, on every instruction of every entry)."""
-        if self.unfilled or self.products:
-            self.zero(set().union(*map(tensors_touched, ops)) - kept)
-
-    def release(self) -> None:
-        for data, mask, _ in self.priv.values():
-            self.sim.scratch.give(data)
-            if mask is not None:
-                self.sim.scratch.give(mask)
-        self.priv, self.products, self.unfilled = {}, {}, set()
-
-    def start(self, a: Access) -> int:
-        """The element access a starts at for this entry, the nest's own loops at 0."""
-        trips = self.nest.trips
-        return a.offset.const + sum(c * self.env[v] for v, c in a.offset.terms if v not in trips) + _shift(a, self.values)
-
-    def view(self, a: Access, lead: tuple, read: bool = False):
-        """(data, PSUM written-mask or None) of access a over the loops `lead`, or None if it
-        wraps rows or leaves its tensor (per-iteration execution handles those). A read that
-        wraps rows of a tile the nest does not write gets a gathered copy instead (_wrapped)."""
-        t = self.sim.tensors[a.tensor]
-        e = self.start(a)
-        fw, priv = self.nest.forward.get(t.name), self.priv.get(t.name)
-        key = (id(a), lead, read, e, self.start(fw[1]) if fw is not None else None,
-               priv[0].strides if priv is not None else None)
-        recipe = self.nest.recipes.get(key)
-        if recipe is None:
-            recipe = self._recipe(a, t, lead, read, e, fw)
-            if len(self.nest.recipes) >= _MAX_RECIPES:
-                self.nest.recipes.clear()
-            self.nest.recipes[key] = recipe
-        kind = recipe[0]
-        if kind == "none":
-            return None
-        if kind == "wrapped":
-            return _wrapped(self, a, t, lead, e)
-        _, where, dtype, off, shape, strides, mask = recipe
-        if kind == "memory":
-            data = np.ndarray(shape, dtype, self.sim._mv[where], off, strides)
-            return data, None if mask is None else np.ndarray(shape, np.bool_, self.sim._mask_mv, *mask)
-        arr, marr, _ = self.priv[where]
-        data = np.ndarray(shape, dtype, arr.base if arr.base is not None else arr, off, strides)
-        return data, None if mask is None else np.ndarray(shape, np.bool_, marr, *mask)
-
-    def _recipe(self, a: Access, t, lead: tuple, read: bool, e: int, fw) -> tuple:
-        """How `view` makes access a's view: ("none",), ("wrapped",) (a gathered copy, made anew
-        each time: it copies values), or ("memory" | "private", the machine memory's key | the
-        private tile, dtype, byte offset, shape, strides, the PSUM mask's (offset, strides) or None)."""
-        sim, trips = self.sim, self.nest.trips
-        dims = [(a.offset.coeff(v), trips[v]) for v in lead] + list(a.pattern)
-        shape = tuple(n for _, n in dims)
-        if not t.onchip:
-            lo = e + sum(s * (n - 1) for s, n in dims if s < 0)
-            hi = e + sum(s * (n - 1) for s, n in dims if s > 0)
-            if lo < 0 or hi >= t.size:
-                return ("none",)
-            return ("memory", t.key, t.dtype, e * t.item, shape, tuple(s * t.item for s, _ in dims), None)
-        if fw is not None:
-            recipe = _forwarded_view(self, a, t, lead, fw, e)
-            return recipe or (("wrapped",) if read else ("none",))
-        priv = self.priv.get(t.name)
-        F = t.F
-        if priv is not None:  # private copies are typed arrays, (partition, free) either way round
-            pb, item = priv[0].strides[-2:]
-        else:
-            pb, item = sim._pb(t), t.item
-        strides = _window(dims, e, t.P, F, pb, item)
-        if strides is None:
-            if read and priv is None and not any(w for _, _, w in self.nest.uses.get(t.name, ())):
-                return ("wrapped",)
-            return ("none",)
-        p0, f0 = divmod(e, F)
-        if priv is None:
-            off = t.address + p0 * pb + f0 * item
-            return ("memory", t.key, t.dtype, off, shape, tuple(strides), (off, tuple(strides)) if t.is_psum else None)
-        arr, marr, mine = priv
-        for k, v in enumerate(lead):  # a loop around the tile's Alloc picks the private copy
-            if v in mine:
-                strides[k] += arr.strides[mine.index(v)]
-        off = p0 * pb + f0 * item
-        mask = None if marr is None else (off // item, tuple(s // item for s in strides))  # one byte an element
-        return ("private", t.name, t.dtype, off, shape, tuple(strides), mask)
-
-
-def _window(dims, e: int, P: int, F: int, partition_step: int, free_step: int) -> list | None:
-    """Strides of a [(step, num)] walk over a (P, F) tile from element e, a step that is a
-    multiple of F moving partitions (partition_step each) and any other moving along the row
-    (free_step each); None where the walk leaves the tile."""
-    strides, plo, phi, flo, fhi = [], 0, 0, 0, 0
-    for s, n in dims:
-        if n > 1 and s and s % F == 0:
-            strides.append((s // F) * partition_step)
-            plo, phi = plo + min(0, (s // F) * (n - 1)), phi + max(0, (s // F) * (n - 1))
-        else:
-            strides.append(s * free_step)
-            flo, fhi = flo + min(0, s * (n - 1)), fhi + max(0, s * (n - 1))
-    p0, f0 = divmod(e, F)
-    if p0 + plo < 0 or p0 + phi >= P or f0 + flo < 0 or f0 + fhi >= F:
-        return None
-    return strides
-
-
-def _wrapped(self, a: Access, t, lead: tuple, e: int):
-    """A read of on-chip tile t that wraps rows or runs past the tile (the static seed's ragged
-    last block reads 7 columns past its At tile), as per-iteration execution reads it: flat
-    over the tile, partition-major, poison past its end; gathered into a new array (the tile is
-    one the nest does not write, so its values are known before the nest runs: a forwarded
-    load's source or memory as the nest found it). Along loops it does not move with, the copy
-    is broadcast. None for PSUM or a start before the tile (per iteration reports those)."""
-    if t.is_psum:
-        return None
-    sim, trips = self.sim, self.nest.trips
-    fw = self.nest.forward.get(t.name)
-    mine = self.nest.private.get(t.name, ()) if fw is not None else ()
-    x = fw[1] if fw is not None else None
-    full, moves = [], []
-    for v in lead:
-        full.append(trips[v])
-        moves.append(a.offset.coeff(v) != 0 or (v in mine and x.offset.coeff(v) != 0))
-    dims = [(a.offset.coeff(v), trips[v] if m else 1) for v, m in zip(lead, moves)] + list(a.pattern)
-    nd = len(dims)
-    axis = lambda k, n: np.arange(n, dtype=np.int64).reshape([n if j == k else 1 for j in range(nd)])
-    idx = np.int64(e)
-    for k, (step, n) in enumerate(dims):
-        idx = idx + step * axis(k, n)
-    idx = np.broadcast_to(idx, tuple(n for _, n in dims))
-    if idx.min() < 0:
-        return None
-    inside = idx < t.P * t.F
-    p, f = np.divmod(np.where(inside, idx, 0), t.F)
-    if fw is None:
-        vals = t.footprint[p, f]
-    else:
-        _, _, (sp, sf) = fw
-        xt = sim.tensors[x.tensor]
-        src = self.start(x) + p * sp + f * sf
-        for k, v in enumerate(lead):
-            if v in mine and moves[k]:
-                src = src + x.offset.coeff(v) * axis(k, dims[k][1])
-        src = np.broadcast_to(src, idx.shape)
-        if src.min() < 0 or src.max() >= xt.size:
-            return None
-        vals = sim._at(xt, src)
-    out = np.where(inside, vals, t.fill).astype(t.dtype, copy=False)
-    return np.broadcast_to(out, tuple(full) + out.shape[len(lead):]), None
-
-
-def _forwarded_view(self, a: Access, t, lead: tuple, fw, e: int):
-    """Access a (starting at element e) of a forwarded tile as a view of its load's source (a
-    _Views recipe): element (p, f) of the tile is source element base + p * sp + f * sf; loops
-    around the tile move the source as the load does. None where a leaves the tile
-    (per-iteration execution reports it)."""
-    sim, trips = self.sim, self.nest.trips
-    _, x, (sp, sf) = fw
-    xt, F = sim.tensors[x.tensor], t.F
-    mine = self.nest.private[t.name]
-    base = self.start(x)
-    dims = [(a.offset.coeff(v), trips[v]) for v in lead] + list(a.pattern)
-    strides = _window(dims, e, t.P, F, sp, sf)
-    if strides is None:
-        return None
-    p0, f0 = divmod(e, F)
-    for k, v in enumerate(lead):
-        if v in mine:  # another copy of the tile: where the load read it
-            strides[k] += x.offset.coeff(v)
-    shape = tuple(n for _, n in dims)
-    return ("memory", xt.key, xt.dtype, (base + p0 * sp + f0 * sf) * xt.item, shape,
-            tuple(s * xt.item for s in strides), None)
-
-
 def run(sim, nest: Nest) -> bool:
     """Execute one entry of the nest batched; False (nothing done) when it
     has to run per iteration."""
@@ -816,7 +583,7 @@ def run(sim, nest: Nest) -> bool:
         nest.fallbacks += 1
         return False
     ordered = legal(nest, env, values)
-    views = _Views(sim, nest, env, values) if ordered is not None else None
+    views = Views(sim, nest, env, values) if ordered is not None else None
     plan_ = _gather(nest, views) if views is not None else None
     if plan_ is None:
         if ordered is not None:
@@ -830,7 +597,7 @@ def run(sim, nest: Nest) -> bool:
     return True
 
 
-def _gather(nest: Nest, views: _Views):
+def _gather(nest: Nest, views: Views):
     """[(item, input views by id(access), output views)], or None when some access has no
     strided view (every view first: nothing is written unless all exist)."""
     plan_ = []
@@ -861,13 +628,14 @@ def _gather(nest: Nest, views: _Views):
     return plan_
 
 
-def _execute(sim, nest: Nest, plan_: list, ordered: dict, views: _Views) -> None:
+def _execute(sim, nest: Nest, plan_: list, ordered: dict, views: Views) -> None:
     # the fused matmuls' operand views (a group's GEMM may come before a member's own position)
     done, pending = {id(it): got for it, got, _ in plan_ if it.fused}, {}
     outs_of = {id(it): outs for it, _, outs in plan_}
-    arrays = _EntryArrays(sim)
-    mult = partial(gemm, spare=sim.cpu.spare, arrays=arrays)
-    _check_groups(sim, nest, done, mult, outs_of, arrays)
+    arrays = gemm.EntryArrays(sim)
+    mult = partial(gemm.multiply, spare=sim.cpu.spare, arrays=arrays)
+    products = partial(gemm.products, gemm=mult)
+    matmul_groups.check_groups(sim, nest, done, mult, outs_of, arrays)
     for it, got, outs in plan_:
         p = it.plan
         points = _points(it.vars, nest.trips)
@@ -883,20 +651,21 @@ def _execute(sim, nest: Nest, plan_: list, ordered: dict, views: _Views) -> None
             mm, g = it.feeds, it.group
             mm_got = done[id(mm)]
             if g is not None and id(it) in g.applies and callable(done[id(g)]):  # its GEMM runs now
-                kept = _forward_products(sim, it, g, done, views, mult, outs_of, arrays)
+                kept = matmul_groups.forward_products(sim, it, g, done, views, mult, outs_of, arrays)
                 views.before([a.feeds.plan.op for h in g.rows or [g] for a in h.adds], kept)
-            summed = _grouped(it, done) if g is not None else None
-            if summed is _ADDED:
+            summed = matmul_groups.product_of(it, done) if g is not None else None
+            if summed is matmul_groups.ADDED:
                 continue
             if g is not None and g.one_add and summed is not None:
                 once = ("one add", id(g))
                 if once not in done:
-                    done[once] = _one_add(sim, g, done[id(g)], outs_of, ordered, views)
+                    done[once] = matmul_groups.one_add(sim, g, done[id(g)], outs_of, ordered, views)
                 if done[once]:
                     continue
             if summed is None:
                 views.before([mm.plan.op])
-                summed = mm.rule.run(mm.plan.op, lambda a: mm_got[id(a)], len(it.vars), it.reduce, gemm=mult)[0][1]
+                summed = mm.rule.run(mm.plan.op, lambda a: mm_got[id(a)], len(it.vars), it.reduce,
+                                     products=products)[0][1]
             term = next(a for a in p.op.ins if isinstance(a, Access) and a != p.op.outs[0])
             shape = tuple(1 if i in it.reduce else nest.trips[v] for i, v in enumerate(it.vars))
             summed = summed.reshape(shape + term.shape)
@@ -905,13 +674,13 @@ def _execute(sim, nest: Nest, plan_: list, ordered: dict, views: _Views) -> None
         dst0, mask0 = outs[0]
         if (it.accum and it.rule.into is not None and dst0.dtype == np.float32 and not p.is_matmul
                 and p.op.outs[0].tensor not in ordered):
-            _halves(sim, lambda r, d: it.rule.into(p.op, r, len(it.vars), it.reduce, d), read, dst0,
+            halves(sim, lambda r, d: it.rule.into(p.op, r, len(it.vars), it.reduce, d), read, dst0,
                     0 not in it.reduce)  # dst += terms, one pass
             if mask0 is not None:
                 mask0[...] = True
             continue
         if it.rule.sums:
-            results = it.rule.run(p.op, read, len(it.vars), it.reduce, gemm=mult)
+            results = it.rule.run(p.op, read, len(it.vars), it.reduce, products=products)
         else:
             results = it.rule.run(p.op, read, len(it.vars), it.reduce)
         for index, values in results:
@@ -923,7 +692,7 @@ def _execute(sim, nest: Nest, plan_: list, ordered: dict, views: _Views) -> None
             axes = ordered.get(p.op.outs[index].tensor)
             if np.ndim(values) == 0:
                 if not axes:
-                    _halves(sim, lambda _, d, v=values: semantics.fill(d, v), None, dst, True)
+                    halves(sim, lambda _, d, v=values: semantics.fill(d, v), None, dst, True)
                     continue
                 values = np.full(dst.shape, values)
             if axes:  # stored last, in program order along those loops
@@ -943,325 +712,7 @@ def _execute(sim, nest: Nest, plan_: list, ordered: dict, views: _Views) -> None
     arrays.release()  # (nothing holds a product or an operand past its entry)
 
 
-_ADDED = object()  # a sum whose product its cell's last add adds (matmul_groups._stack)
-
-
-def _grouped(add: _OpItem, done: dict):
-    """The product feeding `add` out of its group's one GEMM (made at the group's first applying
-    add, where matmul_groups checked what it reads; kept in `done`); _ADDED when another add of its cell
-    adds it; None when the group's operands do not line up (each matmul alone then)."""
-    g = add.group
-    got = done[id(g)]
-    if got is None:
-        return None
-    if id(add) not in g.applies:
-        return _ADDED
-    if callable(got):
-        got()  # (sets the products of g and of the groups that share its GEMM: _runner)
-        got = done[id(g)]
-    out, mo, no = got
-    i, j = g.cell[id(add)]
-    return out[..., mo[i]:mo[i + 1], no[j]:no[j + 1]]
-
-
-def _one_add(sim, g: Group, got, outs_of: dict, ordered: dict, views: _Views) -> bool:
-    """Every cell's product of group g added into its accumulator in one pass, when their views
-    (SBUF float32, sums as `into` does them) tile one strided view: the stationary operands'
-    cells a uniform step apart, the moving operands' side by side along the last axis (the
-    ragged variants of one tile: one dense pass instead of one strided pass per variant).
-    A tile of zeros not yet filled that the view covers whole is the products then: they are
-    kept (_Views.products), the tile never filled, and written only if something other than a
-    GEMM's operand needs them. False (nothing done) otherwise."""
-    out, mo, no = got
-    app = [a for a in g.adds if id(a) in g.applies]
-    cells = {}
-    for a in app:
-        dst, mask = outs_of[id(a)][0]
-        if not (a.accum and a.rule.into is not None and dst.dtype == np.float32 and not a.plan.is_matmul
-                and mask is None and a.plan.op.outs[0].tensor not in ordered):
-            return False
-        cells[g.cell[id(a)]] = dst
-    ni, nj = len(g.sts), len(g.mvs)
-    Ms, Ns = np.diff(mo).tolist(), np.diff(no).tolist()
-    if len(cells) != ni * nj or len(set(Ms)) != 1 or out.shape[:-2] != cells[(0, 0)].shape[:-2]:
-        return False
-    v0 = cells[(0, 0)]
-    step = address(cells[(1, 0)]) - address(v0) if ni > 1 else 0
-    for (i, j), v in cells.items():
-        if (v.strides != v0.strides or v.shape[:-2] != v0.shape[:-2] or v.shape[-2:] != (Ms[i], Ns[j])
-                or address(v) != address(v0) + i * step + no[j] * v0.strides[-1]):
-            return False
-    shape = v0.shape[:-2] + (ni, Ms[0], no[-1])
-    strides = v0.strides[:-2] + (step, v0.strides[-2], v0.strides[-1])
-    if not _disjoint(shape, strides, v0.itemsize):
-        return False
-    dst = np.lib.stride_tricks.as_strided(v0, shape, strides)  # the union of the cells' views
-    terms = out.reshape(shape)  # (rows: the stationary operands' blocks, each Ms[0] rows)
-    names = {a.plan.op.outs[0].tensor for a in app}
-    name = next(iter(names))
-    if len(names) == 1 and name in views.unfilled and dst.size == views.priv[name][0].size:
-        views.unfilled.discard(name)  # (the cells are disjoint views of its array: size says whole)
-        views.products[name] = (dst, terms)  # written when something other than a GEMM needs them
-        return True
-    views.zero(names)
-    order = _inner_run_order(dst, terms)
-    if order is not None:
-        dst, terms = dst.transpose(order), terms.transpose(order)
-    _halves(sim, lambda r, d: np.add(d, r(0), out=d), lambda _: terms, dst, True)  # (disjoint: any axis splits)
-    return True
-
-
-def _inner_run_order(dst: np.ndarray, terms: np.ndarray):
-    """The axes of dst += terms in terms' memory order (outermost first), where terms' contiguous
-    axis is longer than dst's: a short innermost run of dst (E_write_1's few m tiles interleaved
-    along the free axis) made the loop numpy chose touch every line of dst once per tile (mm2
-    --scale 8: 1.7 ms, 0.8 in terms' order). None: numpy's own order."""
-    inner = lambda x: min(range(x.ndim), key=lambda k: (abs(x.strides[k]) if x.shape[k] > 1 else np.inf))
-    i, j = inner(dst), inner(terms)
-    if i == j or dst.shape[i] >= terms.shape[j] or abs(terms.strides[j]) != terms.itemsize:
-        return None
-    return sorted(range(dst.ndim), key=lambda k: -abs(terms.strides[k]) if dst.shape[k] > 1 else -np.inf)
-
-
-def _disjoint(shape: tuple, strides: tuple, item: int) -> bool:
-    """Whether a strided view touches no element twice (sufficient: by increasing step, each step
-    clears the extent of the smaller ones)."""
-    extent = item
-    for step, n in sorted((abs(s), n) for s, n in zip(strides, shape) if n > 1):
-        if step < extent:
-            return False
-        extent += step * (n - 1)
-    return True
-
-
-class _EntryArrays:
-    """The float32 arrays one nest entry takes from the simulator's scratch pool (GEMM products,
-    `new`; GEMM operands, called as matmul._new_operand's contract), all given back when the
-    entry ends (`release`). One view already of an operand's shape is the operand (no copy); an
-    operand made only of views of inputs the kernel never writes is made once per entry (the At
-    block that mm2's two multi-buffer copies of the n0 body both read)."""
-
-    def __init__(self, sim):
-        self.sim, self.taken = sim, []
-        self.steady = [byte_bounds(sim.hbm[name]) for name in sim.read_only]  # those inputs' bytes
-        self.made: dict = {}
-
-    def new(self, shape: tuple) -> np.ndarray:
-        out = self.sim.scratch.take(shape, np.float32)
-        self.taken.append(out)
-        return out
-
-    def release(self) -> None:
-        for x in self.taken:
-            self.sim.scratch.give(x)
-        self.taken, self.made = [], {}
-
-    def _steady(self, x: np.ndarray) -> bool:
-        lo, hi = byte_bounds(x)
-        return any(a <= lo and hi <= b for a, b in self.steady)
-
-    def __call__(self, shape: tuple, layout: tuple, sources: list, fill) -> np.ndarray:
-        if len(sources) == 1:  # BLAS reads it in place
-            try:
-                return np.reshape(sources[0], shape, copy=False)
-            except (ValueError, TypeError):  # (TypeError: numpy < 2.1 has no copy=)
-                pass
-        key = None
-        if self.steady and all(self._steady(x) for x in sources):
-            key = (shape, layout, tuple((address(x), x.shape, x.strides) for x in sources))
-            if key in self.made:
-                return self.made[key]
-        out = fill(self.new(shape))
-        if key is not None:
-            self.made[key] = out
-        return out
-
-
-def _check_groups(sim, nest: Nest, done: dict, mult, outs_of: dict, operands: "_EntryArrays") -> None:
-    """Each group's GEMM, to run (a function) or None where its operands do not line up: decided
-    before any of its adds runs (one that adds nothing must know whether its product comes)."""
-    view = lambda a, x: done[id(a.feeds)][id(x)]
-    for it in nest.items:
-        g = it.group
-        if g is not None and id(g) not in done:
-            done.update(_gemm_of(sim, g, view, done, mult, outs_of, operands))
-
-
-def _gemm_of(sim, g: Group, view, done: dict, mult, outs_of: dict, operands: "_EntryArrays") -> dict:
-    """{id(h): a function that runs the GEMM and puts each group's products in done[id(h)], or
-    None where h's does not line up} for g and the groups that share its GEMM (Group.rows); each
-    group's own GEMM where one for all does not line up."""
-    if g.rows is not None:
-        fn = _group_gemm(sim, g.rows, view, mult, outs_of, operands)
-        if fn is not None:
-            return {id(h): _runner(fn, g.rows, done) for h in g.rows}
-    got = {}
-    for h in g.rows or [g]:
-        fn = _group_gemm(sim, [h], view, mult, outs_of, operands)
-        got[id(h)] = None if fn is None else _runner(fn, [h], done)
-    return got
-
-
-def _runner(fn, groups: list, done: dict):
-    """What done[id(h)] holds until the GEMM runs: a call that runs fn and puts each group's
-    products (fn's list, one per group) in its place."""
-    def run():
-        for h, x in zip(groups, fn()):
-            done[id(h)] = x
-    return run
-
-
-def _forward_products(sim, it: _OpItem, g: Group, done: dict, views: _Views, mult, outs_of: dict,
-                      operands: "_EntryArrays") -> set:
-    """Group g's GEMM, about to run, reads the kept products of a tile (_Views.products) in place
-    of the tile, where every view it takes of that tile is a view of the products (_product_view):
-    mm2's E GEMMs read Ct's products, laid out for the GEMM that made them, and Ct is never
-    written. Returns those tiles (a tile with a view that does not map is written first, as
-    before)."""
-    every = [p for h in g.rows or [g] for p in h.sts + h.mvs]
-    kept = {x.tensor for parts in every for _, x in parts if x.tensor in views.products}
-    moved: dict = {}
-    for parts in every:
-        for a, x in parts:
-            if x.tensor in kept:
-                v = _product_view(done[id(a.feeds)][id(x)], *views.products[x.tensor])
-                if v is None:
-                    kept.discard(x.tensor)
-                moved[id(a), id(x)] = v
-    if kept:
-        view = lambda a, x: moved[id(a), id(x)] if x.tensor in kept else done[id(a.feeds)][id(x)]
-        got = _gemm_of(sim, g, view, done, mult, outs_of, operands)
-        if any(fn is None for fn in got.values()):  # (the tiles written instead: the GEMMs checked read them)
-            return set()
-        done.update(got)
-    return kept
-
-
-def _product_view(v: np.ndarray, tile: np.ndarray, terms: np.ndarray):
-    """View v of a tile, as the same elements of `terms`: the tile's values, in the shape of
-    `tile`, a strided view that covers the tile's array once. tile's axes, merged where both
-    views allow, are the digits of a mixed radix over the array's bytes; v's start and each of
-    its steps, taken apart into those digits, index terms. None where v's steps carry from one
-    digit into the next."""
-    digits: list = []  # [step in the tile, length, step in terms], smallest step first
-    for k in sorted((k for k in range(tile.ndim) if tile.shape[k] > 1), key=lambda k: tile.strides[k]):
-        s, n, t = tile.strides[k], tile.shape[k], terms.strides[k]
-        if digits and digits[-1][0] * digits[-1][1] == s and digits[-1][2] * digits[-1][1] == t:
-            digits[-1][1] *= n
-        else:
-            digits.append([s, n, t])
-    size = tile.itemsize
-    for s, n, _ in digits:
-        if s != size:  # (not the whole array, once, in steps of the element: no mixed radix)
-            return None
-        size *= n
-    rest = address(v) - address(tile)
-    if v.dtype != tile.dtype or not 0 <= rest < size:
-        return None
-    start = []
-    for s, _, _ in reversed(digits):
-        q, rest = divmod(rest, s)
-        start.append(q)
-    start.reverse()
-    if rest:
-        return None
-    reach, strides = list(start), []
-    for n, r in zip(v.shape, v.strides):
-        if n == 1 or r == 0:  # (a loop the view does not move with)
-            strides.append(0)
-            continue
-        j = next((j for j in reversed(range(len(digits))) if digits[j][0] <= r), None)
-        if j is None or r % digits[j][0]:
-            return None
-        c = r // digits[j][0]
-        reach[j] += c * (n - 1)
-        if reach[j] >= digits[j][1]:
-            return None
-        strides.append(c * digits[j][2])
-    out = view_at(terms, address(terms) + sum(q * t for q, (_, _, t) in zip(start, digits)), v.shape,
-                  tuple(strides), v.dtype)
-    out.flags.writeable = False
-    return out
-
-
-def _copy(sim, dst: np.ndarray, src: np.ndarray) -> None:
-    _halves(sim, lambda r, d: np.copyto(d, r(0)), lambda _: src, dst, True)
-
-
-def _transposed(g: Group, outs_of: dict) -> bool:
-    first = next(a for a in g.adds if id(a) in g.applies)
-    dst = outs_of[id(first)][0][0]
-    return dst.ndim >= 2 and dst.shape[-2] > 1 and abs(dst.strides[-2]) < abs(dst.strides[-1])
-
-
-def _group_gemm(sim, groups: list, view, mult, outs_of: dict, operands: "_EntryArrays"):
-    """One GEMM (the rule's `grouped`) for `groups`, a group alone or those sharing its GEMM
-    (Group.rows), over the operand views view(add, access): the shortest group's moving operands,
-    every group's stationary ones (the loops beyond the shortest group's as extra axes of their
-    views); a function returning each group's products. None where another group's moving views
-    differ from those, or the groups' products would be laid out differently. The products are
-    laid out as the first sum's destination is: M contiguous there (a tile a matmul reads, stored
-    partition-innermost) makes the GEMM compute the transposed product."""
-    base = min(groups, key=lambda h: len(h.adds[0].vars))
-    nlead = len(base.adds[0].vars)
-    op = base.adds[0].feeds.plan.op
-    mvs = [[view(a, x) for a, x in parts] for parts in base.mvs]
-    sts, subs = [], []
-    for h in groups:
-        e = len(h.adds[0].vars) - nlead
-        for parts, want in zip(h.mvs, mvs):
-            for (a, x), w in zip(parts, want):
-                v = view(a, x)
-                if any(n > 1 and s for n, s in zip(v.shape[nlead:nlead + e], v.strides[nlead:nlead + e])):
-                    return None
-                v = v[(slice(None),) * nlead + (0,) * e]
-                if not same_view(v, w):
-                    return None
-        views = [[view(a, x) for a, x in parts] for parts in h.sts]
-        sts += views
-        subs.append((len(h.sts), views[0][0].shape[nlead:nlead + e]))
-    if len({_transposed(h, outs_of) for h in groups}) > 1:
-        return None
-    return base.adds[0].feeds.rule.grouped(sts, mvs, nlead, base.adds[0].reduce, mult,
-                                           2 if op.attr("double_row") else 1, partial(_copy, sim),
-                                           _transposed(base, outs_of), operands, subs=subs)
-
-
-def _halves(sim, fn, read, dst: np.ndarray, split: bool) -> None:
-    """fn(read, dst), on two cores for a large dst: each half of the first loop axis on one
-    thread (numpy lets go of the GIL in its loops). `split`: that axis is one of dst's own (not
-    summed away), so the halves write disjoint elements (batched execution is legal only then)."""
-    n = dst.shape[0] if dst.ndim else 0
-    if not split or n < 2 or dst.size < PARALLEL_ELEMENTS or not sim.cpu.spare():
-        fn(read, dst)
-        return
-    parts = (slice(0, n // 2), slice(n // 2, n))
-    part = lambda h: (lambda a: _first_axis(read(a), h))
-    later = sim.helper.submit(fn, part(parts[1]), dst[parts[1]])
-    fn(part(parts[0]), dst[parts[0]])
-    later.result()
-
-
-def _first_axis(x, h: slice):
-    return x[h] if isinstance(x, np.ndarray) and x.ndim else x
-
-
-def gemm(a: np.ndarray, b: np.ndarray, spare=None, arrays: _EntryArrays | None = None) -> np.ndarray:
-    """a @ b for the batched path: BLAS's own threads for a GEMM of THREADED_GEMM_FLOP or more (a
-    whole loop nest's product) while a core is to spare (`spare()`, a CpuShare's by default), else
-    one thread (the simulator runs under one BLAS thread). With `arrays`, the product lands in one
-    of the entry's scratch arrays."""
-    flop = 2 * a.shape[-2] * a.shape[-1] * b.shape[-1] * math.prod(a.shape[:-2])
-    out = None
-    if arrays is not None and a.dtype == b.dtype == np.float32:
-        out = arrays.new(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1]))
-    if flop >= THREADED_GEMM_FLOP and (spare or CpuShare().spare)():
-        with default_blas():
-            return np.matmul(a, b, out=out)
-    return np.matmul(a, b, out=out)
-
-
-def _write_back(sim, nest: Nest, views: _Views) -> None:
+def _write_back(sim, nest: Nest, views: Views) -> None:
     """Memory after the nest as after its last iteration, where anything reads it: the last copies of
     the private tiles used after the loop, in the order they were last used (tiles that share bytes)."""
     last = {name: max(it.order for it, _, _ in nest.uses[name]) for name in views.priv if name in nest.escapes}

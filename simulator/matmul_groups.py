@@ -1,5 +1,5 @@
-"""Fused matmuls of a batched loop nest joined into GEMMs (simulator/batched.py plans a nest,
-then asks which of its matmuls can share one).
+"""Fused matmuls of a batched loop nest joined into GEMMs: which of them share one (when
+simulator/batched.py plans a nest) and running each group's GEMM (at every entry of the nest).
 
 A matmul computed inside the sum it feeds (batched._fuse) is one item here. Items over loops of
 the same trips whose operands pair up every distinct stationary operand with every distinct
@@ -10,13 +10,26 @@ add into the same elements are one group stacked along the contraction, each sum
 GEMM with their rows concatenated (_rowsets: a loop of row tiles and its peeled tail). Every
 joining is legal only where nothing writes what a matmul reads between the matmul and the GEMM's
 turn (_writes_between), which is decided here from the body order alone.
+
+At an entry, each group's GEMM is checked before any of its adds runs (check_groups: do the
+operand views line up), runs at its first applying add (gemm.py builds it), and each add takes
+its cell of the products (product_of), all cells in one pass where they tile one strided view
+(one_add). A GEMM that reads a tile whose content is another GEMM's products not yet written
+reads the products in place (forward_products). Together with gemm.py, this is all of the
+batched path's GEMM batching; batched.py calls it.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
+
+import numpy as np
 
 from ..ir import Access
 from ..ir.analysis import tensors_touched
+from ..ir.ops.values import address, same_view, view_at
+from . import gemm
+from .cpushare import halves
 
 
 @dataclass
@@ -30,7 +43,7 @@ class Group:
     cell: dict                      # id(add) -> (index in sts, index in mvs)
     applies: set = field(default_factory=set)  # id(add): the sums that add their cell's product
     # whether all its cells may be added at its first applying add (nothing else touches the
-    # accumulators in between): then, where their views tile one strided view, one pass (batched._one_add)
+    # accumulators in between): then, where their views tile one strided view, one pass (one_add)
     one_add: bool = False
     # parts: groups of one shape whose cells add into the same elements are one group whose
     # GEMM stacks them along the contraction (_stack); each cell's sum is then added once, by its
@@ -50,7 +63,7 @@ def group_matmuls(items: list, trips: dict, private: dict, tensors: dict) -> Non
     cands: dict = {}
     for add in items:
         mm = add.feeds
-        if mm is None or mm.rule.grouped is None:
+        if mm is None:  # (a fused matmul's rule `sums`: its instances may share a GEMM)
             continue
         op = mm.plan.op
         st, mv = op.ins[0], op.ins[1]
@@ -91,7 +104,7 @@ def group_matmuls(items: list, trips: dict, private: dict, tensors: dict) -> Non
 def _rowsets(items: list, private: dict) -> None:
     """Groups whose matmuls read the same moving operands, part by part, over loops that extend
     the shortest group's (the stationaries alone moving along the extra ones, which are not
-    summed) run as one GEMM with their rows concatenated (matmul._matmul_grouped's `subs`): mm2's
+    summed) run as one GEMM with their rows concatenated (gemm.grouped's `subs`): mm2's
     E, whose m1 loop the multi-buffer pass split into a loop of four row tiles and the peeled last
     two. At the first member's GEMM turn, so nothing may write what a member's matmuls read
     between each of them and that turn (the check _stack makes)."""
@@ -245,3 +258,243 @@ def _touches(it, t: str) -> bool:
         return False
     return not (it.accum and op.outs[0].tensor == t and len(op.outs) == 1
                 and all(x.tensor != t for x in op.ins if isinstance(x, Access) and x != op.outs[0]))
+
+
+ADDED = object()  # a sum whose product its cell's last add adds (_stack)
+
+
+def product_of(add, done: dict):
+    """The product feeding `add` out of its group's one GEMM (made at the group's first applying
+    add, where group_matmuls checked what it reads; kept in `done`); ADDED when another add of its
+    cell adds it; None when the group's operands do not line up (each matmul alone then)."""
+    g = add.group
+    got = done[id(g)]
+    if got is None:
+        return None
+    if id(add) not in g.applies:
+        return ADDED
+    if callable(got):
+        got()  # (sets the products of g and of the groups that share its GEMM: _runner)
+        got = done[id(g)]
+    out, mo, no = got
+    i, j = g.cell[id(add)]
+    return out[..., mo[i]:mo[i + 1], no[j]:no[j + 1]]
+
+
+def one_add(sim, g: Group, got, outs_of: dict, ordered: dict, views) -> bool:
+    """Every cell's product of group g added into its accumulator in one pass, when their views
+    (SBUF float32, sums as `into` does them) tile one strided view: the stationary operands'
+    cells a uniform step apart, the moving operands' side by side along the last axis (the
+    ragged variants of one tile: one dense pass instead of one strided pass per variant).
+    A tile of zeros not yet filled that the view covers whole is the products then: they are
+    kept (nest_views.Views.products), the tile never filled, and written only if something other
+    than a GEMM's operand needs them. False (nothing done) otherwise."""
+    out, mo, no = got
+    app = [a for a in g.adds if id(a) in g.applies]
+    cells = {}
+    for a in app:
+        dst, mask = outs_of[id(a)][0]
+        if not (a.accum and a.rule.into is not None and dst.dtype == np.float32 and not a.plan.is_matmul
+                and mask is None and a.plan.op.outs[0].tensor not in ordered):
+            return False
+        cells[g.cell[id(a)]] = dst
+    ni, nj = len(g.sts), len(g.mvs)
+    Ms, Ns = np.diff(mo).tolist(), np.diff(no).tolist()
+    if len(cells) != ni * nj or len(set(Ms)) != 1 or out.shape[:-2] != cells[(0, 0)].shape[:-2]:
+        return False
+    v0 = cells[(0, 0)]
+    step = address(cells[(1, 0)]) - address(v0) if ni > 1 else 0
+    for (i, j), v in cells.items():
+        if (v.strides != v0.strides or v.shape[:-2] != v0.shape[:-2] or v.shape[-2:] != (Ms[i], Ns[j])
+                or address(v) != address(v0) + i * step + no[j] * v0.strides[-1]):
+            return False
+    shape = v0.shape[:-2] + (ni, Ms[0], no[-1])
+    strides = v0.strides[:-2] + (step, v0.strides[-2], v0.strides[-1])
+    if not _disjoint(shape, strides, v0.itemsize):
+        return False
+    dst = np.lib.stride_tricks.as_strided(v0, shape, strides)  # the union of the cells' views
+    terms = out.reshape(shape)  # (rows: the stationary operands' blocks, each Ms[0] rows)
+    names = {a.plan.op.outs[0].tensor for a in app}
+    name = next(iter(names))
+    if len(names) == 1 and name in views.unfilled and dst.size == views.priv[name][0].size:
+        views.unfilled.discard(name)  # (the cells are disjoint views of its array: size says whole)
+        views.products[name] = (dst, terms)  # written when something other than a GEMM needs them
+        return True
+    views.zero(names)
+    order = _inner_run_order(dst, terms)
+    if order is not None:
+        dst, terms = dst.transpose(order), terms.transpose(order)
+    halves(sim, lambda r, d: np.add(d, r(0), out=d), lambda _: terms, dst, True)  # (disjoint: any axis splits)
+    return True
+
+
+def _inner_run_order(dst: np.ndarray, terms: np.ndarray):
+    """The axes of dst += terms in terms' memory order (outermost first), where terms' contiguous
+    axis is longer than dst's: a short innermost run of dst (E_write_1's few m tiles interleaved
+    along the free axis) made the loop numpy chose touch every line of dst once per tile (mm2
+    --scale 8: 1.7 ms, 0.8 in terms' order). None: numpy's own order."""
+    inner = lambda x: min(range(x.ndim), key=lambda k: (abs(x.strides[k]) if x.shape[k] > 1 else np.inf))
+    i, j = inner(dst), inner(terms)
+    if i == j or dst.shape[i] >= terms.shape[j] or abs(terms.strides[j]) != terms.itemsize:
+        return None
+    return sorted(range(dst.ndim), key=lambda k: -abs(terms.strides[k]) if dst.shape[k] > 1 else -np.inf)
+
+
+def _disjoint(shape: tuple, strides: tuple, item: int) -> bool:
+    """Whether a strided view touches no element twice (sufficient: by increasing step, each step
+    clears the extent of the smaller ones)."""
+    extent = item
+    for step, n in sorted((abs(s), n) for s, n in zip(strides, shape) if n > 1):
+        if step < extent:
+            return False
+        extent += step * (n - 1)
+    return True
+
+
+def check_groups(sim, nest, done: dict, mult, outs_of: dict, operands: gemm.EntryArrays) -> None:
+    """Each group's GEMM, to run (a function) or None where its operands do not line up: decided
+    before any of its adds runs (one that adds nothing must know whether its product comes)."""
+    view = lambda a, x: done[id(a.feeds)][id(x)]
+    for it in nest.items:
+        g = it.group
+        if g is not None and id(g) not in done:
+            done.update(_gemm_of(sim, g, view, done, mult, outs_of, operands))
+
+
+def _gemm_of(sim, g: Group, view, done: dict, mult, outs_of: dict, operands: gemm.EntryArrays) -> dict:
+    """{id(h): a function that runs the GEMM and puts each group's products in done[id(h)], or
+    None where h's does not line up} for g and the groups that share its GEMM (Group.rows); each
+    group's own GEMM where one for all does not line up."""
+    if g.rows is not None:
+        fn = _group_gemm(sim, g.rows, view, mult, outs_of, operands)
+        if fn is not None:
+            return {id(h): _runner(fn, g.rows, done) for h in g.rows}
+    got = {}
+    for h in g.rows or [g]:
+        fn = _group_gemm(sim, [h], view, mult, outs_of, operands)
+        got[id(h)] = None if fn is None else _runner(fn, [h], done)
+    return got
+
+
+def _runner(fn, groups: list, done: dict):
+    """What done[id(h)] holds until the GEMM runs: a call that runs fn and puts each group's
+    products (fn's list, one per group) in its place."""
+    def run():
+        for h, x in zip(groups, fn()):
+            done[id(h)] = x
+    return run
+
+
+def forward_products(sim, it, g: Group, done: dict, views, mult, outs_of: dict,
+                     operands: gemm.EntryArrays) -> set:
+    """Group g's GEMM, about to run, reads the kept products of a tile (nest_views.Views.products)
+    in place of the tile, where every view it takes of that tile is a view of the products (_product_view):
+    mm2's E GEMMs read Ct's products, laid out for the GEMM that made them, and Ct is never
+    written. Returns those tiles (a tile with a view that does not map is written first, as
+    before)."""
+    every = [p for h in g.rows or [g] for p in h.sts + h.mvs]
+    kept = {x.tensor for parts in every for _, x in parts if x.tensor in views.products}
+    moved: dict = {}
+    for parts in every:
+        for a, x in parts:
+            if x.tensor in kept:
+                v = _product_view(done[id(a.feeds)][id(x)], *views.products[x.tensor])
+                if v is None:
+                    kept.discard(x.tensor)
+                moved[id(a), id(x)] = v
+    if kept:
+        view = lambda a, x: moved[id(a), id(x)] if x.tensor in kept else done[id(a.feeds)][id(x)]
+        got = _gemm_of(sim, g, view, done, mult, outs_of, operands)
+        if any(fn is None for fn in got.values()):  # (the tiles written instead: the GEMMs checked read them)
+            return set()
+        done.update(got)
+    return kept
+
+
+def _product_view(v: np.ndarray, tile: np.ndarray, terms: np.ndarray):
+    """View v of a tile, as the same elements of `terms`: the tile's values, in the shape of
+    `tile`, a strided view that covers the tile's array once. tile's axes, merged where both
+    views allow, are the digits of a mixed radix over the array's bytes; v's start and each of
+    its steps, taken apart into those digits, index terms. None where v's steps carry from one
+    digit into the next."""
+    digits: list = []  # [step in the tile, length, step in terms], smallest step first
+    for k in sorted((k for k in range(tile.ndim) if tile.shape[k] > 1), key=lambda k: tile.strides[k]):
+        s, n, t = tile.strides[k], tile.shape[k], terms.strides[k]
+        if digits and digits[-1][0] * digits[-1][1] == s and digits[-1][2] * digits[-1][1] == t:
+            digits[-1][1] *= n
+        else:
+            digits.append([s, n, t])
+    size = tile.itemsize
+    for s, n, _ in digits:
+        if s != size:  # (not the whole array, once, in steps of the element: no mixed radix)
+            return None
+        size *= n
+    rest = address(v) - address(tile)
+    if v.dtype != tile.dtype or not 0 <= rest < size:
+        return None
+    start = []
+    for s, _, _ in reversed(digits):
+        q, rest = divmod(rest, s)
+        start.append(q)
+    start.reverse()
+    if rest:
+        return None
+    reach, strides = list(start), []
+    for n, r in zip(v.shape, v.strides):
+        if n == 1 or r == 0:  # (a loop the view does not move with)
+            strides.append(0)
+            continue
+        j = next((j for j in reversed(range(len(digits))) if digits[j][0] <= r), None)
+        if j is None or r % digits[j][0]:
+            return None
+        c = r // digits[j][0]
+        reach[j] += c * (n - 1)
+        if reach[j] >= digits[j][1]:
+            return None
+        strides.append(c * digits[j][2])
+    out = view_at(terms, address(terms) + sum(q * t for q, (_, _, t) in zip(start, digits)), v.shape,
+                  tuple(strides), v.dtype)
+    out.flags.writeable = False
+    return out
+
+
+def _copy(sim, dst: np.ndarray, src: np.ndarray) -> None:
+    halves(sim, lambda r, d: np.copyto(d, r(0)), lambda _: src, dst, True)
+
+
+def _transposed(g: Group, outs_of: dict) -> bool:
+    first = next(a for a in g.adds if id(a) in g.applies)
+    dst = outs_of[id(first)][0][0]
+    return dst.ndim >= 2 and dst.shape[-2] > 1 and abs(dst.strides[-2]) < abs(dst.strides[-1])
+
+
+def _group_gemm(sim, groups: list, view, mult, outs_of: dict, operands: gemm.EntryArrays):
+    """One GEMM (gemm.grouped) for `groups`, a group alone or those sharing its GEMM
+    (Group.rows), over the operand views view(add, access): the shortest group's moving operands,
+    every group's stationary ones (the loops beyond the shortest group's as extra axes of their
+    views); a function returning each group's products. None where another group's moving views
+    differ from those, or the groups' products would be laid out differently. The products are
+    laid out as the first sum's destination is: M contiguous there (a tile a matmul reads, stored
+    partition-innermost) makes the GEMM compute the transposed product."""
+    base = min(groups, key=lambda h: len(h.adds[0].vars))
+    nlead = len(base.adds[0].vars)
+    op = base.adds[0].feeds.plan.op
+    mvs = [[view(a, x) for a, x in parts] for parts in base.mvs]
+    sts, subs = [], []
+    for h in groups:
+        e = len(h.adds[0].vars) - nlead
+        for parts, want in zip(h.mvs, mvs):
+            for (a, x), w in zip(parts, want):
+                v = view(a, x)
+                if any(n > 1 and s for n, s in zip(v.shape[nlead:nlead + e], v.strides[nlead:nlead + e])):
+                    return None
+                v = v[(slice(None),) * nlead + (0,) * e]
+                if not same_view(v, w):
+                    return None
+        views = [[view(a, x) for a, x in parts] for parts in h.sts]
+        sts += views
+        subs.append((len(h.sts), views[0][0].shape[nlead:nlead + e]))
+    if len({_transposed(h, outs_of) for h in groups}) > 1:
+        return None
+    return gemm.grouped(sts, mvs, nlead, base.adds[0].reduce, mult, 2 if op.attr("double_row") else 1,
+                        partial(_copy, sim), _transposed(base, outs_of), operands, subs=subs)

@@ -264,11 +264,12 @@ def test_an_accumulator_spilled_to_hbm_is_summed_batched(rng):
 @settings(max_examples=40, deadline=None, derandomize=True, database=None)
 @given(st.data())
 def test_matmuls_of_whole_loops_equal_one_matmul_per_iteration(data):
-    """ir/ops/matmul.py's batched rule on operand views with broadcast loop axes (an operand the
-    loop does not move), stacked axes and summed axes (along which both, one or neither operand
-    moves), against one numpy matmul per iteration
+    """nc_matmul's batched rule (ir/ops/matmul.py, with simulator/gemm.py's products) on operand
+    views with broadcast loop axes (an operand the loop does not move), stacked axes and summed
+    axes (along which both, one or neither operand moves), against one numpy matmul per iteration
     summed in loop order: within 1e-6 of the same sums over |terms|."""
     from nkicc.ir.ops.matmul import _matmul_batched
+    from nkicc.simulator.gemm import products
     nlead = data.draw(st.integers(1, 3))
     trips = [data.draw(st.integers(1, 4)) for _ in range(nlead)]
     K, M, N = data.draw(st.integers(1, 16)), data.draw(st.integers(1, 9)), data.draw(st.integers(1, 9))
@@ -285,7 +286,7 @@ def test_matmuls_of_whole_loops_equal_one_matmul_per_iteration(data):
     s, m = operand(st_moves, M), operand(mv_moves, N)
     views = {"s": s, "m": m}
     op = Op("nc_matmul", (), ("s", "m"))
-    got = _matmul_batched(op, lambda a: views[a], nlead, reduce)[0][1]
+    got = _matmul_batched(op, lambda a: views[a], nlead, reduce, products=products)[0][1]
     keep = [i for i in range(nlead) if i not in reduce]
     want = np.zeros(tuple(trips[i] for i in keep) + (M, N), np.float64)
     mag = np.zeros_like(want)
@@ -300,10 +301,10 @@ def test_matmuls_of_whole_loops_equal_one_matmul_per_iteration(data):
 @settings(max_examples=30, deadline=None, derandomize=True, database=None)
 @given(st.data())
 def test_grouped_matmuls_equal_one_matmul_per_pair_and_iteration(data):
-    """ir/ops/matmul.py's grouped rule (several stationary and moving views of different free
+    """simulator/gemm.py's grouped GEMM (several stationary and moving views of different free
     sizes, each the parts of a sum with their own K, as one GEMM) against numpy per pair, part
     and iteration: each cell of its result within 1e-6 of the same sums over |terms|."""
-    from nkicc.ir.ops.matmul import _matmul_grouped
+    from nkicc.simulator.gemm import grouped
     nlead = data.draw(st.integers(1, 3))
     trips = [data.draw(st.integers(1, 4)) for _ in range(nlead)]
     Ks = data.draw(st.lists(st.integers(1, 16), min_size=1, max_size=3))
@@ -320,8 +321,8 @@ def test_grouped_matmuls_equal_one_matmul_per_pair_and_iteration(data):
 
     sts = [[operand(st_moves, K, m) for K in Ks] for m in Ms]
     mvs = [[operand(mv_moves, K, n) for K in Ks] for n in Ns]
-    out, mo, no = _matmul_grouped(sts if len(Ks) > 1 else [x[0] for x in sts],
-                                  mvs if len(Ks) > 1 else [x[0] for x in mvs], nlead, reduce)()
+    out, mo, no = grouped(sts if len(Ks) > 1 else [x[0] for x in sts],
+                          mvs if len(Ks) > 1 else [x[0] for x in mvs], nlead, reduce)()
     keep = [i for i in range(nlead) if i not in reduce]
     assert out.shape == tuple(trips[i] for i in keep) + (sum(Ms), sum(Ns))
     for i, s in enumerate(sts):
@@ -340,13 +341,13 @@ def test_grouped_matmuls_equal_one_matmul_per_pair_and_iteration(data):
 @settings(max_examples=40, deadline=None, derandomize=True, database=None)
 @given(st.data())
 def test_groups_sharing_moving_operands_are_one_gemm_of_their_rows(data):
-    """matmul._matmul_grouped with `subs`: groups of stationaries, each with its own extra loop
+    """gemm.grouped with `subs`: groups of stationaries, each with its own extra loop
     axes, that share the moving operands, as one GEMM with their rows concatenated (mm2's E row
     tiles, split by the multi-buffer pass into a loop and its peeled tail), against numpy per
     pair, iteration and part. In half the examples every part's stationary blocks are views of
     one array laid out as the GEMM reads it: they must be read there (no stationary operand
     made) and give the same sums."""
-    from nkicc.ir.ops import matmul
+    from nkicc.simulator import gemm
     lead0 = data.draw(st.integers(1, 3), label="trips of a loop only the stationaries move along")
     red = data.draw(st.integers(1, 3), label="trips of a summed loop")
     Ks = data.draw(st.lists(st.integers(2, 8), min_size=1, max_size=2), label="K per part")
@@ -361,7 +362,7 @@ def test_groups_sharing_moving_operands_are_one_gemm_of_their_rows(data):
     rows = sum(math.prod(e) * sum(ms) for e, ms in subs_spec)
     sts = [[None] * len(Ks) for _ in Ms]  # [entry][part]: (lead0, red, extra..., K, M)
     for p, K in enumerate(Ks):
-        if in_place:  # blocks cut from one array (lead0, rows, red * K), as matmul._row_blocks places them
+        if in_place:  # blocks cut from one array (lead0, rows, red * K), as gemm._row_blocks places them
             whole = rng.standard_normal((lead0, rows, red * K)).astype(np.float32)
         r, i = 0, 0
         for e, ms in subs_spec:
@@ -384,7 +385,7 @@ def test_groups_sharing_moving_operands_are_one_gemm_of_their_rows(data):
     def operand(shape, layout, sources, fill):
         made.append(layout[0])
         return fill(np.empty(shape, np.float32))
-    fn = matmul._matmul_grouped(sts, mvs, 2, (1,), operand=operand, subs=subs)
+    fn = gemm.grouped(sts, mvs, 2, (1,), operand=operand, subs=subs)
     got = fn()
     assert "st" not in made or not in_place
     assert len(got) == len(subs)
@@ -408,13 +409,13 @@ def test_groups_sharing_moving_operands_are_one_gemm_of_their_rows(data):
 
 
 def test_whole_loop_gemms_equal_numpy(rng):
-    """The batched path's GEMM (simulator/batched.py::gemm), stacked or not, below and above the
+    """The batched path's GEMM (simulator/gemm.py::multiply), stacked or not, below and above the
     size that gets BLAS threads, equals numpy's matmul up to the order of the K sums."""
-    from nkicc.simulator import batched
+    from nkicc.simulator import gemm
     for stack, m, k, n in [((), 300, 256, 1024), ((3,), 130, 128, 700), ((), 5, 7, 3), ((), 1024, 1024, 520)]:
         a = rng.standard_normal(stack + (m, k)).astype(np.float32)
         b = rng.standard_normal(stack + (k, n)).astype(np.float32)
-        got = batched.gemm(a, b)
+        got = gemm.multiply(a, b)
         want = np.matmul(a.astype(np.float64), b)
         mag = np.matmul(np.abs(a).astype(np.float64), np.abs(b))
         assert got.shape == want.shape and got.dtype == np.float32
@@ -496,10 +497,10 @@ def test_mm2_batched_with_and_without_a_spare_core(rng, monkeypatch, spare):
     """The two-thread passes (halves of dst += terms, operand copies, fills; BLAS threads) give the
     per-instruction path's result, whatever the load: forced on for every size, and forced off
     (whether a core is spare is asked at every pass: cpushare reads SPARE_CORE each time)."""
-    from nkicc.simulator import batched, cpushare
+    from nkicc.simulator import cpushare, gemm
     monkeypatch.setattr(cpushare, "SPARE_CORE", -1e9 if spare else 1e9)
-    monkeypatch.setattr(batched, "PARALLEL_ELEMENTS", 1)
-    monkeypatch.setattr(batched, "THREADED_GEMM_FLOP", 1)
+    monkeypatch.setattr(cpushare, "PARALLEL_ELEMENTS", 1)
+    monkeypatch.setattr(gemm, "THREADED_GEMM_FLOP", 1)
     assert cpushare.CpuShare().spare() == spare
     arrays = [rng.standard_normal(s).astype(np.float32) for s in [(256, 420), (256, 512), (512, 256)]]
     c = nkicc.compile(fm.mm2, *arrays)
@@ -655,7 +656,7 @@ def test_tiles_a_matmul_reads_are_stored_partition_innermost(rng):
 
 
 def test_sim_floor_still_measures_what_it_says(monkeypatch):
-    """bench/sim_floor.py replaces batched._columns, matmul._blocks and batched._one_add to time
+    """bench/sim_floor.py replaces batched._columns, gemm._blocks and matmul_groups.one_add to time
     the simulator without them: a rename there would break the bench, not the suite, without
     this (its four variants run)."""
     from conftest import REPO
@@ -755,13 +756,13 @@ def test_mm2_row_groups_share_one_gemm(rng, monkeypatch, shape, reads_in_place):
     """mm2's E row tiles, split by the multi-buffer pass into a loop of four and the peeled last
     two, are one GEMM (matmul_groups._rowsets); at the first shape so are the single matmuls of the
     ragged last block's loop and its tail, and E's stationary operand is read where C's products
-    lie (matmul._in_place), at the second it is copied. Batched against per instruction on random
+    lie (gemm._in_place), at the second it is copied. Batched against per instruction on random
     data with NaN scratch, in two runs of one simulator."""
-    from nkicc.ir.ops import matmul
+    from nkicc.simulator import gemm
     nan_scratch(monkeypatch)
     read = []
-    in_place = matmul._in_place
-    monkeypatch.setattr(matmul, "_in_place", lambda *a: read.append(in_place(*a)) or read[-1])
+    in_place = gemm._in_place
+    monkeypatch.setattr(gemm, "_in_place", lambda *a: read.append(in_place(*a)) or read[-1])
     K, M, N, L = shape
     c = nkicc.compile(fm.mm2, f"float32[{K},{M}]", f"float32[{K},{N}]", f"float32[{N},{L}]")
     sim = MachineSimulator(c.ir, TRN2, timing=False)
@@ -782,19 +783,19 @@ def test_mm2_at_an_eighth_of_the_seed_equals_numpy(rng, monkeypatch):
     operand it already made from the same unwritten input once per entry (At's block for both
     multi-buffer copies of the n0 body): E equals numpy's, which it would not if operands of the
     same shape but other sources were shared (B's two halves are such a pair here)."""
-    from nkicc.simulator import batched
+    from nkicc.simulator import gemm
     M, K, N, L = 4096, 512, 2048, 512
     At, B, D = (rng.standard_normal(s).astype(np.float32) for s in ((K, M), (K, N), (N, L)))
     c = nkicc.compile(fm.mm2, At, B, D)
     reused = []
-    call = batched._EntryArrays.__call__
+    call = gemm.EntryArrays.__call__
 
     def counted(self, shape, layout, sources, fill):
         made = dict(self.made)
         out = call(self, shape, layout, sources, fill)
         reused.append(any(out is x for x in made.values()))
         return out
-    monkeypatch.setattr(batched._EntryArrays, "__call__", counted)
+    monkeypatch.setattr(gemm.EntryArrays, "__call__", counted)
     out, rep = MachineSimulator(c.ir, TRN2, timing=False).run({"At": At, "B": B, "D": D})
     assert rep.batched_loops and sum(reused) >= 1
     want = (At.T.astype(np.float64) @ B) @ D
@@ -803,10 +804,10 @@ def test_mm2_at_an_eighth_of_the_seed_equals_numpy(rng, monkeypatch):
 
 
 def test_gemm_operands_are_shared_only_from_inputs_no_instruction_writes():
-    """_EntryArrays makes an operand once per entry only where every view it is made of lies in an
+    """EntryArrays makes an operand once per entry only where every view it is made of lies in an
     input the kernel never writes; anything else is made again each time it is asked for."""
     from types import SimpleNamespace
-    from nkicc.simulator.batched import _EntryArrays
+    from nkicc.simulator.gemm import EntryArrays
     from nkicc.simulator.scratch import Scratch
     a, w = np.arange(64, dtype=np.float32), np.arange(64, dtype=np.float32)
     sim = SimpleNamespace(hbm={"a": a, "w": w}, read_only={"a"}, scratch=Scratch())
@@ -816,7 +817,7 @@ def test_gemm_operands_are_shared_only_from_inputs_no_instruction_writes():
         fills.append(1)
         out[...] = 0
         return out
-    ops = _EntryArrays(sim)
+    ops = EntryArrays(sim)
     for src in (a, w):
         parts = [src[:32].reshape(4, 8), src[32:].reshape(4, 8)]
         first = ops((8, 8), ("st",), parts, fill)
@@ -959,15 +960,15 @@ def zeroed_products(a, b, W=136, ZERO_OPERAND=False):
 def test_a_zeroed_accumulator_is_filled_only_where_a_sum_does_not_cover_it(rng, monkeypatch, W, zero_operand,
                                                                             written):
     """The batched path zeroes a tile of zeros (nl.zeros) just before anything first touches it, and
-    not at all where one GEMM's products cover it whole (they are written, not added: _one_add). The
+    not at all where one GEMM's products cover it whole (they are written, not added: one_add). The
     scratch pool here hands out NaN where it promises nothing, so any element left unfilled, or a
     zero operand read before its fill, shows: each of three runs equals numpy and the per-instruction
     path, with acc written (never filled) only when the products cover all of it."""
-    from nkicc.simulator import batched
+    from nkicc.simulator.nest_views import Views
     nan_scratch(monkeypatch)
     zeroed = []
-    zero = batched._Views.zero
-    monkeypatch.setattr(batched._Views, "zero", lambda self, names: (
+    zero = Views.zero
+    monkeypatch.setattr(Views, "zero", lambda self, names: (
         zeroed.extend(sorted(self.unfilled.intersection(names))), zero(self, names)))
     shape_a, shape_b = (128 * 3, 64 * 5), (128 * 3, 136)
     c = nkicc.compile(zeroed_products, f"float32[{shape_a[0]},{shape_a[1]}]", f"float32[{shape_b[0]},{shape_b[1]}]",
@@ -1024,15 +1025,15 @@ def chained_products(a, b, d, W=64, SPLIT=40, DW=96, DSPLIT=56, STORE_C=False):
 @pytest.mark.parametrize("case", ["gemm reads C", "C stored too", "C read after the loop"])
 def test_a_gemm_reads_the_products_a_tile_would_hold(rng, monkeypatch, case):
     """A zeroed tile that one GEMM's products cover whole is never written where a later GEMM is
-    its only reader: that GEMM reads the products (batched._forward_products). Anything else
+    its only reader: that GEMM reads the products (matmul_groups.forward_products). Anything else
     that reads it (a store in the loop, or, by an IR edit, a store after the loop of the last
     iteration's tile) gets it written. Scratch arrays come as NaN where nothing is promised; each
     of three runs equals numpy and the per-instruction path."""
-    from nkicc.simulator import batched
+    from nkicc.simulator import matmul_groups
     nan_scratch(monkeypatch)
     forwarded = []
-    forward = batched._forward_products
-    monkeypatch.setattr(batched, "_forward_products", lambda *a: forwarded.append(forward(*a)) or forwarded[-1])
+    forward = matmul_groups.forward_products
+    monkeypatch.setattr(matmul_groups, "forward_products", lambda *a: forwarded.append(forward(*a)) or forwarded[-1])
     A, K = (3 * 128, 5 * 64), (3 * 128, 200)
     c = nkicc.compile(chained_products, f"float32[{A[0]},{A[1]}]", f"float32[{K[0]},{K[1]}]", "float32[160,120]",
                       STORE_C=case == "C stored too")
@@ -1076,13 +1077,13 @@ def _factors(draw, n: int) -> list:
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_a_view_of_a_tile_is_found_in_its_products_or_refused(data):
-    """batched._product_view against writing the products into the tile and viewing that: a tile's
+    """matmul_groups._product_view against writing the products into the tile and viewing that: a tile's
     array covered once by a permuted mixed-radix view U, products in U's shape in another memory
     order, any strided view of the array (steps, slices, axes it does not move along): the view
     of the products it returns holds exactly the view's values, or it refuses (None); and U
     itself, a slice of it, and where the products are in the tile's memory order the whole flat
     array (the tile's axes merged into one digit) are always found."""
-    from nkicc.simulator.batched import _product_view
+    from nkicc.simulator.matmul_groups import _product_view
     draw = data.draw
     size = draw(st.sampled_from([12, 24, 30, 36, 48, 64, 120]))
     arr = np.full(size, np.nan, np.float32)
@@ -1124,11 +1125,11 @@ def test_a_view_of_a_tile_is_found_in_its_products_or_refused(data):
 
 
 def test_operand_blocks_that_continue_each_other_are_one_copy(rng):
-    """matmul._blocks copies blocks of a row whose sources continue one another along an axis as
+    """gemm._blocks copies blocks of a row whose sources continue one another along an axis as
     one copy (At's m tiles side by side), and only where the target holds each block where its
     own copy would put it: here the same sources, adjacent along their rows, that the target
     wants side by side along its columns stay two copies. Both equal copying block by block."""
-    from nkicc.ir.ops.matmul import _blocks
+    from nkicc.simulator.gemm import _blocks
     src = rng.standard_normal((6, 300)).astype(np.float32)
     calls = []
     copy = lambda d, x: (calls.append(x.shape), np.copyto(d, x))
@@ -1151,10 +1152,10 @@ def test_chained_products_on_generated_shapes_equal_per_instruction(monkeypatch)
     equals the per-instruction path up to the order of the sums, on two runs of one simulator
     whose scratch arrays come as NaN where nothing is promised; and some examples forward C (else
     this test would pass with forwarding never taken)."""
-    from nkicc.simulator import batched
+    from nkicc.simulator import matmul_groups
     nan_scratch(monkeypatch)
-    forward, forwarded = batched._forward_products, []
-    monkeypatch.setattr(batched, "_forward_products", lambda *a: forwarded.append(bool(kept := forward(*a))) or kept)
+    forward, forwarded = matmul_groups.forward_products, []
+    monkeypatch.setattr(matmul_groups, "forward_products", lambda *a: forwarded.append(bool(kept := forward(*a))) or kept)
 
     @settings(max_examples=20, deadline=None, derandomize=True, database=None,
               suppress_health_check=[HealthCheck.too_slow])

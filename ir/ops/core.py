@@ -225,19 +225,13 @@ class Batched:
     reduces: Callable[[Op], bool] = _never
     # run can sum its results over loop axes whatever the op's own accumulate mode (a matmul: the
     # axes join the contraction), so a sum of its results can be computed inside it; such a run
-    # takes gemm= (the simulator's matrix product)
+    # takes products= (the simulator's GEMM batching, simulator/gemm.py: products(stationary views,
+    # moving views, nlead, reduce, rows)), and the simulator may join instances that share operands
+    # (ins[0], ins[1]) into one GEMM (simulator/matmul_groups.py)
     sums: bool = False
     # for an op that `reduces`: add its terms into the float32 destination view in place,
     # into(op, read, nlead, reduce, dst) (one pass over the destination instead of two)
     into: Callable | None = None
-    # for a `sums` op: several instances that share operands as one call,
-    # grouped(firsts, seconds, nlead, reduce, gemm, rows, copy, transposed, operand) -> None or a
-    # function computing (out, first offsets, second offsets) (nkicc.ir.ops.matmul._matmul_grouped:
-    # every first operand with every second, one GEMM; transposed: out's memory is (N, M), for a
-    # destination that stores M contiguously; operand(shape, layout, sources, fill): the arrays it
-    # copies operands into, matmul._new_operand's contract; subs=[(count, extra loop sizes)]: the
-    # firsts are the rows of several groups that share the seconds, one result per group)
-    grouped: Callable | None = None
 
 
 def _fold(x, nlead: int):
