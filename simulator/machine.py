@@ -11,11 +11,9 @@ alike; a dynamic loop's index is its register). The arithmetic is
 simulator/semantics.py, shared with the reference interpreter.
 
 Functional execution is sequential in program order. Timing is computed
-alongside (timing=True): every engine (pe, dve, act, pool) and every DMA queue
-runs its instructions in program order, one at a time; an instruction starts
-when its engine is free and the most recent executed instance of every op in
-its "wait" attribute has finished; it lasts its cost from timing.py (estimates).
-A read that starts before the write it reads has finished (and, with
+alongside (timing=True): the walk has the timing model (timing.py: engines,
+DMA queues, costs, the clock state) time each instruction as it runs, and
+checks its hazards (hazards.py). A read that starts before the write it reads has finished (and, with
 hazards="all", a write that starts before an earlier read or write of the same
 bytes has finished) is error E171 naming both instructions: a missing semaphore.
 A loop nest that ran batched is timed afterwards without data, and a loop
@@ -26,9 +24,7 @@ whose timing repeats skips whole periods in closed form (periodic.py).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from concurrent.futures import ThreadPoolExecutor
-from itertools import repeat
 
 import numpy as np
 
@@ -41,21 +37,18 @@ from . import batched, numerics, periodic, semantics
 from .cpushare import CpuShare
 from ._blas import single_threaded_blas
 from .reference import ReferenceMachine, gather_index
-from .activity import DmaActivity, percent
-from .fabric import Fabric
-from .hazards import HazardChecks, Records
-from .pending import RegionFinishes
+from .hazards import HazardChecks
 from .scratch import Scratch
 from .report import DMA_DIRECTIONS, EngineStats, SimReport
 from ..ir.ops.collectives import group_of, payload as collective_payload
 from ..ir.ops.dma import engine_share
 from .comm import RankComm, single
 from .timing import COMPUTE_ENGINES, CostTable, cost_ns, cost_table, traffic_bytes
+from .timing import ClockState, TimingModel
 from .trace import DEFAULT_MAX_EVENTS, TraceRecorder, loop_label
 
 _accumulate = ReferenceMachine._accumulate  # the accumulate=None rule, one implementation
 _INF = float("inf")
-_NO_FINISH = repeat(-_INF)  # fin.get's default for every wait (map(fin.get, waits, _NO_FINISH))
 _VIEW_CACHE = 512         # cached views per access (distinct start offsets)
 
 
@@ -213,27 +206,6 @@ class _Plan:
         self.mode = op.attr("accumulate")
 
 
-@dataclass
-class _TimingMemo:
-    """What a timed run of a program that reads no register leaves for the report: the same for
-    every run of it (MachineSimulator._timing_static)."""
-    end_ns: float
-    ecount: list
-    ebusy: list
-    dma_activity: DmaActivity
-    closed_loops: dict
-    forgotten: int
-
-    @classmethod
-    def of(cls, sim) -> "_TimingMemo":
-        return cls(sim.end_ns, list(sim.ecount), list(sim.ebusy), sim.dma_activity, dict(sim.closed_loops),
-                   sim.forgotten)
-
-    def restore(self, sim) -> None:
-        sim.end_ns, sim.ecount, sim.ebusy = self.end_ns, list(self.ecount), list(self.ebusy)
-        sim.dma_activity, sim.closed_loops, sim.forgotten = self.dma_activity, dict(self.closed_loops), self.forgotten
-
-
 class MachineSimulator(HazardChecks):
     """Simulate a lowered kernel. `target` is a nkicc Target (clocks, buffer
     sizes, DMA bandwidth). timing=False runs the functional model only (no
@@ -314,14 +286,8 @@ class MachineSimulator(HazardChecks):
         self._facts: dict[int, periodic.LoopFacts] = {}
         self._overlaps: dict[tuple, bool] = {}  # _overlap's exact answers
         self._timed = self.timing
-        self._max_hidden = max((p.hidden for p in self.plans), default=0.0)
-        # waits on rotating DMAs look at the memory boxes their executions touched (pending.py);
-        # the others only at the latest finish
-        rot_ids = {p.id for p in self.plans if p.rotate}
-        for p in self.plans:
-            p.wait_rot = () if p.tokens else tuple(w for w in p.waits if w in rot_ids)
-            p.wait_plain = tuple(w for w in p.waits if w not in p.wait_rot)
-        self._hidden_keys = sorted({p.ekey for p in self.plans if p.hidden > 0})
+        self.clock = TimingModel(self.engines, self._rot_keys, self.plans, self.costs, self._boxes,
+                                 set(self.neighbours.values()))
         # accesses to memory that no op ever writes cannot take part in a hazard
         written = {self.neighbours[a.tensor] for p in self.plans for a in writes(p.op)}
         touched = {n for n in self.tensors if self.neighbours[n] in written}
@@ -332,13 +298,13 @@ class MachineSimulator(HazardChecks):
         # A program that reads no register (no runtime offset, no runtime loop: its loop_guard is a
         # plan too) and meets no other rank times the same on any data: times, busy spans and hazard
         # checks follow from the program and the cost table alone. Its first timed run's timing is
-        # kept (_TimingMemo) and later runs of this simulator run only the data, every check on it
-        # included.
+        # kept (a snapshot of its clock) and later runs of this simulator run only the data, every
+        # check on it included.
         self._timing_static = (reuse_timing and self.timing and not self.tracing
                                and not any(a.scalar is not None or a.reg is not None for a in self._all_accs)
                                and not any(p.collective is not None or p.op.opcode == "loop_guard"
                                            for p in self.plans))
-        self._timing_memo: _TimingMemo | None = None
+        self._timing_memo: ClockState | None = None
 
     # --- setup ---------------------------------------------------------------------------
 
@@ -559,7 +525,7 @@ class MachineSimulator(HazardChecks):
         for acc in self._all_accs:
             acc.wrecs = acc.rrecs = None
             acc.vcache = {}  # (views of the run's arrays)
-        self._hz_dicts = []
+        self.clock.release()
         self._rows = self._cur_op = None
         self.scratch = Scratch()
 
@@ -653,15 +619,6 @@ class MachineSimulator(HazardChecks):
         nothing wrote it)."""
         sc.cur = self._start(sc, op, False)
         return self._read_view(sc).reshape(-1)[0]
-
-    def _fast(self, acc: _Acc, e: int):
-        """(partition, free) start of an on-chip access that maps onto a strided
-        view of the tensor's bytes, or None when it wraps rows / runs off the tile."""
-        t = acc.t
-        p0, f0 = divmod(e, t.F)
-        if p0 + acc.part_lo < 0 or p0 + acc.part_hi >= t.P or f0 + acc.free_lo < 0 or f0 + acc.free_hi >= t.F:
-            return None
-        return p0, f0
 
     def _flat_index(self, acc: _Acc, e: int) -> np.ndarray:
         if acc.rel is None:
@@ -784,32 +741,15 @@ class MachineSimulator(HazardChecks):
         self.reordered = 0
         for nest in self.nests:
             nest.batched = nest.fallbacks = 0
-        nengines = len(self.engines)
-        self.efree = [0.0] * nengines
-        self.eexec = [0.0] * nengines  # when the engine's last instruction began executing (past its overhead)
-        self.ebusy = [0.0] * nengines
-        self.ecount = [0] * nengines
-        self._rot_next = 0
-        self.fabric = Fabric()  # the core's HBM bandwidth, shared by the DMA queues (fabric.py)
-        self.finish_of: dict[int, float] = {}
-        self._rot_fin: dict[int, RegionFinishes] = {}  # rotating DMA id -> its executions' finishes by memory
-        self.end_ns = 0.0
-        self.dma_activity = DmaActivity()  # the union of the DMA queues' busy time (activity.py)
-        self._dma_keys = [k for k, name in enumerate(self.engines) if name.startswith("dma.q")]
-        groups = set(self.neighbours.values())
-        wrecs = {g: Records() for g in groups}
-        rrecs = {g: Records() for g in groups}
-        self._hz_groups = [g for g in wrecs] + [g for g in rrecs]
-        self._hz_dicts = [wrecs[g] for g in wrecs] + [rrecs[g] for g in rrecs]
-        self.closed_loops: dict[str, int] = {}  # loop label -> iterations timed in closed form
+        clock = self.clock
+        clock.reset()
         for facts in self._facts.values():
             facts.misses = facts.hits = 0
         for acc in self._all_accs:
             acc.vcache = {}
             acc.rcache = {}
             g = self.neighbours[acc.t.name]
-            acc.wrecs, acc.rrecs = wrecs[g], rrecs[g]
-        self.forgotten = 0
+            acc.wrecs, acc.rrecs = clock.writes[g], clock.reads[g]
         self._spans: list[list[float]] = []
         if self.tracing:
             self.tracer = TraceRecorder(self.kernel.name, getattr(self.target, "name", "?"),
@@ -822,9 +762,9 @@ class MachineSimulator(HazardChecks):
         with single_threaded_blas(), np.errstate(all="ignore"):  # semantics.compute's contract
             self._block(self._program)
         if memo is not None:
-            memo.restore(self)
+            clock.restore(memo)
         elif static:
-            self._timing_memo = _TimingMemo.of(self)
+            self._timing_memo = clock.snapshot()
         # and the inputs the kernel updated (once: a kernel may return an argument it wrote)
         names = list(dict.fromkeys(self.kernel.outputs + written_args(self.kernel)))
         # handed over, not copied: the next run() starts from new arrays (peak memory: one copy of E)
@@ -917,7 +857,8 @@ class MachineSimulator(HazardChecks):
                 skipped = periodic.run_loop(self, spec, facts, block, None if walk else self._replay)
                 if skipped:
                     name = f"{label[1]} {label[0]} ({var})"
-                    self.closed_loops[name] = self.closed_loops.get(name, 0) + skipped
+                    closed = self.clock.closed_loops
+                    closed[name] = closed.get(name, 0) + skipped
                 return
         if self.tracing:
             spans, tracer = self._spans, self.tracer
@@ -998,67 +939,15 @@ class MachineSimulator(HazardChecks):
             meet(0.0)
         return p.collective(op, got["inputs"], comm.rank, group)
 
-    # --- timing and hazards --------------------------------------------------------------
+    # --- timing (timing.py) and hazards (hazards.py) --------------------------------------
 
     def _time(self, p: _Plan, meet=None) -> None:
-        if p.rotate:
-            k = p.ekey = self._rot_keys[self._rot_next % len(self._rot_keys)]
-            self._rot_next += 1
-            p.tid = self._tid(self.engines[k])
-        else:
-            k = p.ekey
-        self.ecount[k] += 1
-        free = self.efree[k]
-        # A compute engine decodes an instruction's static overhead (and TensorE loads the next
-        # stationary) while the one before it executes (ARCH1 "Cost Model", "Background
-        # LoadStationary": back-to-back instructions pay only their execution); that part is
-        # exposed when the instruction waits for its inputs or its predecessor is short.
-        hidden = p.hidden
-        start = free - hidden
-        fin = self.finish_of
-        if p.wait_plain:
-            f = max(map(fin.get, p.wait_plain, _NO_FINISH))
-            if f > start:
-                start = f
-        boxes = None
-        for w in p.wait_rot:  # a rotating DMA: only its executions that touched this op's memory
-            f = fin.get(w)
-            if f is not None and f > start:
-                if boxes is None:
-                    boxes = self._boxes(p)
-                start = self._rot_fin[w].latest(boxes, start)  # max(start, those executions' finish)
-        if meet is not None:  # a collective: it starts when the last rank of its group is ready
-            start = meet(start)
-        if hidden:
-            if start < self.eexec[k]:  # one instruction in decode while the one before it executes
-                start = self.eexec[k]
-            self.eexec[k] = start + hidden
-        finish = start + p.cost
-        if start < free:
-            start = free  # the engine's span begins when it is free: the overhead ran before that
-        if p.fabric_ns:  # the queues share the core's DMA engines: overlapping transfers queue for them
-            f = self.fabric.reserve(start + self.costs.dma_fixed_ns, p.fabric_ns, self._dma_floor)
-            if f > finish:
-                finish = f
-        self.efree[k] = finish
-        self.ebusy[k] += finish - start  # a DMA is in flight while it waits for the shared engines too
-        if p.rotate:  # executions on different queues finish out of order: kept per memory box (pending.py)
-            rot = self._rot_fin.get(p.id)
-            if rot is None:
-                rot = self._rot_fin[p.id] = RegionFinishes()
-            rot.record(self._boxes(p), finish, self._horizon)
-            fin[p.id] = rot.latest_ns
-        else:
-            fin[p.id] = finish
-        if finish > self.end_ns:
-            self.end_ns = finish
-        if p.engine == "dma":
-            self.dma_activity.add(start, finish, self._dma_floor)
+        start, finish = self.clock.time(p, meet)
         if self.hazards != "off":
             self._hazards(p, start, finish)
         if self.tracing:
             iters = tuple(self.env[v] for v in p.loop_vars) if p.loop_vars else ()
-            self.tracer.op(p, start, finish, iters, p.tid)
+            self.tracer.op(p, start, finish, iters, self._tid(self.engines[p.ekey]) if p.rotate else p.tid)
             spans = self._spans
             if spans:
                 sp = spans[-1]
@@ -1067,57 +956,13 @@ class MachineSimulator(HazardChecks):
                 if finish > sp[1]:
                     sp[1] = finish
 
-    def _boxes(self, p: _Plan) -> list[tuple]:
-        """(memory group, p_lo, p_hi, b_lo, b_hi) of every access of the op now."""
-        out = []
-        for acc in p.accs + p.scalars:  # runtime offsets are read too: their loads must be waited for
-            r = self._region(acc)
-            out.append((self.neighbours[r[0]], r[1], r[2], r[3], r[4]))
-        return out
-
-    def _horizon(self) -> float:
-        """No instruction not yet timed, on an engine or queue that has run
-        one, can begin waiting before this: the earliest such an engine frees,
-        less the largest overhead an instruction hides behind its predecessor
-        (so that what is pruned before it can never change a later start)."""
-        return min((f for f, n in zip(self.efree, self.ecount) if n), default=0.0) - self._max_hidden
-
-    def _region(self, acc: _Acc):
-        """(tensor, p_lo, p_hi, b_lo, b_hi (exclusive), dense, e, fast) of an access now."""
-        e = acc.cur
-        r = acc.rcache.get(e)
-        if r is None:
-            r = self._region_at(acc, e)
-            if len(acc.rcache) < _VIEW_CACHE:
-                acc.rcache[e] = r
-        return r
-
-    def _region_at(self, acc: _Acc, e: int):
-        """(tensor, p_lo, p_hi, b_lo, b_hi (exclusive), dense, e, fast, key): key names
-        the region exactly (the box itself when the access fills it)."""
-        t = acc.t
-        if acc.vector is not None:  # a gather / scatter may touch any row: the whole tensor
-            box, dense, fast = (0, 0, 0, t.size * t.item), True, False
-        elif not t.onchip:
-            box, dense, fast = (0, 0, (e + acc.lo_span) * t.item, (e + acc.hi_span + 1) * t.item), acc.dense, True
-        else:
-            pf = self._fast(acc, e)
-            if pf is None:  # rows wrap or it runs off the tile: conservatively, the whole tile
-                box, dense, fast = (0, t.P - 1, t.address, t.address + t.F * t.item), True, False
-            else:
-                p0, f0 = pf
-                box = (p0 + acc.part_lo, p0 + acc.part_hi, t.address + (f0 + acc.free_lo) * t.item,
-                       t.address + (f0 + acc.free_hi + 1) * t.item)
-                dense, fast = acc.dense, True
-        key = box if dense and fast else box + (id(acc), e)
-        return (t.name,) + box + (dense, e, fast, key)
-
     # --- results -------------------------------------------------------------------------
 
     def _report(self, wall: float) -> SimReport:
         r = SimReport(kernel=self.kernel.name, target=getattr(self.target, "name", "?"), timing=self.timing,
                       executed=self.executed, wall_s=wall, prints=list(self.prints))
-        total = self.end_ns if self.timing else None
+        clock = self.clock
+        total = clock.end_ns if self.timing else None
         r.total_ns = total
         engines = {e: EngineStats() for e in COMPUTE_ENGINES + ("dma",)}
         queues: dict[str, EngineStats] = {}
@@ -1136,20 +981,9 @@ class MachineSimulator(HazardChecks):
                 r.dma_transfers += p.count
                 if p.spill:
                     r.spill_bytes += p.dma_bytes * p.count
-        if self.timing:
-            for k, name in enumerate(self.engines):
-                if name.startswith("dma.q") and self.ecount[k]:  # queues as executed: rotating DMAs move between them
-                    q = queues.setdefault(f"q{name[5:]}", EngineStats())
-                    q.instructions += self.ecount[k]
-                    q.busy_ns += self.ebusy[k]
-                elif name in COMPUTE_ENGINES:  # its instructions' spans: overheads it hid are not counted
-                    engines[name].busy_ns = self.ebusy[k]
-        if self.timing and total:  # active time as neuron-profile counts it (activity.py)
-            for name, s in engines.items():
-                s.active_pct = percent(self.dma_activity.active_ns() if name == "dma" else s.busy_ns, total)
-            for s in queues.values():
-                s.active_pct = percent(s.busy_ns, total)
-        if not self.timing:
+        if self.timing:  # busy times and counts as executed, active time (timing.py)
+            clock.fill(engines, queues, total)
+        else:
             for s in list(engines.values()) + list(queues.values()):
                 s.busy_ns = 0.0
         r.engines = engines
@@ -1159,17 +993,12 @@ class MachineSimulator(HazardChecks):
             r.trace_capped = self.tracer.capped
             r.timeline = self.tracer.timeline(self.track_names())
         r.batched_loops = {n.label: n.batched for n in self.nests if n.batched}
-        r.closed_form_loops = dict(self.closed_loops) if self.timing else {}
+        r.closed_form_loops = dict(clock.closed_loops) if self.timing else {}
         r.reordered_sums = self.reordered
         r.unbatched_loops = {**self.unbatched, **{n.label: n.why for n in self.nests if n.fallbacks}}
-        if self.forgotten:
-            r.note += f"; hazard tracking forgot {self.forgotten} old records (very long-lived regions)"
+        if clock.forgotten:
+            r.note += f"; hazard tracking forgot {clock.forgotten} old records (very long-lived regions)"
         return r
-
-    def _dma_floor(self) -> float:
-        """The earliest start a DMA not yet timed can have: when the first queue frees."""
-        efree = self.efree
-        return min(efree[k] for k in self._dma_keys)
 
     def track_names(self) -> dict[int, str]:
         names = {"pe": "Tensor Engine (pe)", "dve": "Vector Engine (dve)", "act": "Scalar Engine (act)",
