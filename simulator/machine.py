@@ -32,7 +32,7 @@ from ..ir import Access, Alloc, Const, Kernel, Loop, NkiccError, Op, TensorDecl
 from ..ir import dtypes
 from ..ir import ops
 from ..ir.ops import debug
-from ..ir.analysis import engine_of, injective, reads, run_length, runtime_guard, tensors_touched, writes, written_args
+from ..ir.analysis import engine_of, injective, reads, runtime_guard, tensors_touched, writes, written_args
 from . import batched, numerics, periodic, semantics
 from .cpushare import CpuShare
 from ._blas import single_threaded_blas
@@ -43,6 +43,7 @@ from .report import DMA_DIRECTIONS, EngineStats, SimReport
 from ..ir.ops.collectives import group_of, payload as collective_payload
 from ..ir.ops.dma import engine_share
 from .comm import RankComm, single
+from .program import Acc, Plan, Tensor
 from .timing import COMPUTE_ENGINES, CostTable, cost_ns, cost_table, traffic_bytes
 from .timing import ClockState, TimingModel
 from .trace import DEFAULT_MAX_EVENTS, TraceRecorder, loop_label
@@ -52,136 +53,6 @@ _INF = float("inf")
 _VIEW_CACHE = 512         # cached views per access (distinct start offsets)
 
 
-def _nested(pairs) -> tuple[int, list] | None:
-    """(lowest value, [(step, num)] by decreasing step, all steps positive) of the values
-    sum(i_k * step_k) over the (step, num) pairs, when the pairs that move (a step, more than
-    one index) are injective (every step clears the span of the smaller ones): then each value
-    comes from one index tuple of those, and their indices walked with the largest step
-    outermost give the values in increasing order. None otherwise."""
-    live = [(s, n) for s, n in pairs if n > 1 and s]
-    if not injective(live):
-        return None
-    return sum(s * (n - 1) for s, n in live if s < 0), sorted(((abs(s), n) for s, n in live), reverse=True)
-
-
-def _sums(low: int, pairs) -> np.ndarray:
-    """low + sum(i_k * step_k) for every index tuple, the first pair's index outermost."""
-    vals = np.full(1, low, dtype=np.int64)
-    for step, num in pairs:
-        if num > 1 and step:
-            vals = (vals[:, None] + np.arange(num, dtype=np.int64)[None, :] * step).reshape(-1)
-    return vals
-
-
-def _combos(pairs) -> np.ndarray:
-    """Sorted unique values of sum(i_k * step_k) over the (step, num) pairs."""
-    nested = _nested(pairs)
-    if nested is None:  # pairs that overlap (a sliding window): sort out the repeats
-        return np.unique(_sums(0, pairs))
-    return _sums(*nested)
-
-
-def _dense_pairs(pairs) -> bool | None:
-    """Whether the values of the pairs (as _combos) are one run of consecutive integers,
-    from the steps alone; None where that needs the values."""
-    nested = _nested(pairs)
-    return None if nested is None else run_length(nested[1]) is not None
-
-
-def _dense(vals: np.ndarray) -> bool:
-    return vals.size == 0 or int(vals[-1] - vals[0]) + 1 == vals.size
-
-
-class _Tensor:
-    """Per-tensor facts the hot path needs."""
-    __slots__ = ("decl", "name", "onchip", "dtype", "item", "P", "F", "size", "address", "key", "is_psum",
-                 "footprint", "mask_footprint", "fill")
-
-    def __init__(self, decl: TensorDecl, precise: bool = True, scale: int = 1) -> None:
-        self.decl = decl
-        self.name = decl.name
-        self.onchip = decl.on_chip
-        self.dtype = dtypes.storage(decl.dtype, precise)
-        # on chip: bytes of one element in the simulator's memory, `scale` per device byte
-        # (see MachineSimulator's NKI_PRECISE_FP note); HBM tensors are arrays of their own
-        self.item = dtypes.itemsize(decl.dtype) * scale if self.onchip else self.dtype.itemsize
-        self.size = decl.size
-        self.P = decl.shape[0] if decl.shape else 1
-        self.F = max(1, decl.size // self.P) if self.P else 1
-        self.address = decl.address * scale if (self.onchip and decl.address is not None) else decl.address
-        self.key = decl.buffer if self.onchip else "hbm:" + decl.name
-        self.is_psum = decl.buffer == "psum"
-        self.footprint = None       # on-chip: (P, F) view of its bytes; HBM: the flat array
-        self.mask_footprint = None  # PSUM: (P, F*item) bool view of the written-mask
-        self.fill = semantics.poison_value(self.dtype)
-
-
-class _Acc:
-    """One access of one op, with everything precomputed that does not depend
-    on loop indices. On chip, a pair whose step is a multiple of the row
-    length F moves across partitions; the others move inside a partition."""
-    __slots__ = ("access", "t", "const", "terms", "reg", "scalar", "scale", "lo_span", "hi_span", "shape",
-                 "strides", "part_lo", "part_hi", "free_lo", "free_hi", "rel", "pairs", "part_rel", "free_rel",
-                 "dense", "cur", "count", "vcache", "rcache", "static", "wrecs", "rrecs", "vector")
-
-    def __init__(self, access: Access, t: _Tensor, partition_bytes: int) -> None:
-        self.access = access
-        self.t = t
-        self.const = access.offset.const
-        self.terms = access.offset.terms
-        self.reg = access.scalar.register if access.scalar is not None else None
-        self.scalar: _Acc | None = None  # the (1-element) access that reads a tensor scalar offset
-        self.scale = access.scalar_scale
-        self.vector: _Acc | None = None  # the index tile of a gather / scatter (its rows replace pair 0's steps)
-        pattern = access.pattern
-        # a gather's index tile replaces the stepping of pair 0 (rows), an indirect view's pair 1 (columns)
-        stepped = pattern if access.vector is None else pattern[:1] if access.vector_group else pattern[1:]
-        self.lo_span = sum(s * (n - 1) for s, n in stepped if s < 0)
-        self.hi_span = sum(s * (n - 1) for s, n in stepped if s > 0)
-        self.shape = tuple(n for _, n in pattern)
-        self.count = access.count
-        self.rel = None  # fallback: element offsets of the view, shape self.shape
-        self.part_rel = self.free_rel = None
-        self.dense = True
-        self.cur = 0
-        self.vcache: dict = {}
-        self.rcache: dict = {}  # start -> hazard region (static per start)
-        # a start that never changes (and is in bounds): computed once
-        self.static = (not self.terms and access.scalar is None and access.vector is None
-                       and self.const + self.lo_span >= 0 and self.const + self.hi_span < t.size)
-        if self.static:
-            self.cur = self.const
-        self.wrecs = self.rrecs = None  # hazard records of its memory group (tensors sharing bytes)
-        item = t.item
-        part_pairs, free_pairs = [], []
-        if t.onchip:
-            F = t.F
-            strides = []
-            for s, n in pattern:
-                if n > 1 and s and s % F == 0:
-                    strides.append((s // F) * partition_bytes)
-                    part_pairs.append((s // F, n))
-                else:
-                    strides.append(s * item)
-                    free_pairs.append((s, n))
-            self.strides = tuple(strides)
-        else:
-            self.strides = tuple(s * item for s, _ in pattern)
-            free_pairs = list(pattern)
-        self.pairs = (part_pairs, free_pairs)
-        self.part_lo = sum(s * (n - 1) for s, n in part_pairs if s < 0)
-        self.part_hi = sum(s * (n - 1) for s, n in part_pairs if s > 0)
-        self.free_lo = sum(s * (n - 1) for s, n in free_pairs if s < 0)
-        self.free_hi = sum(s * (n - 1) for s, n in free_pairs if s > 0)
-
-    def sets(self) -> tuple[np.ndarray, np.ndarray]:
-        """Sorted unique partition offsets and free element offsets, relative to the start."""
-        if self.free_rel is None:
-            self.part_rel = _combos(self.pairs[0])
-            self.free_rel = _combos(self.pairs[1])
-        return self.part_rel, self.free_rel
-
-
 def _background_ns(op: Op, engine: str, m) -> float:
     """The part of a compute instruction's cost its engine can spend while the instruction before
     it executes (CostContext.background_cycles)."""
@@ -189,21 +60,6 @@ def _background_ns(op: Op, engine: str, m) -> float:
         return 0.0
     ctx = ops.CostContext(m.decls, m.target, m.costs, engine, m.comm.size)
     return ctx.ns(ctx.background_cycles(op, ops.of(op)))
-
-
-class _Plan:
-    """One op, compiled."""
-    __slots__ = ("op", "id", "opcode", "engine", "queue", "ekey", "tid", "waits", "cost", "accs", "by_id",
-                 "outs", "scalars", "hz_reads", "hz_writes", "count", "loc_str", "loop_vars", "dma_dir",
-                 "dma_bytes", "fabric_ns", "spill", "mode", "dyn_accs", "is_matmul", "rotate", "collective", "is_print",
-                 "tokens", "hidden", "wait_plain", "wait_rot")
-
-    def __init__(self, op: Op) -> None:
-        self.op = op
-        self.opcode = op.opcode
-        self.count = 0
-        self.loc_str = str(op.loc) if op.loc is not None else "?"
-        self.mode = op.attr("accumulate")
 
 
 class MachineSimulator(HazardChecks):
@@ -246,21 +102,21 @@ class MachineSimulator(HazardChecks):
         self.scale = 1 if self.precise else max(
             [-(-dtypes.storage(d.dtype, False).itemsize // dtypes.itemsize(d.dtype))
              for d in self.decls.values() if d.on_chip] + [1])
-        self.tensors = {name: _Tensor(d, self.precise, self.scale) for name, d in self.decls.items()}
-        self._retypes: dict[tuple[str, str], _Tensor] = {}  # (name, dtype): a tensor read as another dtype
+        self.tensors = {name: Tensor(d, self.precise, self.scale) for name, d in self.decls.items()}
+        self._retypes: dict[tuple[str, str], Tensor] = {}  # (name, dtype): a tensor read as another dtype
         self._cur_op: Op | None = None  # the op being executed (messages of gathers)
         self._rows = None  # its gathered rows in range, when a gather skipped some (oob_mode.skip)
         self.env: dict[str, int] = {}
         self.executed = 0
-        self.plans: list[_Plan] = []
+        self.plans: list[Plan] = []
         self.engines: list[str] = []      # engine / queue track names, index = ekey
         self._ekeys: dict[str, int] = {}
         self._rot_keys: list[int] = []
         self.scheduled = False
-        self._all_accs: list[_Acc] = []
+        self._all_accs: list[Acc] = []
         # loop nests run as whole-array operations where the IR allows (batched.py); one rank only
         self.batch = bool(batch) and self.comm.size == 1
-        self._plan_of: dict[int, _Plan] = {}
+        self._plan_of: dict[int, Plan] = {}
         self.nests: list[batched.Nest] = []
         self.unbatched: dict[str, str] = {}  # loop label -> why it can never run batched
         # the batched nests' legality verdicts by loop (they depend on the kernel alone: simulators of one
@@ -404,7 +260,7 @@ class MachineSimulator(HazardChecks):
                 return True
         return False
 
-    def _retyped(self, t: _Tensor, dtype: str, op: Op | None) -> _Tensor:
+    def _retyped(self, t: Tensor, dtype: str, op: Op | None) -> Tensor:
         """Tensor `t` seen as `dtype` (a reinterpreting view): the same bytes, its
         last dimension holding as many elements of `dtype` as they make."""
         v = self._retypes.get((t.name, dtype))
@@ -415,32 +271,29 @@ class MachineSimulator(HazardChecks):
                                  "run with NKI_PRECISE_FP=1 (the default)")
             d = t.decl
             shape = d.shape[:-1] + (d.shape[-1] * dtypes.itemsize(d.dtype) // dtypes.itemsize(dtype),)
-            v = self._retypes[(t.name, dtype)] = _Tensor(TensorDecl(d.name, shape, dtype, d.buffer, d.role, d.loc,
+            v = self._retypes[(t.name, dtype)] = Tensor(TensorDecl(d.name, shape, dtype, d.buffer, d.role, d.loc,
                                                                     d.address), True, self.scale)
         return v
 
-    def _acc(self, a: Access, op: Op | None = None) -> _Acc:
+    def _acc(self, a: Access, op: Op | None = None) -> Acc:
         t = self.tensors[a.tensor]
         if a.dtype is not None:
             t = self._retyped(t, a.dtype, op)
-        acc = _Acc(a, t, self._pb(t))
+        acc = Acc(a, t, self._pb(t))
         self._all_accs.append(acc)
         if self.timing:  # hazard checks need to know whether the access is a dense box
-            dense = [_dense_pairs(pairs) for pairs in acc.pairs]
-            if None in dense:
-                dense = [_dense(vals) for vals in acc.sets()]
-            acc.dense = all(dense)
+            acc.dense = acc.is_dense()
         if a.scalar is not None and a.scalar.tensor:
             acc.scalar = self._acc(Access(a.scalar.tensor, a.scalar.offset, ((1, 1),)))
         if a.vector is not None:
             acc.vector = self._acc(a.vector, op)
         return acc
 
-    def _pb(self, t: _Tensor) -> int:
+    def _pb(self, t: Tensor) -> int:
         return (self.target.psum_partition_bytes if t.is_psum else self.target.sbuf_partition_bytes) * self.scale
 
-    def _compile_op(self, op: Op, loop_vars) -> _Plan:
-        p = _Plan(op)
+    def _compile_op(self, op: Op, loop_vars) -> Plan:
+        p = Plan(op)
         self.plans.append(p)
         self._plan_of[id(op)] = p
         oid = op.attr("id")
@@ -457,10 +310,10 @@ class MachineSimulator(HazardChecks):
             self._rot_keys = [self._ekey(f"dma.q{q}") for q in range(self.target.dma_queues)]
         p.waits = tuple(op.attr("wait", ()) or ())
         p.loop_vars = loop_vars
-        by_id: dict[int, _Acc] = {}
-        accs: list[_Acc] = []
+        by_id: dict[int, Acc] = {}
+        accs: list[Acc] = []
 
-        def get(a: Access) -> _Acc:
+        def get(a: Access) -> Acc:
             acc = by_id.get(id(a))
             if acc is None:
                 acc = by_id[id(a)] = self._acc(a, op)
@@ -500,7 +353,7 @@ class MachineSimulator(HazardChecks):
                 p.fabric_ns = max(0.0, p.cost - self.costs.dma_fixed_ns) * engine_share(op, self.decls, self.costs)
         return p
 
-    def _hz_acc(self, p: _Plan, a: Access) -> _Acc:
+    def _hz_acc(self, p: Plan, a: Access) -> Acc:
         acc = p.by_id.get(id(a))
         if acc is not None:
             return acc
@@ -586,14 +439,14 @@ class MachineSimulator(HazardChecks):
             else:
                 v.footprint = base.footprint.view(v.dtype)
 
-    def _alloc(self, t: _Tensor) -> None:
+    def _alloc(self, t: Tensor) -> None:
         if t.name in self._shared:
             return  # HBM the cores of a multi-core launch share: the others' writes stay
         t.footprint[...] = t.fill
         if t.is_psum:
             t.mask_footprint[...] = False
 
-    def _start(self, acc: _Acc, op: Op, write: bool) -> int:
+    def _start(self, acc: Acc, op: Op, write: bool) -> int:
         env = self.env
         e = acc.const
         for v, c in acc.terms:
@@ -614,13 +467,13 @@ class MachineSimulator(HazardChecks):
                              "the runtime scalar offset is out of range: check how it is updated")
         return e
 
-    def _scalar(self, sc: _Acc, op: Op):
+    def _scalar(self, sc: Acc, op: Op):
         """The value a runtime scalar offset reads now (the element its access sc reads; NaN when
         nothing wrote it)."""
         sc.cur = self._start(sc, op, False)
         return self._read_view(sc).reshape(-1)[0]
 
-    def _flat_index(self, acc: _Acc, e: int) -> np.ndarray:
+    def _flat_index(self, acc: Acc, e: int) -> np.ndarray:
         if acc.rel is None:
             rel = np.zeros(acc.shape, dtype=np.int64)
             for axis, (s, n) in enumerate(acc.access.pattern):
@@ -630,7 +483,7 @@ class MachineSimulator(HazardChecks):
             acc.rel = rel
         return acc.rel + e
 
-    def _views(self, acc: _Acc, e: int):
+    def _views(self, acc: Acc, e: int):
         """(data view, PSUM written-mask view or None) of an access that maps onto
         a strided window of memory, or None when it wraps rows / runs off the tile.
         Views alias the machine's memory, so they are cached per start."""
@@ -653,15 +506,15 @@ class MachineSimulator(HazardChecks):
             acc.vcache[e] = v
         return v
 
-    def _gather_index(self, acc: _Acc, op: Op):
+    def _gather_index(self, acc: Acc, op: Op):
         return gather_index(acc.access, acc.cur, self._read_view(acc.vector), acc.t.size, op, acc.t.decl)
 
     @staticmethod
-    def _at(t: "_Tensor", flat: np.ndarray) -> np.ndarray:
+    def _at(t: "Tensor", flat: np.ndarray) -> np.ndarray:
         """Elements of a tensor at flat element indices (on chip: partition-major rows)."""
         return t.footprint[flat // t.F, flat % t.F] if t.onchip else t.footprint[flat]
 
-    def _read_view(self, acc: _Acc) -> np.ndarray:
+    def _read_view(self, acc: Acc) -> np.ndarray:
         v = acc.vcache.get(acc.cur) or self._views(acc, acc.cur)
         if v is not None:
             return v[0]
@@ -681,7 +534,7 @@ class MachineSimulator(HazardChecks):
         out[valid] = t.footprint[vi // t.F, vi % t.F]
         return out
 
-    def _write(self, acc: _Acc, values, is_matmul: bool, mode) -> None:
+    def _write(self, acc: Acc, values, is_matmul: bool, mode) -> None:
         t = acc.t
         if acc.vector is not None:  # a scatter into HBM
             idx, inside = self._gather_index(acc, self._cur_op)
@@ -803,7 +656,7 @@ class MachineSimulator(HazardChecks):
             elif kind == 4:
                 self._loop(x[0], self._walk_timing)
 
-    def _guard_input(self, p: _Plan, i: int) -> int:
+    def _guard_input(self, p: Plan, i: int) -> int:
         x = p.op.ins[i]
         if isinstance(x, Const):
             return int(x.value)
@@ -896,7 +749,7 @@ class MachineSimulator(HazardChecks):
             p.count = n
         self.executed = executed
 
-    def _op(self, p: _Plan) -> None:
+    def _op(self, p: Plan) -> None:
         self.executed += 1
         p.count += 1
         op = p.op
@@ -921,7 +774,7 @@ class MachineSimulator(HazardChecks):
                 self._start(acc, op, True)  # raises E170
             self._write(acc, values, p.is_matmul, p.mode)
 
-    def _collective(self, p: _Plan) -> list:
+    def _collective(self, p: Plan) -> list:
         """Meet the other ranks of the op's group: they start together, when the
         last is ready; the outputs come from everyone's inputs."""
         op, comm = p.op, self.comm
@@ -941,7 +794,7 @@ class MachineSimulator(HazardChecks):
 
     # --- timing (timing.py) and hazards (hazards.py) --------------------------------------
 
-    def _time(self, p: _Plan, meet=None) -> None:
+    def _time(self, p: Plan, meet=None) -> None:
         start, finish = self.clock.time(p, meet)
         if self.hazards != "off":
             self._hazards(p, start, finish)

@@ -22,7 +22,7 @@ QUEUES = [4, 5, 6, 7]
 
 @dataclass(eq=False)
 class Plan:
-    """The parts of a compiled op (machine._Plan) the model reads."""
+    """The parts of a compiled op (program.Plan) the model reads."""
     id: int
     engine: str
     ekey: int
