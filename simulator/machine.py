@@ -13,9 +13,10 @@ simulator/semantics.py, shared with the reference interpreter.
 Functional execution is sequential in program order. Timing is computed
 alongside (timing=True): the walk has the timing model (timing.py: engines,
 DMA queues, costs, the clock state) time each instruction as it runs, and
-checks its hazards (hazards.py). A read that starts before the write it reads has finished (and, with
-hazards="all", a write that starts before an earlier read or write of the same
-bytes has finished) is error E171 naming both instructions: a missing semaphore.
+checks its hazards (hazards.py). A read that starts before the write it reads
+has finished (and, with hazards="all", a write that starts before an earlier
+read or write of the same bytes has finished) is error E171 naming both
+instructions: a missing semaphore.
 A loop nest that ran batched is timed afterwards without data, and a loop
 whose timing repeats skips whole periods in closed form (periodic.py).
 

@@ -8,8 +8,7 @@ shifted by D, memory addresses moved by the loop's stride). Rotating DMAs are
 dealt round the 16 queues; where an iteration deals them a number of times r
 that is not a multiple of 16, queue q + r takes up the state queue q had, so
 the queues' frees are compared, and advanced, up to that rotation
-(TimingModel.roles).
-The timing walk is deterministic, so once the whole state at
+(TimingModel.roles). The timing walk is deterministic, so once the whole state at
 the end of iteration i equals the state at the end of iteration i - p shifted
 by D, iterations i + 1 .. are copies of iterations i - p + 1 .. i shifted by D
 (and p strides further in memory): skip whole periods, adding D to every time,
