@@ -55,6 +55,24 @@ class DmaActivity:
     def active_ns(self) -> float:
         return self.closed_ns + sum(hi - lo for lo, hi in _merge(self._pending))
 
+    def state(self, floor: float) -> tuple[float, list[tuple[float, float]]]:
+        """(active time so far, as active_ns gives it; the merged intervals a transfer that starts
+        at `floor` or later can still overlap, clipped there)."""
+        merged = _merge(self._pending)
+        total = self.closed_ns + sum(hi - lo for lo, hi in merged)
+        return total, [(max(lo, floor), hi) for lo, hi in merged if hi > floor]
+
+    def load(self, total: float, live, dt: float = 0.0) -> None:
+        """Active time `total`, of which the disjoint intervals `live` are still open; those move
+        dt later (the timing model's shift)."""
+        self._pending = [(lo + dt, hi + dt) for lo, hi in live]
+        self.closed_ns = total - sum(hi - lo for lo, hi in live)
+
+    def copy(self) -> "DmaActivity":
+        new = DmaActivity()
+        new.closed_ns, new._pending, new._limit = self.closed_ns, list(self._pending), self._limit
+        return new
+
 
 def _merge(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
     """Sorted, disjoint intervals covering the same time."""

@@ -34,6 +34,22 @@ class Fabric:
         self._limit = _COMPACT_AT
         self._blocked = 0.0  # all time before this counts as busy (intervals dropped to bound memory)
 
+    @property
+    def blocked(self) -> float:
+        """All time before this counts as busy."""
+        return self._blocked
+
+    def live(self, floor: float) -> list[tuple[float, float]]:
+        """The busy intervals a reservation that starts at `floor` or later can meet, clipped there
+        (the timing model's snapshot: what lies before the floor is history)."""
+        return [(max(lo, floor), hi) for lo, hi in self._busy if hi > floor]
+
+    def load(self, busy, blocked: float, dt: float = 0.0) -> None:
+        """Hold these busy intervals (sorted, disjoint) moved dt later, and count all time before
+        `blocked` as busy (the timing model's restore and shift)."""
+        self._busy = [[lo + dt, hi + dt] for lo, hi in busy]
+        self._blocked = blocked
+
     def reserve(self, start: float, duration: float, floor) -> float:
         """Move `duration` ns worth of bytes at the full bandwidth, from
         `start` on, in the time no earlier reservation holds; returns when the

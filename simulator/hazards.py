@@ -10,8 +10,11 @@ access to a region replaces the older one, and dropped once no engine can
 start early enough to conflict with them.
 
 HazardChecks is a part of MachineSimulator (simulator/machine.py) kept in a
-module of its own: it reads the simulator's regions of an access (`_region`),
-its engines' free times, loop variables and engine names.
+module of its own. It works out where an access sits (`_region`: the box of
+bytes a hazard record, or a rotating DMA's wait, is kept by) and reads the
+simulator's memory groups (`neighbours`), clock (the engines' free times:
+timing.py, which keeps the records between checks), loop variables and
+engine names.
 """
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ _INF = float("inf")
 _CLEANUP_AT = 24          # records per group and kind before a cleanup (then twice what remained)
 _OVERLAP_CACHE = 1 << 16  # exact overlap answers kept (two accesses and where they sit relative to each other)
 _MAX_RECORDS = 4096      # per buffer and kind; beyond this the oldest are forgotten (reported)
+_REGION_CACHE = 512      # cached regions per access (distinct start offsets)
 
 
 class Records(dict):
@@ -105,7 +109,8 @@ class HazardChecks:
         """Drop records no future access can conflict with: finished before any
         engine of the program can start again, or covered by a newer dense write
         (or, for reads, by a newer read that ends no earlier)."""
-        horizon = min(self.efree) if self.efree else 0.0
+        efree = self.clock.efree
+        horizon = min(efree) if efree else 0.0
         boxes = []  # (serial, box, finish) of dense writes, newest first
         for key, x in reversed(list(wrecs.items())):
             if x[5] <= horizon or any(b0 <= x[0] and x[1] <= b1 and c0 <= x[2] and x[3] <= c1
@@ -127,7 +132,7 @@ class HazardChecks:
             if len(d) > _MAX_RECORDS:  # pathological: forget the oldest
                 for key in list(d)[:len(d) - _MAX_RECORDS]:
                     del d[key]
-                    self.forgotten += 1
+                    self.clock.forgotten += 1
 
     def _overlap(self, r, acc, rec) -> bool:
         if not (r[1] <= rec[1] and rec[0] <= r[2] and r[3] < rec[3] and rec[2] < r[4]):
@@ -174,6 +179,55 @@ class HazardChecks:
         p0, b0 = self._shift(acc, e, fast)
         base = t.address if t.onchip else 0  # (HBM: bytes from the tensor's start)
         return part + p0, base + free * t.item + b0, t.item
+
+    # --- where an access sits ---------------------------------------------------------------
+
+    def _boxes(self, p) -> list[tuple]:
+        """(memory group, p_lo, p_hi, b_lo, b_hi) of every access of the op now."""
+        out = []
+        for acc in p.accs + p.scalars:  # runtime offsets are read too: their loads must be waited for
+            r = self._region(acc)
+            out.append((self.neighbours[r[0]], r[1], r[2], r[3], r[4]))
+        return out
+
+    def _region(self, acc):
+        """(tensor, p_lo, p_hi, b_lo, b_hi (exclusive), dense, e, fast) of an access now."""
+        e = acc.cur
+        r = acc.rcache.get(e)
+        if r is None:
+            r = self._region_at(acc, e)
+            if len(acc.rcache) < _REGION_CACHE:
+                acc.rcache[e] = r
+        return r
+
+    def _region_at(self, acc, e: int):
+        """(tensor, p_lo, p_hi, b_lo, b_hi (exclusive), dense, e, fast, key): key names
+        the region exactly (the box itself when the access fills it)."""
+        t = acc.t
+        if acc.vector is not None:  # a gather / scatter may touch any row: the whole tensor
+            box, dense, fast = (0, 0, 0, t.size * t.item), True, False
+        elif not t.onchip:
+            box, dense, fast = (0, 0, (e + acc.lo_span) * t.item, (e + acc.hi_span + 1) * t.item), acc.dense, True
+        else:
+            pf = self._fast(acc, e)
+            if pf is None:  # rows wrap or it runs off the tile: conservatively, the whole tile
+                box, dense, fast = (0, t.P - 1, t.address, t.address + t.F * t.item), True, False
+            else:
+                p0, f0 = pf
+                box = (p0 + acc.part_lo, p0 + acc.part_hi, t.address + (f0 + acc.free_lo) * t.item,
+                       t.address + (f0 + acc.free_hi + 1) * t.item)
+                dense, fast = acc.dense, True
+        key = box if dense and fast else box + (id(acc), e)
+        return (t.name,) + box + (dense, e, fast, key)
+
+    def _fast(self, acc, e: int):
+        """(partition, free) start of an on-chip access that maps onto a strided
+        view of the tensor's bytes, or None when it wraps rows / runs off the tile."""
+        t = acc.t
+        p0, f0 = divmod(e, t.F)
+        if p0 + acc.part_lo < 0 or p0 + acc.part_hi >= t.P or f0 + acc.free_lo < 0 or f0 + acc.free_hi >= t.F:
+            return None
+        return p0, f0
 
     def _raise(self, kind: str, p, acc, start: float, rec, verb: str, rec_finish: float) -> None:
         other = rec[6]

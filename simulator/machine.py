@@ -11,13 +11,12 @@ alike; a dynamic loop's index is its register). The arithmetic is
 simulator/semantics.py, shared with the reference interpreter.
 
 Functional execution is sequential in program order. Timing is computed
-alongside (timing=True): every engine (pe, dve, act, pool) and every DMA queue
-runs its instructions in program order, one at a time; an instruction starts
-when its engine is free and the most recent executed instance of every op in
-its "wait" attribute has finished; it lasts its cost from timing.py (estimates).
-A read that starts before the write it reads has finished (and, with
-hazards="all", a write that starts before an earlier read or write of the same
-bytes has finished) is error E171 naming both instructions: a missing semaphore.
+alongside (timing=True): the walk has the timing model (timing.py: engines,
+DMA queues, costs, the clock state) time each instruction as it runs, and
+checks its hazards (hazards.py). A read that starts before the write it reads
+has finished (and, with hazards="all", a write that starts before an earlier
+read or write of the same bytes has finished) is error E171 naming both
+instructions: a missing semaphore.
 A loop nest that ran batched is timed afterwards without data, and a loop
 whose timing repeats skips whole periods in closed form (periodic.py).
 
@@ -26,9 +25,7 @@ whose timing repeats skips whole periods in closed form (periodic.py).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from concurrent.futures import ThreadPoolExecutor
-from itertools import repeat
 
 import numpy as np
 
@@ -36,157 +33,25 @@ from ..ir import Access, Alloc, Const, Kernel, Loop, NkiccError, Op, TensorDecl
 from ..ir import dtypes
 from ..ir import ops
 from ..ir.ops import debug
-from ..ir.analysis import engine_of, injective, reads, run_length, runtime_guard, tensors_touched, writes, written_args
+from ..ir.analysis import engine_of, injective, reads, runtime_guard, tensors_touched, writes, written_args
 from . import batched, numerics, periodic, semantics
 from .cpushare import CpuShare
 from ._blas import single_threaded_blas
 from .reference import ReferenceMachine, gather_index
-from .activity import DmaActivity, percent
-from .fabric import Fabric
-from .hazards import HazardChecks, Records
-from .pending import RegionFinishes
+from .hazards import HazardChecks
 from .scratch import Scratch
 from .report import DMA_DIRECTIONS, EngineStats, SimReport
 from ..ir.ops.collectives import group_of, payload as collective_payload
 from ..ir.ops.dma import engine_share
 from .comm import RankComm, single
+from .program import Acc, Plan, Tensor
 from .timing import COMPUTE_ENGINES, CostTable, cost_ns, traffic_bytes
+from .timing import ClockState, TimingModel
 from .trace import DEFAULT_MAX_EVENTS, TraceRecorder, loop_label
 
 _accumulate = ReferenceMachine._accumulate  # the accumulate=None rule, one implementation
 _INF = float("inf")
-_NO_FINISH = repeat(-_INF)  # fin.get's default for every wait (map(fin.get, waits, _NO_FINISH))
 _VIEW_CACHE = 512         # cached views per access (distinct start offsets)
-
-
-def _nested(pairs) -> tuple[int, list] | None:
-    """(lowest value, [(step, num)] by decreasing step, all steps positive) of the values
-    sum(i_k * step_k) over the (step, num) pairs, when the pairs that move (a step, more than
-    one index) are injective (every step clears the span of the smaller ones): then each value
-    comes from one index tuple of those, and their indices walked with the largest step
-    outermost give the values in increasing order. None otherwise."""
-    live = [(s, n) for s, n in pairs if n > 1 and s]
-    if not injective(live):
-        return None
-    return sum(s * (n - 1) for s, n in live if s < 0), sorted(((abs(s), n) for s, n in live), reverse=True)
-
-
-def _sums(low: int, pairs) -> np.ndarray:
-    """low + sum(i_k * step_k) for every index tuple, the first pair's index outermost."""
-    vals = np.full(1, low, dtype=np.int64)
-    for step, num in pairs:
-        if num > 1 and step:
-            vals = (vals[:, None] + np.arange(num, dtype=np.int64)[None, :] * step).reshape(-1)
-    return vals
-
-
-def _combos(pairs) -> np.ndarray:
-    """Sorted unique values of sum(i_k * step_k) over the (step, num) pairs."""
-    nested = _nested(pairs)
-    if nested is None:  # pairs that overlap (a sliding window): sort out the repeats
-        return np.unique(_sums(0, pairs))
-    return _sums(*nested)
-
-
-def _dense_pairs(pairs) -> bool | None:
-    """Whether the values of the pairs (as _combos) are one run of consecutive integers,
-    from the steps alone; None where that needs the values."""
-    nested = _nested(pairs)
-    return None if nested is None else run_length(nested[1]) is not None
-
-
-def _dense(vals: np.ndarray) -> bool:
-    return vals.size == 0 or int(vals[-1] - vals[0]) + 1 == vals.size
-
-
-class _Tensor:
-    """Per-tensor facts the hot path needs."""
-    __slots__ = ("decl", "name", "onchip", "dtype", "item", "P", "F", "size", "address", "key", "is_psum",
-                 "footprint", "mask_footprint", "fill")
-
-    def __init__(self, decl: TensorDecl, precise: bool = True, scale: int = 1) -> None:
-        self.decl = decl
-        self.name = decl.name
-        self.onchip = decl.on_chip
-        self.dtype = dtypes.storage(decl.dtype, precise)
-        # on chip: bytes of one element in the simulator's memory, `scale` per device byte
-        # (see MachineSimulator's NKI_PRECISE_FP note); HBM tensors are arrays of their own
-        self.item = dtypes.itemsize(decl.dtype) * scale if self.onchip else self.dtype.itemsize
-        self.size = decl.size
-        self.P = decl.shape[0] if decl.shape else 1
-        self.F = max(1, decl.size // self.P) if self.P else 1
-        self.address = decl.address * scale if (self.onchip and decl.address is not None) else decl.address
-        self.key = decl.buffer if self.onchip else "hbm:" + decl.name
-        self.is_psum = decl.buffer == "psum"
-        self.footprint = None       # on-chip: (P, F) view of its bytes; HBM: the flat array
-        self.mask_footprint = None  # PSUM: (P, F*item) bool view of the written-mask
-        self.fill = semantics.poison_value(self.dtype)
-
-
-class _Acc:
-    """One access of one op, with everything precomputed that does not depend
-    on loop indices. On chip, a pair whose step is a multiple of the row
-    length F moves across partitions; the others move inside a partition."""
-    __slots__ = ("access", "t", "const", "terms", "reg", "scalar", "scale", "lo_span", "hi_span", "shape",
-                 "strides", "part_lo", "part_hi", "free_lo", "free_hi", "rel", "pairs", "part_rel", "free_rel",
-                 "dense", "cur", "count", "vcache", "rcache", "static", "wrecs", "rrecs", "vector")
-
-    def __init__(self, access: Access, t: _Tensor, partition_bytes: int) -> None:
-        self.access = access
-        self.t = t
-        self.const = access.offset.const
-        self.terms = access.offset.terms
-        self.reg = access.scalar.register if access.scalar is not None else None
-        self.scalar: _Acc | None = None  # the (1-element) access that reads a tensor scalar offset
-        self.scale = access.scalar_scale
-        self.vector: _Acc | None = None  # the index tile of a gather / scatter (its rows replace pair 0's steps)
-        pattern = access.pattern
-        # a gather's index tile replaces the stepping of pair 0 (rows), an indirect view's pair 1 (columns)
-        stepped = pattern if access.vector is None else pattern[:1] if access.vector_group else pattern[1:]
-        self.lo_span = sum(s * (n - 1) for s, n in stepped if s < 0)
-        self.hi_span = sum(s * (n - 1) for s, n in stepped if s > 0)
-        self.shape = tuple(n for _, n in pattern)
-        self.count = access.count
-        self.rel = None  # fallback: element offsets of the view, shape self.shape
-        self.part_rel = self.free_rel = None
-        self.dense = True
-        self.cur = 0
-        self.vcache: dict = {}
-        self.rcache: dict = {}  # start -> hazard region (static per start)
-        # a start that never changes (and is in bounds): computed once
-        self.static = (not self.terms and access.scalar is None and access.vector is None
-                       and self.const + self.lo_span >= 0 and self.const + self.hi_span < t.size)
-        if self.static:
-            self.cur = self.const
-        self.wrecs = self.rrecs = None  # hazard records of its memory group (tensors sharing bytes)
-        item = t.item
-        part_pairs, free_pairs = [], []
-        if t.onchip:
-            F = t.F
-            strides = []
-            for s, n in pattern:
-                if n > 1 and s and s % F == 0:
-                    strides.append((s // F) * partition_bytes)
-                    part_pairs.append((s // F, n))
-                else:
-                    strides.append(s * item)
-                    free_pairs.append((s, n))
-            self.strides = tuple(strides)
-        else:
-            self.strides = tuple(s * item for s, _ in pattern)
-            free_pairs = list(pattern)
-        self.pairs = (part_pairs, free_pairs)
-        self.part_lo = sum(s * (n - 1) for s, n in part_pairs if s < 0)
-        self.part_hi = sum(s * (n - 1) for s, n in part_pairs if s > 0)
-        self.free_lo = sum(s * (n - 1) for s, n in free_pairs if s < 0)
-        self.free_hi = sum(s * (n - 1) for s, n in free_pairs if s > 0)
-
-    def sets(self) -> tuple[np.ndarray, np.ndarray]:
-        """Sorted unique partition offsets and free element offsets, relative to the start."""
-        if self.free_rel is None:
-            self.part_rel = _combos(self.pairs[0])
-            self.free_rel = _combos(self.pairs[1])
-        return self.part_rel, self.free_rel
 
 
 def _background_ns(op: Op, engine: str, m) -> float:
@@ -196,42 +61,6 @@ def _background_ns(op: Op, engine: str, m) -> float:
         return 0.0
     ctx = ops.CostContext(m.decls, m.target, m.costs, engine, m.comm.size)
     return ctx.ns(ctx.background_cycles(op, ops.of(op)))
-
-
-class _Plan:
-    """One op, compiled."""
-    __slots__ = ("op", "id", "opcode", "engine", "queue", "ekey", "tid", "waits", "cost", "accs", "by_id",
-                 "outs", "scalars", "hz_reads", "hz_writes", "count", "loc_str", "loop_vars", "dma_dir",
-                 "dma_bytes", "fabric_ns", "spill", "mode", "dyn_accs", "is_matmul", "rotate", "collective", "is_print",
-                 "tokens", "hidden", "wait_plain", "wait_rot")
-
-    def __init__(self, op: Op) -> None:
-        self.op = op
-        self.opcode = op.opcode
-        self.count = 0
-        self.loc_str = str(op.loc) if op.loc is not None else "?"
-        self.mode = op.attr("accumulate")
-
-
-@dataclass
-class _TimingMemo:
-    """What a timed run of a program that reads no register leaves for the report: the same for
-    every run of it (MachineSimulator._timing_static)."""
-    end_ns: float
-    ecount: list
-    ebusy: list
-    dma_activity: DmaActivity
-    closed_loops: dict
-    forgotten: int
-
-    @classmethod
-    def of(cls, sim) -> "_TimingMemo":
-        return cls(sim.end_ns, list(sim.ecount), list(sim.ebusy), sim.dma_activity, dict(sim.closed_loops),
-                   sim.forgotten)
-
-    def restore(self, sim) -> None:
-        sim.end_ns, sim.ecount, sim.ebusy = self.end_ns, list(self.ecount), list(self.ebusy)
-        sim.dma_activity, sim.closed_loops, sim.forgotten = self.dma_activity, dict(self.closed_loops), self.forgotten
 
 
 class MachineSimulator(HazardChecks):
@@ -274,21 +103,21 @@ class MachineSimulator(HazardChecks):
         self.scale = 1 if self.precise else max(
             [-(-dtypes.storage(d.dtype, False).itemsize // dtypes.itemsize(d.dtype))
              for d in self.decls.values() if d.on_chip] + [1])
-        self.tensors = {name: _Tensor(d, self.precise, self.scale) for name, d in self.decls.items()}
-        self._retypes: dict[tuple[str, str], _Tensor] = {}  # (name, dtype): a tensor read as another dtype
+        self.tensors = {name: Tensor(d, self.precise, self.scale) for name, d in self.decls.items()}
+        self._retypes: dict[tuple[str, str], Tensor] = {}  # (name, dtype): a tensor read as another dtype
         self._cur_op: Op | None = None  # the op being executed (messages of gathers)
         self._rows = None  # its gathered rows in range, when a gather skipped some (oob_mode.skip)
         self.env: dict[str, int] = {}
         self.executed = 0
-        self.plans: list[_Plan] = []
+        self.plans: list[Plan] = []
         self.engines: list[str] = []      # engine / queue track names, index = ekey
         self._ekeys: dict[str, int] = {}
         self._rot_keys: list[int] = []
         self.scheduled = False
-        self._all_accs: list[_Acc] = []
+        self._all_accs: list[Acc] = []
         # loop nests run as whole-array operations where the IR allows (batched.py); one rank only
         self.batch = bool(batch) and self.comm.size == 1
-        self._plan_of: dict[int, _Plan] = {}
+        self._plan_of: dict[int, Plan] = {}
         self.nests: list[batched.Nest] = []
         self.unbatched: dict[str, str] = {}  # loop label -> why it can never run batched
         # the batched nests' legality verdicts by loop (they depend on the kernel alone: simulators of one
@@ -314,14 +143,8 @@ class MachineSimulator(HazardChecks):
         self._facts: dict[int, periodic.LoopFacts] = {}
         self._overlaps: dict[tuple, bool] = {}  # _overlap's exact answers
         self._timed = self.timing
-        self._max_hidden = max((p.hidden for p in self.plans), default=0.0)
-        # waits on rotating DMAs look at the memory boxes their executions touched (pending.py);
-        # the others only at the latest finish
-        rot_ids = {p.id for p in self.plans if p.rotate}
-        for p in self.plans:
-            p.wait_rot = () if p.tokens else tuple(w for w in p.waits if w in rot_ids)
-            p.wait_plain = tuple(w for w in p.waits if w not in p.wait_rot)
-        self._hidden_keys = sorted({p.ekey for p in self.plans if p.hidden > 0})
+        self.clock = TimingModel(self.engines, self._rot_keys, self.plans, self.costs, self._boxes,
+                                 set(self.neighbours.values()))
         # accesses to memory that no op ever writes cannot take part in a hazard
         written = {self.neighbours[a.tensor] for p in self.plans for a in writes(p.op)}
         touched = {n for n in self.tensors if self.neighbours[n] in written}
@@ -332,13 +155,13 @@ class MachineSimulator(HazardChecks):
         # A program that reads no register (no runtime offset, no runtime loop: its loop_guard is a
         # plan too) and meets no other rank times the same on any data: times, busy spans and hazard
         # checks follow from the program and the cost table alone. Its first timed run's timing is
-        # kept (_TimingMemo) and later runs of this simulator run only the data, every check on it
-        # included.
+        # kept (a snapshot of its clock) and later runs of this simulator run only the data, every
+        # check on it included.
         self._timing_static = (reuse_timing and self.timing and not self.tracing
                                and not any(a.scalar is not None or a.reg is not None for a in self._all_accs)
                                and not any(p.collective is not None or p.op.opcode == "loop_guard"
                                            for p in self.plans))
-        self._timing_memo: _TimingMemo | None = None
+        self._timing_memo: ClockState | None = None
 
     # --- setup ---------------------------------------------------------------------------
 
@@ -438,7 +261,7 @@ class MachineSimulator(HazardChecks):
                 return True
         return False
 
-    def _retyped(self, t: _Tensor, dtype: str, op: Op | None) -> _Tensor:
+    def _retyped(self, t: Tensor, dtype: str, op: Op | None) -> Tensor:
         """Tensor `t` seen as `dtype` (a reinterpreting view): the same bytes, its
         last dimension holding as many elements of `dtype` as they make."""
         v = self._retypes.get((t.name, dtype))
@@ -449,32 +272,29 @@ class MachineSimulator(HazardChecks):
                                  "run with NKI_PRECISE_FP=1 (the default)")
             d = t.decl
             shape = d.shape[:-1] + (d.shape[-1] * dtypes.itemsize(d.dtype) // dtypes.itemsize(dtype),)
-            v = self._retypes[(t.name, dtype)] = _Tensor(TensorDecl(d.name, shape, dtype, d.buffer, d.role, d.loc,
+            v = self._retypes[(t.name, dtype)] = Tensor(TensorDecl(d.name, shape, dtype, d.buffer, d.role, d.loc,
                                                                     d.address), True, self.scale)
         return v
 
-    def _acc(self, a: Access, op: Op | None = None) -> _Acc:
+    def _acc(self, a: Access, op: Op | None = None) -> Acc:
         t = self.tensors[a.tensor]
         if a.dtype is not None:
             t = self._retyped(t, a.dtype, op)
-        acc = _Acc(a, t, self._pb(t))
+        acc = Acc(a, t, self._pb(t))
         self._all_accs.append(acc)
         if self.timing:  # hazard checks need to know whether the access is a dense box
-            dense = [_dense_pairs(pairs) for pairs in acc.pairs]
-            if None in dense:
-                dense = [_dense(vals) for vals in acc.sets()]
-            acc.dense = all(dense)
+            acc.dense = acc.is_dense()
         if a.scalar is not None and a.scalar.tensor:
             acc.scalar = self._acc(Access(a.scalar.tensor, a.scalar.offset, ((1, 1),)))
         if a.vector is not None:
             acc.vector = self._acc(a.vector, op)
         return acc
 
-    def _pb(self, t: _Tensor) -> int:
+    def _pb(self, t: Tensor) -> int:
         return (self.target.psum_partition_bytes if t.is_psum else self.target.sbuf_partition_bytes) * self.scale
 
-    def _compile_op(self, op: Op, loop_vars) -> _Plan:
-        p = _Plan(op)
+    def _compile_op(self, op: Op, loop_vars) -> Plan:
+        p = Plan(op)
         self.plans.append(p)
         self._plan_of[id(op)] = p
         oid = op.attr("id")
@@ -491,10 +311,10 @@ class MachineSimulator(HazardChecks):
             self._rot_keys = [self._ekey(f"dma.q{q}") for q in range(self.target.dma_queues)]
         p.waits = tuple(op.attr("wait", ()) or ())
         p.loop_vars = loop_vars
-        by_id: dict[int, _Acc] = {}
-        accs: list[_Acc] = []
+        by_id: dict[int, Acc] = {}
+        accs: list[Acc] = []
 
-        def get(a: Access) -> _Acc:
+        def get(a: Access) -> Acc:
             acc = by_id.get(id(a))
             if acc is None:
                 acc = by_id[id(a)] = self._acc(a, op)
@@ -534,7 +354,7 @@ class MachineSimulator(HazardChecks):
                 p.fabric_ns = max(0.0, p.cost - self.costs.dma_fixed_ns) * engine_share(op, self.decls, self.costs)
         return p
 
-    def _hz_acc(self, p: _Plan, a: Access) -> _Acc:
+    def _hz_acc(self, p: Plan, a: Access) -> Acc:
         acc = p.by_id.get(id(a))
         if acc is not None:
             return acc
@@ -559,7 +379,7 @@ class MachineSimulator(HazardChecks):
         for acc in self._all_accs:
             acc.wrecs = acc.rrecs = None
             acc.vcache = {}  # (views of the run's arrays)
-        self._hz_dicts = []
+        self.clock.release()
         self._rows = self._cur_op = None
         self.scratch = Scratch()
 
@@ -620,14 +440,14 @@ class MachineSimulator(HazardChecks):
             else:
                 v.footprint = base.footprint.view(v.dtype)
 
-    def _alloc(self, t: _Tensor) -> None:
+    def _alloc(self, t: Tensor) -> None:
         if t.name in self._shared:
             return  # HBM the cores of a multi-core launch share: the others' writes stay
         t.footprint[...] = t.fill
         if t.is_psum:
             t.mask_footprint[...] = False
 
-    def _start(self, acc: _Acc, op: Op, write: bool) -> int:
+    def _start(self, acc: Acc, op: Op, write: bool) -> int:
         env = self.env
         e = acc.const
         for v, c in acc.terms:
@@ -648,22 +468,13 @@ class MachineSimulator(HazardChecks):
                              "the runtime scalar offset is out of range: check how it is updated")
         return e
 
-    def _scalar(self, sc: _Acc, op: Op):
+    def _scalar(self, sc: Acc, op: Op):
         """The value a runtime scalar offset reads now (the element its access sc reads; NaN when
         nothing wrote it)."""
         sc.cur = self._start(sc, op, False)
         return self._read_view(sc).reshape(-1)[0]
 
-    def _fast(self, acc: _Acc, e: int):
-        """(partition, free) start of an on-chip access that maps onto a strided
-        view of the tensor's bytes, or None when it wraps rows / runs off the tile."""
-        t = acc.t
-        p0, f0 = divmod(e, t.F)
-        if p0 + acc.part_lo < 0 or p0 + acc.part_hi >= t.P or f0 + acc.free_lo < 0 or f0 + acc.free_hi >= t.F:
-            return None
-        return p0, f0
-
-    def _flat_index(self, acc: _Acc, e: int) -> np.ndarray:
+    def _flat_index(self, acc: Acc, e: int) -> np.ndarray:
         if acc.rel is None:
             rel = np.zeros(acc.shape, dtype=np.int64)
             for axis, (s, n) in enumerate(acc.access.pattern):
@@ -673,7 +484,7 @@ class MachineSimulator(HazardChecks):
             acc.rel = rel
         return acc.rel + e
 
-    def _views(self, acc: _Acc, e: int):
+    def _views(self, acc: Acc, e: int):
         """(data view, PSUM written-mask view or None) of an access that maps onto
         a strided window of memory, or None when it wraps rows / runs off the tile.
         Views alias the machine's memory, so they are cached per start."""
@@ -696,15 +507,15 @@ class MachineSimulator(HazardChecks):
             acc.vcache[e] = v
         return v
 
-    def _gather_index(self, acc: _Acc, op: Op):
+    def _gather_index(self, acc: Acc, op: Op):
         return gather_index(acc.access, acc.cur, self._read_view(acc.vector), acc.t.size, op, acc.t.decl)
 
     @staticmethod
-    def _at(t: "_Tensor", flat: np.ndarray) -> np.ndarray:
+    def _at(t: "Tensor", flat: np.ndarray) -> np.ndarray:
         """Elements of a tensor at flat element indices (on chip: partition-major rows)."""
         return t.footprint[flat // t.F, flat % t.F] if t.onchip else t.footprint[flat]
 
-    def _read_view(self, acc: _Acc) -> np.ndarray:
+    def _read_view(self, acc: Acc) -> np.ndarray:
         v = acc.vcache.get(acc.cur) or self._views(acc, acc.cur)
         if v is not None:
             return v[0]
@@ -724,7 +535,7 @@ class MachineSimulator(HazardChecks):
         out[valid] = t.footprint[vi // t.F, vi % t.F]
         return out
 
-    def _write(self, acc: _Acc, values, is_matmul: bool, mode) -> None:
+    def _write(self, acc: Acc, values, is_matmul: bool, mode) -> None:
         t = acc.t
         if acc.vector is not None:  # a scatter into HBM
             idx, inside = self._gather_index(acc, self._cur_op)
@@ -784,32 +595,15 @@ class MachineSimulator(HazardChecks):
         self.reordered = 0
         for nest in self.nests:
             nest.batched = nest.fallbacks = 0
-        nengines = len(self.engines)
-        self.efree = [0.0] * nengines
-        self.eexec = [0.0] * nengines  # when the engine's last instruction began executing (past its overhead)
-        self.ebusy = [0.0] * nengines
-        self.ecount = [0] * nengines
-        self._rot_next = 0
-        self.fabric = Fabric()  # the core's HBM bandwidth, shared by the DMA queues (fabric.py)
-        self.finish_of: dict[int, float] = {}
-        self._rot_fin: dict[int, RegionFinishes] = {}  # rotating DMA id -> its executions' finishes by memory
-        self.end_ns = 0.0
-        self.dma_activity = DmaActivity()  # the union of the DMA queues' busy time (activity.py)
-        self._dma_keys = [k for k, name in enumerate(self.engines) if name.startswith("dma.q")]
-        groups = set(self.neighbours.values())
-        wrecs = {g: Records() for g in groups}
-        rrecs = {g: Records() for g in groups}
-        self._hz_groups = [g for g in wrecs] + [g for g in rrecs]
-        self._hz_dicts = [wrecs[g] for g in wrecs] + [rrecs[g] for g in rrecs]
-        self.closed_loops: dict[str, int] = {}  # loop label -> iterations timed in closed form
+        clock = self.clock
+        clock.reset()
         for facts in self._facts.values():
             facts.misses = facts.hits = 0
         for acc in self._all_accs:
             acc.vcache = {}
             acc.rcache = {}
             g = self.neighbours[acc.t.name]
-            acc.wrecs, acc.rrecs = wrecs[g], rrecs[g]
-        self.forgotten = 0
+            acc.wrecs, acc.rrecs = clock.writes[g], clock.reads[g]
         self._spans: list[list[float]] = []
         if self.tracing:
             self.tracer = TraceRecorder(self.kernel.name, getattr(self.target, "name", "?"),
@@ -822,9 +616,9 @@ class MachineSimulator(HazardChecks):
         with single_threaded_blas(), np.errstate(all="ignore"):  # semantics.compute's contract
             self._block(self._program)
         if memo is not None:
-            memo.restore(self)
+            clock.restore(memo)
         elif static:
-            self._timing_memo = _TimingMemo.of(self)
+            self._timing_memo = clock.snapshot()
         # and the inputs the kernel updated (once: a kernel may return an argument it wrote)
         names = list(dict.fromkeys(self.kernel.outputs + written_args(self.kernel)))
         # handed over, not copied: the next run() starts from new arrays (peak memory: one copy of E)
@@ -863,7 +657,7 @@ class MachineSimulator(HazardChecks):
             elif kind == 4:
                 self._loop(x[0], self._walk_timing)
 
-    def _guard_input(self, p: _Plan, i: int) -> int:
+    def _guard_input(self, p: Plan, i: int) -> int:
         x = p.op.ins[i]
         if isinstance(x, Const):
             return int(x.value)
@@ -917,7 +711,8 @@ class MachineSimulator(HazardChecks):
                 skipped = periodic.run_loop(self, spec, facts, block, None if walk else self._replay)
                 if skipped:
                     name = f"{label[1]} {label[0]} ({var})"
-                    self.closed_loops[name] = self.closed_loops.get(name, 0) + skipped
+                    closed = self.clock.closed_loops
+                    closed[name] = closed.get(name, 0) + skipped
                 return
         if self.tracing:
             spans, tracer = self._spans, self.tracer
@@ -955,7 +750,7 @@ class MachineSimulator(HazardChecks):
             p.count = n
         self.executed = executed
 
-    def _op(self, p: _Plan) -> None:
+    def _op(self, p: Plan) -> None:
         self.executed += 1
         p.count += 1
         op = p.op
@@ -980,7 +775,7 @@ class MachineSimulator(HazardChecks):
                 self._start(acc, op, True)  # raises E170
             self._write(acc, values, p.is_matmul, p.mode)
 
-    def _collective(self, p: _Plan) -> list:
+    def _collective(self, p: Plan) -> list:
         """Meet the other ranks of the op's group: they start together, when the
         last is ready; the outputs come from everyone's inputs."""
         op, comm = p.op, self.comm
@@ -998,67 +793,15 @@ class MachineSimulator(HazardChecks):
             meet(0.0)
         return p.collective(op, got["inputs"], comm.rank, group)
 
-    # --- timing and hazards --------------------------------------------------------------
+    # --- timing (timing.py) and hazards (hazards.py) --------------------------------------
 
-    def _time(self, p: _Plan, meet=None) -> None:
-        if p.rotate:
-            k = p.ekey = self._rot_keys[self._rot_next % len(self._rot_keys)]
-            self._rot_next += 1
-            p.tid = self._tid(self.engines[k])
-        else:
-            k = p.ekey
-        self.ecount[k] += 1
-        free = self.efree[k]
-        # A compute engine decodes an instruction's static overhead (and TensorE loads the next
-        # stationary) while the one before it executes (ARCH1 "Cost Model", "Background
-        # LoadStationary": back-to-back instructions pay only their execution); that part is
-        # exposed when the instruction waits for its inputs or its predecessor is short.
-        hidden = p.hidden
-        start = free - hidden
-        fin = self.finish_of
-        if p.wait_plain:
-            f = max(map(fin.get, p.wait_plain, _NO_FINISH))
-            if f > start:
-                start = f
-        boxes = None
-        for w in p.wait_rot:  # a rotating DMA: only its executions that touched this op's memory
-            f = fin.get(w)
-            if f is not None and f > start:
-                if boxes is None:
-                    boxes = self._boxes(p)
-                start = self._rot_fin[w].latest(boxes, start)  # max(start, those executions' finish)
-        if meet is not None:  # a collective: it starts when the last rank of its group is ready
-            start = meet(start)
-        if hidden:
-            if start < self.eexec[k]:  # one instruction in decode while the one before it executes
-                start = self.eexec[k]
-            self.eexec[k] = start + hidden
-        finish = start + p.cost
-        if start < free:
-            start = free  # the engine's span begins when it is free: the overhead ran before that
-        if p.fabric_ns:  # the queues share the core's DMA engines: overlapping transfers queue for them
-            f = self.fabric.reserve(start + self.costs.dma_fixed_ns, p.fabric_ns, self._dma_floor)
-            if f > finish:
-                finish = f
-        self.efree[k] = finish
-        self.ebusy[k] += finish - start  # a DMA is in flight while it waits for the shared engines too
-        if p.rotate:  # executions on different queues finish out of order: kept per memory box (pending.py)
-            rot = self._rot_fin.get(p.id)
-            if rot is None:
-                rot = self._rot_fin[p.id] = RegionFinishes()
-            rot.record(self._boxes(p), finish, self._horizon)
-            fin[p.id] = rot.latest_ns
-        else:
-            fin[p.id] = finish
-        if finish > self.end_ns:
-            self.end_ns = finish
-        if p.engine == "dma":
-            self.dma_activity.add(start, finish, self._dma_floor)
+    def _time(self, p: Plan, meet=None) -> None:
+        start, finish = self.clock.time(p, meet)
         if self.hazards != "off":
             self._hazards(p, start, finish)
         if self.tracing:
             iters = tuple(self.env[v] for v in p.loop_vars) if p.loop_vars else ()
-            self.tracer.op(p, start, finish, iters, p.tid)
+            self.tracer.op(p, start, finish, iters, self._tid(self.engines[p.ekey]) if p.rotate else p.tid)
             spans = self._spans
             if spans:
                 sp = spans[-1]
@@ -1067,57 +810,13 @@ class MachineSimulator(HazardChecks):
                 if finish > sp[1]:
                     sp[1] = finish
 
-    def _boxes(self, p: _Plan) -> list[tuple]:
-        """(memory group, p_lo, p_hi, b_lo, b_hi) of every access of the op now."""
-        out = []
-        for acc in p.accs + p.scalars:  # runtime offsets are read too: their loads must be waited for
-            r = self._region(acc)
-            out.append((self.neighbours[r[0]], r[1], r[2], r[3], r[4]))
-        return out
-
-    def _horizon(self) -> float:
-        """No instruction not yet timed, on an engine or queue that has run
-        one, can begin waiting before this: the earliest such an engine frees,
-        less the largest overhead an instruction hides behind its predecessor
-        (so that what is pruned before it can never change a later start)."""
-        return min((f for f, n in zip(self.efree, self.ecount) if n), default=0.0) - self._max_hidden
-
-    def _region(self, acc: _Acc):
-        """(tensor, p_lo, p_hi, b_lo, b_hi (exclusive), dense, e, fast) of an access now."""
-        e = acc.cur
-        r = acc.rcache.get(e)
-        if r is None:
-            r = self._region_at(acc, e)
-            if len(acc.rcache) < _VIEW_CACHE:
-                acc.rcache[e] = r
-        return r
-
-    def _region_at(self, acc: _Acc, e: int):
-        """(tensor, p_lo, p_hi, b_lo, b_hi (exclusive), dense, e, fast, key): key names
-        the region exactly (the box itself when the access fills it)."""
-        t = acc.t
-        if acc.vector is not None:  # a gather / scatter may touch any row: the whole tensor
-            box, dense, fast = (0, 0, 0, t.size * t.item), True, False
-        elif not t.onchip:
-            box, dense, fast = (0, 0, (e + acc.lo_span) * t.item, (e + acc.hi_span + 1) * t.item), acc.dense, True
-        else:
-            pf = self._fast(acc, e)
-            if pf is None:  # rows wrap or it runs off the tile: conservatively, the whole tile
-                box, dense, fast = (0, t.P - 1, t.address, t.address + t.F * t.item), True, False
-            else:
-                p0, f0 = pf
-                box = (p0 + acc.part_lo, p0 + acc.part_hi, t.address + (f0 + acc.free_lo) * t.item,
-                       t.address + (f0 + acc.free_hi + 1) * t.item)
-                dense, fast = acc.dense, True
-        key = box if dense and fast else box + (id(acc), e)
-        return (t.name,) + box + (dense, e, fast, key)
-
     # --- results -------------------------------------------------------------------------
 
     def _report(self, wall: float) -> SimReport:
         r = SimReport(kernel=self.kernel.name, target=getattr(self.target, "name", "?"), timing=self.timing,
                       executed=self.executed, wall_s=wall, prints=list(self.prints))
-        total = self.end_ns if self.timing else None
+        clock = self.clock
+        total = clock.end_ns if self.timing else None
         r.total_ns = total
         engines = {e: EngineStats() for e in COMPUTE_ENGINES + ("dma",)}
         queues: dict[str, EngineStats] = {}
@@ -1136,20 +835,9 @@ class MachineSimulator(HazardChecks):
                 r.dma_transfers += p.count
                 if p.spill:
                     r.spill_bytes += p.dma_bytes * p.count
-        if self.timing:
-            for k, name in enumerate(self.engines):
-                if name.startswith("dma.q") and self.ecount[k]:  # queues as executed: rotating DMAs move between them
-                    q = queues.setdefault(f"q{name[5:]}", EngineStats())
-                    q.instructions += self.ecount[k]
-                    q.busy_ns += self.ebusy[k]
-                elif name in COMPUTE_ENGINES:  # its instructions' spans: overheads it hid are not counted
-                    engines[name].busy_ns = self.ebusy[k]
-        if self.timing and total:  # active time as neuron-profile counts it (activity.py)
-            for name, s in engines.items():
-                s.active_pct = percent(self.dma_activity.active_ns() if name == "dma" else s.busy_ns, total)
-            for s in queues.values():
-                s.active_pct = percent(s.busy_ns, total)
-        if not self.timing:
+        if self.timing:  # busy times and counts as executed, active time (timing.py)
+            clock.fill(engines, queues, total)
+        else:
             for s in list(engines.values()) + list(queues.values()):
                 s.busy_ns = 0.0
         r.engines = engines
@@ -1159,17 +847,12 @@ class MachineSimulator(HazardChecks):
             r.trace_capped = self.tracer.capped
             r.timeline = self.tracer.timeline(self.track_names())
         r.batched_loops = {n.label: n.batched for n in self.nests if n.batched}
-        r.closed_form_loops = dict(self.closed_loops) if self.timing else {}
+        r.closed_form_loops = dict(clock.closed_loops) if self.timing else {}
         r.reordered_sums = self.reordered
         r.unbatched_loops = {**self.unbatched, **{n.label: n.why for n in self.nests if n.fallbacks}}
-        if self.forgotten:
-            r.note += f"; hazard tracking forgot {self.forgotten} old records (very long-lived regions)"
+        if clock.forgotten:
+            r.note += f"; hazard tracking forgot {clock.forgotten} old records (very long-lived regions)"
         return r
-
-    def _dma_floor(self) -> float:
-        """The earliest start a DMA not yet timed can have: when the first queue frees."""
-        efree = self.efree
-        return min(efree[k] for k in self._dma_keys)
 
     def track_names(self) -> dict[int, str]:
         names = {"pe": "Tensor Engine (pe)", "dve": "Vector Engine (dve)", "act": "Scalar Engine (act)",

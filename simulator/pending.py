@@ -38,6 +38,19 @@ class RegionFinishes:
         # no later than their engine frees, so it costs nothing)
         self._dropped_ns = float("-inf")
 
+    @property
+    def dropped_ns(self) -> float:
+        """The latest finish among the boxes pruned: every wait is at least this."""
+        return self._dropped_ns
+
+    def live(self, after: float) -> dict[tuple, float]:
+        """The boxes whose executions finish after `after`, with their finishes."""
+        return {b: t for b, t in self._fin.items() if t > after}
+
+    def load(self, boxes: dict[tuple, float], latest_ns: float, dropped_ns: float) -> None:
+        """Hold these boxes and finishes (the timing model's restore and shift)."""
+        self._fin, self.latest_ns, self._dropped_ns = boxes, latest_ns, dropped_ns
+
     def record(self, boxes, finish: float, horizon) -> None:
         """An execution that touched `boxes` (group, p_lo, p_hi, b_lo, b_hi)
         finishes at `finish`. horizon: a callable giving a time no later

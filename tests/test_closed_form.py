@@ -231,10 +231,11 @@ def test_a_period_needs_the_whole_state_to_repeat(rng, monkeypatch):
     (m, f, a, b, p, D), = seen
     assert periodic.shift_of(m, f, a, b, p) == D
 
-    def changed(part, edit):
+    def changed(part, edit):  # (the parts are the clock's: simulator/timing.py ClockState)
         s = copy.copy(b)
-        setattr(s, part, copy.deepcopy(getattr(b, part)))
-        edit(getattr(s, part))
+        s.clock = copy.copy(b.clock)
+        setattr(s.clock, part, copy.deepcopy(getattr(b.clock, part)))
+        edit(getattr(s.clock, part))
         return periodic.shift_of(m, f, a, s, p)
 
     def hz_record(edit):
@@ -269,7 +270,8 @@ def test_a_period_needs_the_whole_state_to_repeat(rng, monkeypatch):
         key, r = hz[g][0]
         hz[g].append((key + ("extra",), r))
 
-    assert any(b.hz) and any(boxes for _, _, boxes in b.rf.values()) and b.fab and b.act_live
+    c = b.clock
+    assert any(c.hz) and any(boxes for _, _, boxes in c.rf.values()) and c.fab and c.act_live
     for part, edit in [("hz", hz_record(later)), ("hz", hz_record(moved)), ("hz", extra), ("rf", rf_box),
                        ("fin", fin), ("efree", first), ("fab", first), ("act_live", first)]:
         assert changed(part, edit) is None, part

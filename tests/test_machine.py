@@ -481,7 +481,7 @@ def test_access_element_sets_without_sorting_match_the_sorted_product(pairs):
     """The element offsets of an access's (step, num) pairs: the shortcut for pairs that
     nest (no np.unique) against every index combination summed, sorted and deduplicated;
     the density read from the steps against the values (hazard checks trust both)."""
-    from nkicc.simulator.machine import _combos, _dense, _dense_pairs, _nested
+    from nkicc.simulator.program import _combos, _dense, _dense_pairs, _nested
     vals = np.zeros(1, dtype=np.int64)
     for step, num in pairs:
         vals = (vals[:, None] + np.arange(num, dtype=np.int64)[None, :] * step).reshape(-1)
@@ -500,7 +500,7 @@ def test_access_element_sets_without_sorting_match_the_sorted_product(pairs):
 def test_nesting_steps_skip_the_sort():
     """Pairs that nest (a tile's rows and columns, a negative step included) take the
     shortcut; a sliding window (a step inside the span of a smaller one) does not."""
-    from nkicc.simulator.machine import _dense_pairs, _nested
+    from nkicc.simulator.program import _dense_pairs, _nested
     assert _nested([(512, 128), (1, 300), (-70000, 2)]) is not None
     assert _dense_pairs([(300, 128), (1, 300)]) is True
     assert _dense_pairs([(512, 128), (1, 300)]) is False

@@ -1,5 +1,5 @@
 """A simulator runs a program that reads no register again without timing it again: the
-first timed run's timing is kept (simulator/machine.py `_TimingMemo`) and later runs run only
+first timed run's timing is kept (a snapshot of its clock, simulator/timing.py) and later runs run only
 the data. The oracle is a new simulator, which times every run: reports must be equal, field by
 field, on new random data each time; a program whose timing depends on its data (a runtime
 loop bound) is timed again on every run."""
