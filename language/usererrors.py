@@ -15,7 +15,7 @@ import traceback
 
 from ..ir import Loc, NkiccError
 from .tracing import is_nkicc_file
-from .kernel_trace import _is_library, _user_frame
+from .userframes import _is_library, _user_frame
 
 # the roots under which nkicc serves NKI (the `nki` and `neuronxcc` aliases, and nkicc itself)
 _SERVED_ROOTS = ("nki", "neuronxcc", "nkicc")
