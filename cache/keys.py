@@ -21,6 +21,7 @@ import json
 import os
 import sys
 
+from ..ir import ops
 from . import env
 
 FORMAT = 1
@@ -166,7 +167,6 @@ def _inside_nkicc(path: str) -> bool:
 def instruction_families() -> list:
     """[module, source hash] of every instruction family from outside nkicc
     (nkicc's own are covered by the compiler's source hash)."""
-    from ..ir import ops
     return sorted([name, file_hash(file)] for name, file in ops.family_files()
                   if file is not None and not _inside_nkicc(file))
 
