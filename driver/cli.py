@@ -24,9 +24,9 @@ from .diagnostics import explain
 from .ir import NkiccError, dtypes
 from .ir.numerics import random_values
 from .ir.program import dumps_program
-from .language.kernel_trace import _innermost_is_nkicc
 from .language.tracing import is_nkicc_file
 from .language.usererrors import user_error
+from .language.userframes import _innermost_is_nkicc
 from .loader import const_value, enable_nki_alias, parse_pairs, resolve_kernel
 from .passes import PassCrash, PassOptions, order, registry, split_names
 from .report import summary_lines
