@@ -766,7 +766,7 @@ CASES: dict[str, Case] = {
 def _mx_operand(rng, shape, dtype: str, lo: int = -3, hi: int = 3):
     """(packed storage of `shape`, scales [shape] uint8 in quadrant layout, dequantized [4*P, ...] float64):
     random element values and random power-of-two scales 2^lo .. 2^hi."""
-    from nkicc.simulator import numerics
+    from nkicc.ir import numerics
     p = shape[0]
     elems = rng.standard_normal(tuple(shape[:-1]) + (shape[-1] * 4,)).astype(np.float32)
     packed = numerics.pack(elems, dtype)
@@ -812,7 +812,7 @@ def down_projection_mx(rng, m):
 def _mx_decode(packed, codes, dtype: str) -> np.ndarray:
     """A kernel's MX output [P, ..., F] (uint storage) and its uint8 scales, compact (one row per
     8 partitions) -> values [P, ..., F, 4] float64 (lane last)."""
-    from nkicc.simulator import numerics
+    from nkicc.ir import numerics
     values = numerics.unpack(packed, dtype).astype(np.float64).reshape(packed.shape + (4,))
     group = np.arange(packed.shape[0]) // 8
     return values * (2.0 ** (codes[group].astype(np.float64) - 127))[..., None]
@@ -868,7 +868,7 @@ def _mx_weight(rng, h: int, cols: int, dtype: str, lo: int = -4, hi: int = -2):
     """An offline-quantized weight as the library stores it in HBM: data [H/4, cols] (row k*128 + p holds
     hidden rows k*512 + 4p + lane) and uint8 scales [H/32, cols] (row r // 8 for data row r); returns
     (data, scales, logical weight [H, cols] float64)."""
-    from nkicc.simulator import numerics
+    from nkicc.ir import numerics
     elems = rng.standard_normal((h // 4, cols * 4)).astype(np.float32)
     data = numerics.pack(elems, dtype)
     codes = rng.integers(127 + lo, 128 + hi, size=(h // 32, cols)).astype(np.uint8)
@@ -926,7 +926,7 @@ def load_gate_up_weight_scale_bias(rng, m):
     """The MoE TKG gate/up loader, LNC=1: expert 1's up projection (index 1 of the fused pair) into SBUF,
     scales spread to rows 0..3 of each quadrant; exact copies."""
     E, H, I = 2, 1024, 512
-    from nkicc.simulator import numerics
+    from nkicc.ir import numerics
     w = numerics.random_values(rng, "float4_e2m1fn_x4", (E, 128, 2, H // 512, I))
     sc = rng.integers(120, 130, size=(E, 16, 2, H // 512, I)).astype(np.uint8)
     bias = _rand(rng, (E, 128, 2, I // 512, 4), BF16)
@@ -947,7 +947,7 @@ def load_broadcast_down_weight_scale_bias(rng, m):
     """The MoE TKG down-projection loader, LNC=1: expert 0's weight and scales into SBUF (scales to rows
     0..3 of each quadrant) and its bias broadcast to tile_T rows; exact copies."""
     E, H, I, T = 2, 512, 1024, 4
-    from nkicc.simulator import numerics
+    from nkicc.ir import numerics
     w = numerics.random_values(rng, "float8_e4m3fn_x4", (E, 128, I // 512, H))
     sc = rng.integers(120, 130, size=(E, 16, I // 512, H)).astype(np.uint8)
     bias = _rand(rng, (E, H), BF16)
@@ -970,7 +970,7 @@ def _moe_mx_weights(rng, E, H, I, dtype):
     [T, 4, H/512, 128] view of the hidden states), scales [E, 16, 2, H/512, I]; down data [E, 128, I/512, H]
     (element (p, j) lane l: intermediate column j*512 + l*128 + p, the layout gate/up's PSUM tiles have),
     scales [E, 16, I/512, H]. Returns (gu, gu_sc, dn, dn_sc, G [E, 2, H, I], D [E, I, H]) float64."""
-    from nkicc.simulator import numerics
+    from nkicc.ir import numerics
     nh, ni = H // 512, I // 512
 
     def data_and_logical(shape, group_axis):

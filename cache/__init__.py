@@ -7,7 +7,7 @@
            folder), size-limited, least-recently-used eviction; degrades to no
            cache with one warning (nkicc.cache.store)
 - remote:  the shared tier behind the store (signing, namespace, failing
-           soft); redis_tier: its Redis client (nkicc.cache.remote)
+           soft; its Redis client is the redis-cache plugin) (nkicc.cache.remote)
 - regions: the region level, used by the pass manager (nkicc.cache.regions)
 - stats:   counters shared by every process using the folder (nkicc.cache.stats)
 - env:     every environment variable nkicc reads, key or neutral (nkicc.cache.env)

@@ -20,6 +20,7 @@ import json
 import os
 import sys
 
+from ..ir import ops
 from ..ir.origin import is_nkicc, package_dirs
 from . import env
 
@@ -142,7 +143,6 @@ def plugin_versions(manager, own_distribution: str = "nkicc", providers: dict | 
 def instruction_families() -> list:
     """[module, source hash] of every instruction family from outside nkicc
     (nkicc's own are covered by the compiler's source hash)."""
-    from ..ir import ops
     return sorted([name, file_hash(file)] for name, file in ops.family_files()
                   if file is not None and not is_nkicc(file))
 

@@ -17,6 +17,7 @@ import threading
 import time
 
 from .format import CorruptEntry, pack, unpack
+from .keys import fingerprint_tag
 from .stats import Counters
 
 DEFAULT_SIZE = 2 * 2**30  # 2 GiB
@@ -225,7 +226,6 @@ class Store:
         """Mark what `get` read as just used (least-recently-used eviction);
         write back what the shared tier served."""
         if self._backfill:
-            from .keys import fingerprint_tag
             items, self._backfill = self._backfill, []
             self.count("remote.backfills", self._put_local(items, fingerprint_tag()))
             self.cull()  # the size limit holds for written-back entries too
@@ -458,7 +458,7 @@ def open_store(directory: str | None = None, size_limit: int | None = None, back
     """The process's Store for a directory and shared tier (opened once).
     The shared tier is $NKICC_REMOTE_CACHE's, its backend `remote_factory(url)`
     (the `nkicc_cache_backend` hook, asked with `remote=URL`)."""
-    from .remote import open_tier, url_from_env
+    from .remote import open_tier, url_from_env  # start-up: ~10 ms, at the first store, not at `import nkicc`
 
     directory = directory or default_directory()
     size_limit = size_limit if size_limit is not None else size_from_env()

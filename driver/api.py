@@ -14,28 +14,26 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .ir import Counts, Kernel, Loop, NkiccError, count_instructions, dtypes, format_kernel
-from .ir.target import GENERATION_NAMES
+from .ir import Counts, Kernel, Loop, NkiccError, Op, count_instructions, dtypes, format_kernel, ops
 from .simulator.reference import poison
 from .simulator import run_reference
 from .simulator.reference import check_defined
 from .ir.analysis import written_args
 from . import frameworks
 from .simulator.machine import MachineSimulator
-from .simulator.numerics import precise_from_env
+from .ir.numerics import precise_from_env
 from .simulator.plot import plot_timeline
 from .simulator.ranks import run_ranks as _simulate_ranks
 from .pass_api import BudgetExceeded, Target
 from .cached import CachePlan
-from .passes import PassOptions, PipelineResult, registry
+from .passes import DEFAULT_TARGET, PassOptions, PipelineResult, registry, resolve_target
 from .report import peak_rss_mb
 from .sim_progress import simulation_progress
 from .specs import TensorSpec, bind_call, constant_key
 from .language.tracing import current_builder
-from .language.kernel_trace import TraceResult, caller_loc, inspect_unwrap, trace_kernel
-
-
-DEFAULT_TARGET = "trn2"
+from .language.kernel_trace import TraceResult, inspect_unwrap, trace_kernel
+from .language.spmd import normalize_grid
+from .language.userframes import caller_loc
 
 
 UNDEFINED_MODES = ("error", "poison")
@@ -330,7 +328,6 @@ def _compile(fn, specs: dict[str, TensorSpec], constants: dict, name: str | None
 
 
 def _meets_other_cores(kernel: Kernel) -> bool:
-    from .ir import Op, ops
     return any(isinstance(s, Op) and ops.of(s).collective is not None and s.attr("groups") != "self"
                for s in kernel.body.walk())
 
@@ -343,17 +340,6 @@ class BudgetError(Exception):
         super().__init__(f"error[E320] pass {exc.pass_name!r} stopped: over the {exc.what}{how_far} "
                          f"(raise --max-compile-memory/--max-compile-time, or --disable-pass {exc.pass_name})")
         self.pass_name = exc.pass_name
-
-
-def resolve_target(name: str | None, reg) -> Target:
-    name = name or os.environ.get("NEURON_PLATFORM_TARGET_OVERRIDE") or DEFAULT_TARGET
-    name = GENERATION_NAMES.get(name, name)  # the vendor's generation names: gen2 trn1, gen3 trn2, gen4 trn3
-    if name not in reg.targets:
-        import difflib
-        near = difflib.get_close_matches(name, list(reg.targets), n=1)
-        raise NkiccError("E202", f"unknown target {name!r}", None,
-                         f"did you mean {near[0]}?" if near else f"targets: {', '.join(sorted(reg.targets))}")
-    return reg.targets[name]
 
 
 def build_report(c: CompiledKernel, pipeline: PipelineResult) -> dict:
@@ -419,7 +405,6 @@ class JitKernel:
     def __getitem__(self, grid) -> "JitKernel":
         """`kernel[grid](...)`: an SPMD launch, the kernel runs once per program id
         (nl.program_id / nl.num_programs); the grid is traced as rolled loops."""
-        from .language.spmd import normalize_grid
         launched = copy.copy(self)  # shares the options and the compiled variants
         launched.grid = normalize_grid(grid)
         return launched

@@ -19,6 +19,10 @@ import types
 
 import numpy as np
 
+import nkicc
+from nkicc.api import JitKernel
+from nkicc.language.dtypes import dtype_name
+
 # how kernels conventionally import the modules of `nki` (import nki.language as nl, ...)
 SHORT = {"language": "nl", "isa": "nisa", "typing": "nt"}
 
@@ -118,7 +122,6 @@ def _is_constant_instance(v) -> bool:
 
 def _value(v) -> str:
     if _is_dtype(v):  # nkicc's name for it, not numpy's or ml_dtypes' (their text varies by version)
-        from nkicc.language.dtypes import dtype_name
         return dtype_name(v)
     return repr(v)
 
@@ -167,9 +170,6 @@ def module_section(modname: str, short: str, what: str) -> list[str]:
 
 
 def jit_section() -> list[str]:
-    import nkicc
-    from nkicc.api import JitKernel
-
     lines = ["## `nki.jit` / `nkicc.jit`: kernel options", "",
              _entry(f"nkicc.jit{signature(nkicc.jit)}", first_paragraph(nkicc.jit)), "",
              "Options (keyword arguments of `@nkicc.jit(...)`):", ""]

@@ -21,7 +21,7 @@ from .cache.regions import RegionSession
 from .cache.store import Store, enabled_by_env, open_store
 from .ir import Kernel, Loc, Loop, NkiccError, NotCanonical, count_instructions, exact_hash
 from .ir.serialize import Unserialisable
-from .passes import PassOptions, PipelineResult, Registry, run_pipeline, select
+from .passes import PassOptions, PipelineResult, Registry, registry, resolve_target, run_pipeline, select
 from .language.kernel_trace import TraceResult
 
 _bases: dict[tuple, tuple] = {}
@@ -336,9 +336,6 @@ def _moved(text: str, moved: dict[str, str]) -> str:
 def kernel_key(kernel: Kernel, options: PassOptions | None = None, reg: Registry | None = None, target=None,
                unroll: bool = False) -> str | None:
     """The kernel-level cache key of a traced kernel (None: it has none)."""
-    from .api import resolve_target
-    from .passes import registry
-
     options = PassOptions.coerce(options)
     reg = reg or registry(options.no_plugins, options.plugins)
     target = target or resolve_target(options.target, reg)

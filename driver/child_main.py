@@ -32,7 +32,7 @@ def _die_with_parent(parent: int) -> None:
 def _main() -> None:
     _die_with_parent(int(sys.argv[1]))
     sys.argv = ["nkicc", *sys.argv[2:]]
-    from .cli import entry
+    from .cli import entry  # after the death signal is armed: importing nkicc takes half a second
     entry()
 
 

@@ -9,6 +9,7 @@ import contextlib
 import gc
 import json
 import os
+import re
 import runpy
 import sys
 import traceback
@@ -17,10 +18,23 @@ from typing import List, Optional
 import numpy as np
 import typer
 
-from .ir import NkiccError
-from .loader import const_value, parse_pairs, resolve_kernel
-from .specs import TensorSpec
+from .api import RUN_SETTINGS, UNDEFINED_MODES, BudgetError, RunSettings, _compile, check_array
+from .cache.keys import compiler_version
+from .diagnostics import explain
+from .ir import NkiccError, dtypes
+from .ir.numerics import random_values
+from .ir.program import dumps_program
+from .ir.origin import is_nkicc
+from .language.usererrors import user_error
+from .language.userframes import _innermost_is_nkicc
+from .loader import const_value, enable_nki_alias, parse_pairs, resolve_kernel
+from .passes import PassCrash, PassOptions, order, registry, split_names
 from .report import summary_lines
+from .reproduce import replay, write
+from .sim_progress import simulation_progress
+from .simulator.plot import INSTALL, have_matplotlib
+from .specs import TensorSpec
+from .sweep import parse_sweep, tune
 
 app = typer.Typer(
     help="Compile NKI kernels with loops kept rolled, and simulate them.",
@@ -35,7 +49,6 @@ EXIT_USER, EXIT_USAGE, EXIT_BUDGET, EXIT_INTERNAL = 1, 2, 3, 4
 
 def _version(value: bool) -> None:
     if value:
-        from .cache.keys import compiler_version
         typer.echo(f"nkicc {compiler_version()}")
         raise typer.Exit()
 
@@ -83,8 +96,6 @@ TIMELINE_HELP = ("Draw the engine timeline (one row per engine and DMA queue, on
 
 def _check_timeline(path: Optional[str], flag: str = "--timeline") -> None:
     """Before the compile and the run: a file that can be written, and matplotlib to draw it."""
-    from .simulator.plot import INSTALL, have_matplotlib
-
     if not path:
         return
     _check_writable(path, flag)
@@ -152,7 +163,7 @@ def _remote_cache(url: Optional[str]) -> None:
     """--remote-cache is NKICC_REMOTE_CACHE for this process and what it starts
     (a script's own subprocesses, workers)."""
     if url:
-        from .cache.remote import URL_ENV
+        from .cache.remote import URL_ENV  # start-up: cache.remote costs ~10 ms, only with --remote-cache
         os.environ[URL_ENV] = url
 
 
@@ -161,7 +172,6 @@ def _memory_mb(text: Optional[str]) -> Optional[float]:
         return None
     units = {"": 1 / 2**20, "B": 1 / 2**20, "K": 1 / 1024, "KB": 1 / 1024, "M": 1, "MB": 1, "G": 1024, "GB": 1024,
              "KIB": 1 / 1024, "MIB": 1, "GIB": 1024, "T": 2**20, "TB": 2**20}
-    import re
     m = re.fullmatch(r"\s*([0-9.]+)\s*([A-Za-z]*)\s*", text)
     if not m or m.group(2).upper() not in units:
         raise NkiccError("E201", f"cannot read memory size {text!r}", None, "write e.g. 2GB, 512MB")
@@ -170,8 +180,6 @@ def _memory_mb(text: Optional[str]) -> Optional[float]:
 
 def _pass_options(target, enable, disable, opt, time_passes, before, after, verify_each, max_time, max_memory,
                   no_plugin, plugin):
-    from .passes import PassOptions, split_names
-
     return PassOptions(enable=split_names(enable), disable=split_names(disable), opt_level=opt, target=target,
                        time_passes=time_passes, print_ir_before=split_names(before),
                        print_ir_after=split_names(after), verify_each=verify_each, max_compile_time=max_time,
@@ -181,8 +189,6 @@ def _pass_options(target, enable, disable, opt, time_passes, before, after, veri
 
 def _plugin_names(values) -> tuple[str, ...]:
     """-p values, comma lists split; an empty one is a mistake, not nothing."""
-    from .passes import split_names
-
     if any(not n.strip() for v in values for n in str(v).split(",")):
         raise NkiccError("E303", "empty plugin module name (-p '')", None,
                          "give an import name or a plugin file, e.g. -p ./devpass.py")
@@ -191,8 +197,6 @@ def _plugin_names(values) -> tuple[str, ...]:
 
 
 def _build(target_spec, arg, const, options, cache=None, from_inputs=None):
-    from .api import BudgetError, _compile
-
     fn, specs, constants = _resolve(target_spec, arg, const, from_inputs)
     try:
         return _compile(fn, specs, constants, None, passes=options, printer=typer.echo, cache=cache)
@@ -259,8 +263,6 @@ def _echo_notes(compiled, only=None) -> None:
 
 
 def _emit(compiled, what: str, output: Optional[str]) -> None:
-    from .ir.program import dumps_program
-
     if what == "ir":
         text = compiled.print_ir()
     elif what == "program":
@@ -277,9 +279,6 @@ def _emit(compiled, what: str, output: Optional[str]) -> None:
 
 
 def _inputs(compiled, how: str, seed: int) -> dict[str, np.ndarray]:
-    from .ir import dtypes
-    from .simulator.numerics import random_values
-
     rng = np.random.default_rng(seed)
     if how not in ("random", "ones"):
         if not os.path.isfile(how):
@@ -294,7 +293,6 @@ def _inputs(compiled, how: str, seed: int) -> dict[str, np.ndarray]:
         if missing:
             raise NkiccError("E002", f"{how} has no array for {', '.join(missing)}", compiled.ir.loc,
                              f"save one array per kernel argument: {', '.join(compiled.ir.args)}")
-        from .api import check_array
         arrays = {k: data[k] for k in compiled.ir.args}
         for k, v in arrays.items():
             check_array(k, v, compiled.specs[k], compiled.ir.loc)
@@ -336,7 +334,6 @@ def simulate_cmd(
         _choice("--simulator", simulator, ("machine", "reference"))
         _choice("--timing", timing, ("on", "off"))
         if undefined is not None:
-            from .api import UNDEFINED_MODES
             _choice("--undefined", undefined, UNDEFINED_MODES)
         for path, flag in ((trace_file, "--trace"), (timeline, "--timeline")):
             if path and (simulator != "machine" or timing == "off"):
@@ -354,7 +351,6 @@ def simulate_cmd(
         compiled.simulator, compiled.timing = simulator, timing == "on"
         compiled.undefined = undefined
         compiled.trace_path = trace_file or bool(timeline)  # --timeline alone: the trace stays in memory
-        from .sim_progress import simulation_progress
         with simulation_progress(compiled):
             result = compiled.run(**arrays)
         if timeline and compiled.sim is not None:
@@ -416,9 +412,6 @@ def run_cmd(
 ):
     """Run an NKI script unchanged, with nkicc behind `import nki` (a real installed nki is never shadowed).
     Options go before the script; everything after it is the script's own arguments."""
-    from .api import RUN_SETTINGS, UNDEFINED_MODES, RunSettings
-    from .loader import enable_nki_alias
-
     if not os.path.isfile(script):
         _fail(NkiccError("E200", f"no such script: {script}", None, "give the path to a .py file"))
     try:
@@ -456,7 +449,7 @@ def run_cmd(
 
 
 def _run_shards(script, args, shards, timing, workers, cluster, timeout, report, undefined=None) -> None:
-    from . import sweep_view
+    from . import sweep_view  # start-up: rich's views and the shard runner (5-20 ms), for --shards only
     from .shards import run_shards
 
     console = sweep_view.console()
@@ -482,11 +475,6 @@ def _script_failed(exc: Exception) -> None:
     """An exception out of a script `nkicc run` ran: the script's own traceback
     (from its first frame on) and exit 1, as python itself would; one raised
     inside nkicc is an internal error (re-raised: exit 4 with nkicc's traceback)."""
-    from .ir.origin import is_nkicc
-    from .language.kernel_trace import _innermost_is_nkicc
-
-    from .language.usererrors import user_error
-
     err = user_error(exc) if isinstance(exc, ImportError) else None
     if err is not None:  # a name nkicc lacks: one line at the import (a script's own assert stays Python's)
         _fail(err)
@@ -520,8 +508,7 @@ def tune_cmd(
 ):
     """Compile and simulate every variant of a sweep on a Dask cluster; rank them by estimated time.
     Exit 0 when at least one variant ran, 1 when none did, 130 when stopped with Ctrl-C."""
-    from . import sweep_view
-    from .sweep import parse_sweep, tune
+    from . import sweep_view  # start-up: rich's views (3-10 ms), for nkicc tune only
 
     console = sweep_view.console()
     try:
@@ -557,8 +544,6 @@ def passes_cmd(
     no_plugin: List[str] = NO_PLUGIN, plugin: List[str] = PLUGIN,
 ):
     """List the passes: name, default, scope, cost, version, providing package, what it does."""
-    from .passes import order, registry, split_names
-
     try:
         reg = registry(split_names(no_plugin), _plugin_names(plugin))
     except NkiccError as err:
@@ -575,8 +560,6 @@ def passes_cmd(
 @app.command("explain")
 def explain_cmd(code: str = typer.Argument(..., help="An error or warning code, e.g. E101 or W201")):
     """Print the longer story behind an error or warning code."""
-    from .diagnostics import explain
-
     text = explain(code.upper())
     if text is None:
         _fail(NkiccError("E201", f"no such code {code!r}", None, "codes look like E101 or W201; see docs/errors.md"))
@@ -587,8 +570,6 @@ def explain_cmd(code: str = typer.Argument(..., help="An error or warning code, 
 def reproduce_cmd(path: str = typer.Argument(..., help="A reproducer file written when a pass crashed")):
     """Replay a reproducer: the recorded IR through the recorded pipeline and options;
     a crash prints the pass's traceback (the one recorded first is in the file's "traceback")."""
-    from .reproduce import PassCrash, replay
-
     try:
         replay(path, printer=typer.echo)
     except NkiccError as err:
@@ -603,8 +584,6 @@ def reproduce_cmd(path: str = typer.Argument(..., help="A reproducer file writte
 
 
 def _crashed(crash) -> None:
-    from .reproduce import write
-
     path = crash.path or write(crash)
     typer.echo(crash.summary(), err=True)
     if path:
@@ -630,8 +609,6 @@ def entry() -> None:
 
 
 def main() -> None:
-    from .reproduce import PassCrash
-
     try:
         app()
     except SystemExit:

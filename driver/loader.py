@@ -9,7 +9,12 @@ import os
 import sys
 import types
 
-from .ir import NkiccError
+from .api import JitKernel
+from .ir import Loc, NkiccError
+from .language.kernel_trace import inspect_unwrap
+from .language.usererrors import user_error
+from .language.userframes import _user_frame
+from .specs import TensorSpec, annotated_specs, parameters
 
 _ALIAS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_nki_alias")
 
@@ -43,11 +48,8 @@ def load_module(path: str) -> types.ModuleType:
     except NkiccError:
         raise
     except SyntaxError as exc:
-        from .ir import Loc
         raise NkiccError("E001", f"SyntaxError: {exc.msg}", Loc(path, exc.lineno or 0), "fix the kernel file") from None
     except Exception as exc:
-        from .language.kernel_trace import _user_frame
-        from .language.usererrors import user_error
         err = user_error(exc)
         if err is not None:
             raise err from None
@@ -72,8 +74,6 @@ def load_kernel(target: str):
 
 
 def _only_kernel(path: str, module: types.ModuleType):
-    from .api import JitKernel
-
     # kernels defined in the file itself, not ones it imported
     kernels = {k: v for k, v in vars(module).items()
                if isinstance(v, JitKernel) and getattr(v.fn, "__module__", None) == module.__name__}
@@ -107,9 +107,6 @@ def resolve_kernel(target: str, args: list[str], consts: list[str], from_inputs:
     """Load FILE::KERNEL and split its parameters into tensor specs and constants.
     `from_inputs`: specs of the arrays of an --inputs FILE.npz, used for
     parameters with neither --arg nor an annotation."""
-    from .specs import TensorSpec, annotated_specs, parameters
-    from .language.kernel_trace import inspect_unwrap
-
     kernel = load_kernel(target)
     fn = inspect_unwrap(getattr(kernel, "fn", kernel))
     given = {k: TensorSpec.parse(v) for k, v in parse_pairs(args, "--arg").items()}

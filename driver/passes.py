@@ -11,6 +11,7 @@ import importlib.util
 import os
 import sys
 import time
+import traceback
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -20,7 +21,10 @@ from . import hookspecs
 from .cache.regions import run_region
 from .ir import Block, Kernel, Loop, NkiccError, count_instructions, format_kernel
 from .pass_api import BudgetExceeded, Pass, PassContext, Region, Target, hookimpl
+from .ir.numerics import random_values
+from .ir.target import GENERATION_NAMES
 from .report import current_rss_mb, peak_rss_mb
+from .simulator import run_reference
 
 AUTOLOAD_ENV = "NKICC_DISABLE_PLUGIN_AUTOLOAD"
 OWN_DISTRIBUTION = "nkicc"
@@ -102,6 +106,20 @@ def registry(no_plugins: tuple[str, ...] = (), plugins: tuple[str, ...] = ()) ->
     if key not in _registries:
         _registries[key] = _load(set(no_plugins), plugins, autoload)
     return _registries[key]
+
+
+DEFAULT_TARGET = "trn2"
+
+
+def resolve_target(name: str | None, reg: Registry) -> Target:
+    """The registered target of that name (None: NEURON_PLATFORM_TARGET_OVERRIDE, else trn2)."""
+    name = name or os.environ.get("NEURON_PLATFORM_TARGET_OVERRIDE") or DEFAULT_TARGET
+    name = GENERATION_NAMES.get(name, name)  # the vendor's generation names: gen2 trn1, gen3 trn2, gen4 trn3
+    if name not in reg.targets:
+        near = difflib.get_close_matches(name, list(reg.targets), n=1)
+        raise NkiccError("E202", f"unknown target {name!r}", None,
+                         f"did you mean {near[0]}?" if near else f"targets: {', '.join(sorted(reg.targets))}")
+    return reg.targets[name]
 
 
 def _load(no_plugins: set[str], plugins: tuple[str, ...], autoload: bool) -> Registry:
@@ -351,6 +369,27 @@ class PipelineResult:
     notes: dict = field(default_factory=dict)
 
 
+class PassCrash(Exception):
+    """A pass raised something other than a diagnostic."""
+
+    def __init__(self, pass_name: str, provider: str, error: BaseException, kernel, options, target: str) -> None:
+        super().__init__(f"{type(error).__name__}: {error}")
+        self.pass_name = pass_name
+        self.provider = provider
+        self.error = error
+        self.kernel = kernel
+        self.options = options
+        self.target = target
+        self.path: str | None = None
+
+    def summary(self) -> str:
+        return (f"internal error[E999] pass {self.pass_name!r} (from {self.provider}) crashed: "
+                f"{type(self.error).__name__}: {self.error}")
+
+    def traceback_text(self) -> str:
+        return "".join(traceback.format_exception(self.error))
+
+
 def run_pipeline(kernel: Kernel, options: PassOptions, reg: Registry, target: Target,
                  printer=print) -> PipelineResult:
     pipeline = select(options, reg)
@@ -371,7 +410,6 @@ def run_pipeline(kernel: Kernel, options: PassOptions, reg: Registry, target: Ta
         except (NkiccError, BudgetExceeded):
             raise
         except Exception as exc:  # a bug in the pass, not in the kernel
-            from .reproduce import PassCrash
             raise PassCrash(p.name, reg.provider.get(p.name, "?"), exc, traced, options, target.name) from exc
         finally:
             budget.end_line()
@@ -398,9 +436,6 @@ class _ResultCheck:
     named."""
 
     def __init__(self, kernel: Kernel) -> None:
-        from .simulator import run_reference
-        from .simulator.numerics import random_values
-
         self.run = run_reference
         rng = np.random.default_rng(0)
         self.inputs = {}

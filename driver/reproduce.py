@@ -8,35 +8,13 @@ import hashlib
 import json
 import os
 import tempfile
-import traceback
 
 from .ir import NkiccError
 from .ir.serialize import from_json, to_json
+from .passes import PassCrash, PassOptions, registry, run_pipeline
 
 FORMAT = "nkicc-reproducer"
 VERSION = 1
-
-
-class PassCrash(Exception):
-    """A pass raised something other than a diagnostic."""
-
-    def __init__(self, pass_name: str, provider: str, error: BaseException, kernel, options, target: str) -> None:
-        super().__init__(f"{type(error).__name__}: {error}")
-        self.pass_name = pass_name
-        self.provider = provider
-        self.error = error
-        self.kernel = kernel
-        self.options = options
-        self.target = target
-        self.path: str | None = None
-
-    def summary(self) -> str:
-        return (f"internal error[E999] pass {self.pass_name!r} (from {self.provider}) crashed: "
-                f"{type(self.error).__name__}: {self.error}")
-
-
-    def traceback_text(self) -> str:
-        return "".join(traceback.format_exception(self.error))
 
 
 def write(crash: PassCrash, directory: str | None = None) -> str:
@@ -76,8 +54,6 @@ def load(path: str) -> dict:
 def replay(path: str, printer=print):
     """Run the recorded pipeline on the recorded IR; returns the result or
     raises the same PassCrash."""
-    from .passes import PassOptions, registry, run_pipeline
-
     data = load(path)
     fields = {f.name for f in dataclasses.fields(PassOptions)}
     raw = {k: tuple(v) if isinstance(v, list) else v for k, v in data["options"].items() if k in fields}

@@ -29,7 +29,7 @@ from typing import Callable, Sequence
 from .child import run_nkicc
 from .cluster import Counts, connect, default_workers, run_tasks
 from .ir import NkiccError
-from .sweep import progress_bar
+from .task_progress import progress_bar
 
 
 @dataclass(frozen=True)

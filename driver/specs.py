@@ -3,38 +3,13 @@ call time, or string annotations on the kernel's parameters."""
 from __future__ import annotations
 
 import inspect
-import re
-from dataclasses import dataclass
 
 import numpy as np
 
 from .ir import NkiccError
-from .language import dtypes
-
-_SPEC = re.compile(r"^\s*([A-Za-z0-9_]+)\s*\[\s*([0-9,\s]*)\]\s*$")
-
-
-@dataclass(frozen=True)
-class TensorSpec:
-    shape: tuple[int, ...]
-    dtype: str
-
-    def __str__(self) -> str:
-        return f"{self.dtype}[{','.join(map(str, self.shape))}]"
-
-    @staticmethod
-    def parse(text: str) -> "TensorSpec":
-        m = _SPEC.match(text)
-        if not m:
-            raise NkiccError("E201", f"cannot read tensor spec {text!r}", None, "write DTYPE[D0,D1,...], e.g. float32[128,512]")
-        dims = [d for d in m.group(2).replace(" ", "").split(",") if d]
-        if not dims or any(int(d) <= 0 for d in dims):
-            raise NkiccError("E201", f"tensor spec {text!r} needs positive dimensions", None, "e.g. float32[128,512]")
-        return TensorSpec(tuple(int(d) for d in dims), dtypes.dtype_name(m.group(1)))
-
-    @staticmethod
-    def of_array(a: np.ndarray) -> "TensorSpec":
-        return TensorSpec(tuple(int(d) for d in a.shape), dtypes.dtype_name(a.dtype))
+from .language.argspec import SPEC, TensorSpec
+from .language.typing import TensorType
+from .language.userframes import caller_loc
 
 
 def parameters(fn) -> list[inspect.Parameter]:
@@ -48,7 +23,6 @@ def bind_call(fn, args: tuple, kwargs: dict, allow_specs: bool = False
     try:
         bound = inspect.signature(fn).bind(*args, **kwargs)
     except TypeError as exc:
-        from .language.kernel_trace import caller_loc
         raise NkiccError("E002", f"calling kernel {fn.__name__}: {exc}", caller_loc(),
                          f"its signature is {fn.__name__}{inspect.signature(fn)}") from None
     bound.apply_defaults()
@@ -64,7 +38,7 @@ def bind_call(fn, args: tuple, kwargs: dict, allow_specs: bool = False
             arrays[name] = value
         elif allow_specs and isinstance(value, TensorSpec):
             specs[name] = value
-        elif allow_specs and isinstance(value, str) and _SPEC.match(value):
+        elif allow_specs and isinstance(value, str) and SPEC.match(value):
             specs[name] = TensorSpec.parse(value)
         else:
             constants[name] = value
@@ -75,12 +49,10 @@ def annotated_specs(fn) -> dict[str, TensorSpec]:
     """Default tensor specs from annotations: strings (`def k(a: "float32[128,512]")`)
     and nki.typing (`def k(a: nt.tensor[[128, 512], nl.float32])`, also when
     `from __future__ import annotations` made it a string)."""
-    from .language.typing import TensorType
-
     out = {}
     for p in parameters(fn):
         ann = p.annotation
-        if isinstance(ann, str) and _SPEC.match(ann):
+        if isinstance(ann, str) and SPEC.match(ann):
             out[p.name] = TensorSpec.parse(ann)
             continue
         if isinstance(ann, str) and "tensor" in ann:

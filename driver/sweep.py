@@ -15,7 +15,7 @@ filesystem or the same checkout.
 """
 from __future__ import annotations
 
-import contextlib
+import ast
 import dataclasses
 import inspect
 import itertools
@@ -30,6 +30,11 @@ from typing import Callable, Iterable, Mapping, Sequence
 from .child import run_nkicc
 from .cluster import Counts, connect, default_workers, run_tasks
 from .ir import NkiccError
+from .language.kernel_trace import inspect_unwrap
+from .loader import const_value, resolve_kernel
+from .passes import registry, resolve_target
+from .specs import TensorSpec
+from .task_progress import progress_bar
 
 
 @dataclass(frozen=True)
@@ -158,18 +163,6 @@ def tune(kernel, sweeps: Mapping[str, Iterable], *, args: Mapping | None = None,
     return TuneResult(shown, sweeps, rank(rows), time.perf_counter() - t0, n_workers, interrupted)
 
 
-@contextlib.contextmanager
-def progress_bar(progress, total: int, what: str):
-    """The progress callback for run_tasks: `progress` itself, or a rich bar for True."""
-    if progress is True:
-        from rich.console import Console
-        from .sweep_view import live_progress
-        with live_progress(Console(), total, what) as update:
-            yield update
-    else:
-        yield progress or None
-
-
 def rank(rows: list[Row]) -> list[Row]:
     """Finished rows by estimated time (ties in sweep order), then the rest in sweep order."""
     ok = sorted((r for r in rows if r.status == "ok"), key=lambda r: (r.estimated_us, r.index))
@@ -218,12 +211,9 @@ def fill_row(row: Row, report: dict) -> Row:
 def parse_sweep(text: str) -> tuple[str, list]:
     """`NAME=v1,v2,...` -> (NAME, values); values are Python literals where they
     parse as such (so `T=(1,2),(2,4)` is two tuples), else strings."""
-    from .loader import const_value
-
     if "=" not in text:
         raise NkiccError("E201", f"--sweep {text!r} is not NAME=v1,v2,...", None, "write --sweep NAME=v1,v2,...")
     name, values = (s.strip() for s in text.split("=", 1))
-    import ast
     try:
         parsed = ast.literal_eval(f"[{values}]")
     except (ValueError, SyntaxError):
@@ -245,7 +235,6 @@ def _kernel_ref(kernel) -> tuple[str, str]:
         if not os.path.isfile(path):
             raise NkiccError("E200", f"no such kernel file: {path}", None, "give the path to a .py file")
         return f"{os.path.abspath(path)}::{name}", kernel
-    from .language.kernel_trace import inspect_unwrap
     fn = inspect_unwrap(getattr(kernel, "fn", kernel))
     try:
         path = inspect.getsourcefile(fn)
@@ -289,10 +278,6 @@ def _variants(sweeps: dict, targets) -> list[dict]:
 def _check_kernel(spec: str, arg_items: list[str], consts: dict, first: dict, targets) -> None:
     """One line here rather than the same failure in every row: the kernel file,
     its parameters and the targets, checked once before the sweep."""
-    from .api import resolve_target
-    from .loader import resolve_kernel
-    from .passes import registry
-
     values = {**consts, **{k: v for k, v in first.items() if k != "target"}}
     resolve_kernel(spec, arg_items, [f"{k}={_literal(v)}" for k, v in values.items()])
     if targets:
@@ -304,14 +289,12 @@ def _check_kernel(spec: str, arg_items: list[str], consts: dict, first: dict, ta
 def _literal(value) -> str:
     """A constant as --const reads it back: a word that is no Python literal
     stays bare (MODE=fast), anything else is its repr."""
-    from .loader import const_value
     if isinstance(value, str) and value and const_value(value) == value and value.strip() == value:
         return value
     return repr(value)
 
 
 def _spec_text(value) -> str:
-    from .specs import TensorSpec
     if isinstance(value, str):
         return value
     if isinstance(value, TensorSpec):

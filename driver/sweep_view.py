@@ -2,15 +2,8 @@
 ranked table, the best variant's command line, and optional JSON and plot."""
 from __future__ import annotations
 
-import contextlib
-from typing import Iterator
-
-from .cluster import Counts
 from .ir import NkiccError
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .sweep import TuneResult
+from .sweep import TuneResult
 
 ENGINES = ("pe", "dve", "act", "pool", "dma")
 
@@ -21,24 +14,6 @@ def console():
 
     out = Console()
     return out if out.is_terminal else Console(width=160)
-
-
-@contextlib.contextmanager
-def live_progress(console, total: int, what: str = "variants") -> Iterator:
-    """A rich progress bar (done / failed / running, elapsed, ETA); yields the
-    callback that run_tasks feeds with counts."""
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
-    columns = (TextColumn("{task.description}"), BarColumn(),
-               TextColumn("[green]{task.fields[done]} done[/] [red]{task.fields[failed]} failed[/] "
-                          "[yellow]{task.fields[running]} running[/] of {task.total}"),
-               TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())
-    with Progress(*columns, console=console, transient=False) as bar:
-        task = bar.add_task(what, total=total, done=0, failed=0, running=0)
-
-        def update(c: Counts) -> None:
-            bar.update(task, completed=c.done + c.failed, done=c.done, failed=c.failed, running=c.running)
-        yield update
 
 
 def table(result: TuneResult):

@@ -10,9 +10,11 @@ from __future__ import annotations
 import hashlib
 from typing import Iterable
 
+from . import nodes
 from .affine import Affine
 from .nodes import Access, Alloc, Block, Kernel, Loc, Loop, Op, ScalarOffset, Stmt, TensorDecl
 from .printer import format_block
+from .serialize import dumps, encode
 
 
 class _Renamer:
@@ -106,7 +108,6 @@ def unknown_fields() -> list[str]:
     """Fields of IR nodes that KNOWN_FIELDS does not cover (empty when the
     canonical renaming is complete)."""
     import dataclasses
-    from . import nodes
     out = []
     for cls in [Affine] + [getattr(nodes, n) for n in dir(nodes)]:
         if isinstance(cls, type) and dataclasses.is_dataclass(cls) and cls.__module__ in (nodes.__name__, Affine.__module__):
@@ -245,7 +246,6 @@ def kernel_hash(kernel: Kernel) -> str:
     arguments and outputs in order, every statement with its attributes and
     constants. Names and source locations are left out. Raises
     Unserialisable for an attribute value with no exact JSON form."""
-    from .serialize import dumps, encode
     return digest(dumps(encode(canonical_kernel(kernel))))
 
 
@@ -265,7 +265,6 @@ def exact_hash(kernel: Kernel) -> str:
         return "p" + hashlib.blake2b(pickle.dumps(kernel, protocol=5), digest_size=16).hexdigest()
     except (pickle.PicklingError, TypeError, AttributeError):
         import json
-        from .serialize import encode
         # the encoding's dicts have one key (or a fixed order): no need to sort
         return "j" + digest(json.dumps(encode(kernel), separators=(",", ":")))
 
@@ -350,7 +349,6 @@ def move_files(kernel: Kernel, mapping: dict[str, str]) -> Kernel:
 def region_hash(loop: Loop, decls: dict[str, TensorDecl]) -> str:
     """Hash of a loop (header and body) with the declarations it touches;
     names and locations left out."""
-    from .serialize import dumps, encode
     r = Renaming(locs="drop")
     stmt = encode(r.stmt(loop))
     tensors = [encode(r.decl(decls[n])) for n in list(r.tensors)]

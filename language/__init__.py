@@ -25,11 +25,12 @@ from .ops import (  # noqa: F401 - the op functions are generated in ops
     rms_norm, rsqrt, shared_constant, shared_identity_matrix, sigmoid, sign, silu, silu_dx, sin, softmax, softplus, sqrt, square,
     store, subtract, sum, tan, tanh, transpose, trunc, var, where,
 )
-from . import dtypes
+from . import dtypes, operators  # noqa: F401 - operators: NkiTensor's Python operators (a + b)
 from .control import fori_loop, while_loop
 from .objects import NKIObject
 from .rng import dropout, rand, random_seed
 from .ranges import affine_range, dynamic_range, no_reorder, sequential_range, static_range
+from .ranges import range as _static_range  # nl.range (see __getattr__)
 from .spmd import num_programs, program_id, program_ndim
 from .tensor import DynSlice, NkiTensor, Tensor, ds
 from .tensor import unsupported_name as _unsupported_name
@@ -46,9 +47,8 @@ def __getattr__(name: str):
         return dtypes.__getattr__(name)  # (a numpy dtype object)
     if name == "bool":
         return bool_
-    if name == "range":  # the NKI Library writes nl.range: a static loop. Not a module global, so that
-        from .ranges import range as static_loop  # `from nl import *` keeps Python's own range
-        return static_loop
+    if name == "range":  # the NKI Library writes nl.range: a static loop. Not a public global, so that
+        return _static_range  # `from nl import *` keeps Python's own range
     if name.startswith("_"):
         raise AttributeError(f"module 'nkicc.language' has no attribute {name!r}")
     raise _unsupported_name("nl", name)

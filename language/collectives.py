@@ -8,6 +8,7 @@ from __future__ import annotations
 from ..ir import NkiccError, ops
 from ..ir.ops.collectives import groups_attr
 from .control import VirtualRegister, _new_register
+from .emit import emit_internal, function
 from .tracing import user_loc
 
 
@@ -33,27 +34,24 @@ class ReplicaGroup:
 
 def rank_id(name=None) -> VirtualRegister:
     """This rank's id, in a register."""
-    from .. import isa
     reg = _new_register("nki.collectives.rank_id")
-    isa._emit_internal("rank_register", reg, loc=user_loc(2))
+    emit_internal("rank_register", reg, loc=user_loc(2))
     return reg
 
 
 def collective_permute_implicit_current_processing_rank_id(iteration_id, replica_group, channel_id=0, name=None):
     """The rank whose data a ring step of collective_permute_implicit holds
     after `iteration_id` steps (this rank's own at 0), in a register."""
-    from .. import isa
     reg = _new_register("nki.collectives.collective_permute_implicit_current_processing_rank_id")
-    isa._emit_internal("processing_rank_register", reg, iteration_id, replica_group, loc=user_loc(2))
+    emit_internal("processing_rank_register", reg, iteration_id, replica_group, loc=user_loc(2))
     return reg
 
 
 def _export() -> list[str]:
-    from ..isa import _function
     names = []
     for d in ops.table().values():
         if d.public and d.module == "collectives":
-            globals()[d.name] = _function(d)
+            globals()[d.name] = function(d.name)
             names.append(d.name)
     return names
 

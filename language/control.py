@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from ..ir import NkiccError
 from ..ir.ops.control import register_or_int
-from .tensor import Builder, Tensor, require_builder
-from .tracing import user_loc
+from .allocation import require_builder
+from .emit import emit_internal, function
+from .tensor import Tensor
+from .tracing import Builder, user_loc
 
 
 class VirtualRegister(Tensor):
@@ -31,8 +33,7 @@ class VirtualRegister(Tensor):
         super().__init__(b, b.new_register(user_loc(2)))
         self.frozen = False
         if state is not None:
-            from .. import isa
-            isa.register_move(self, state)
+            function("register_move")(self, state)
         self.frozen = bool(frozen)
 
     def _runtime_only(self, what: str):
@@ -59,10 +60,9 @@ def _new_register(what: str) -> VirtualRegister:
 
 def register_alloc(x=None) -> VirtualRegister:
     """A new virtual register, set to the integer x when given."""
-    from .. import isa
     reg = _new_register("nisa.register_alloc")
     if x is not None:
-        isa.register_move(reg, x)
+        function("register_move")(reg, x)
     return reg
 
 
@@ -77,12 +77,11 @@ def _bound(value, what: str, loc):
 def counted_loop(b, loc, lower, upper, step, what: str):
     """A runtime loop from lower to upper (ints or registers) by step (a
     positive int): yields, once, the register that holds the index."""
-    from .. import isa
     if not isinstance(step, int) or isinstance(step, bool) or step <= 0:
         raise NkiccError("E103", f"{what} step must be a positive int, got {step!r}", loc)
     bounds = [_bound(lower, f"{what} lower", loc), _bound(upper, f"{what} upper", loc)]
     index = _new_register(f"nl.{what}")
-    for _ in b.runtime_loop(loc, lambda: isa._emit_internal("loop_guard", index, bounds, "fori", step, loc=loc)):
+    for _ in b.runtime_loop(loc, lambda: emit_internal("loop_guard", index, bounds, "fori", step, loc=loc)):
         yield index
 
 
@@ -99,18 +98,17 @@ def while_loop(init, body_fun):
     """r = init; while r != 0: r = body_fun(r), on the device: the condition
     is checked before each iteration; body_fun gets the condition's value as
     a register and returns the register that holds the next condition."""
-    from .. import isa
     loc = user_loc(2)
     b = require_builder("nl.while_loop")
     if not isinstance(init, VirtualRegister):
         raise NkiccError("E103", f"while_loop init must be a register, got {type(init).__name__}", loc,
                          "load the condition into one with nisa.register_load(reg, tile)")
     cond = _new_register("nl.while_loop")
-    isa.register_move(cond, init)
+    function("register_move")(cond, init)
     value = _new_register("nl.while_loop")
-    for _ in b.runtime_loop(loc, lambda: isa._emit_internal("loop_guard", value, [cond], "while", 1, loc=loc)):
+    for _ in b.runtime_loop(loc, lambda: emit_internal("loop_guard", value, [cond], "while", 1, loc=loc)):
         nxt = body_fun(value)
         if not isinstance(nxt, VirtualRegister):
             raise NkiccError("E103", f"the while_loop body must return the register of the next condition, "
                                      f"got {type(nxt).__name__}", loc)
-        isa.register_move(cond, nxt)
+        function("register_move")(cond, nxt)

@@ -2,14 +2,11 @@
 from __future__ import annotations
 
 import enum
-import operator
 
 from ..ir import NkiccError
-from . import dtypes
-from .tensor import Tensor, require_builder
-from .naming import assigned_name
-from .tracing import SymInt, user_frame, user_loc
-
+from .allocation import BUFFERS, PMAX, PSUM_BANK_BYTES, allocate, require_builder
+from .tensor import Tensor
+from .tracing import user_loc
 
 
 class MemoryRegion(str, enum.Enum):
@@ -30,18 +27,6 @@ psum = "psum"
 hbm = "hbm"
 private_hbm = "hbm"
 shared_hbm = "shared_hbm"
-_BUFFERS = {"sbuf": "sbuf", "psum": "psum", "hbm": "hbm", "private_hbm": "hbm", "shared_hbm": "shared_hbm"}
-
-PMAX = 128
-PSUM_BANK_BYTES = 2048
-PSUM_BANKS_V4 = 8
-
-
-def buffer_name(buffer, loc) -> str:
-    name = getattr(buffer, "name", buffer)
-    if not isinstance(name, str) or name not in _BUFFERS:
-        raise NkiccError("E160", f"unknown buffer {buffer!r}", loc, "use nl.sbuf, nl.psum, nl.hbm or nl.shared_hbm")
-    return _BUFFERS[name]
 
 
 def _buffer_of(buffer) -> str | None:
@@ -49,7 +34,7 @@ def _buffer_of(buffer) -> str | None:
     if hasattr(buffer, "decl"):
         return buffer.decl.buffer
     name = getattr(buffer, "name", buffer)
-    return _BUFFERS.get(name) if isinstance(name, str) else None
+    return BUFFERS.get(name) if isinstance(name, str) else None
 
 
 def is_hbm(buffer) -> bool:
@@ -68,54 +53,8 @@ def is_sbuf(buffer) -> bool:
     return _buffer_of(buffer) == "sbuf"
 
 
-def concrete_shape(shape, loc) -> tuple[int, ...]:
-    if isinstance(shape, int):
-        shape = (shape,)
-    given = shape
-    try:
-        shape = None if isinstance(shape, str) else tuple(shape)
-    except TypeError:
-        shape = None
-    if not shape:
-        raise NkiccError("E103", f"a tensor shape is a non-empty tuple of ints, got {given!r}", loc)
-    out = []
-    for d in shape:
-        if isinstance(d, SymInt):
-            d = d.builder.constant_size(d.expr, f"tensor shape {tuple(str(x) for x in shape)}",
-                                        "allocate the largest tile and slice it")
-        try:
-            d = operator.index(d)
-        except TypeError:
-            raise NkiccError("E103", f"shape entries must be ints, got {d!r}", loc) from None
-        if d <= 0:
-            raise NkiccError("E103", f"shape {tuple(shape)} has a non-positive dimension", loc)
-        out.append(d)
-    return tuple(out)
-
-
 def new_tensor(shape, dtype, buffer="sbuf", name="", loc=None) -> Tensor:
-    loc = loc or user_loc(3)
-    b = require_builder("creating a tensor")
-    buf = buffer_name(buffer, loc)
-    shape = concrete_shape(shape, loc)
-    dt = dtypes.dtype_name(dtype)
-    if buf in ("sbuf", "psum"):
-        if shape[0] > PMAX:
-            raise NkiccError("E110", f"on-chip tensor of shape {list(shape)} spans {shape[0]} partitions; at most {PMAX}",
-                             loc, "dimension 0 is the partition dimension: tile it by 128")
-        free_bytes = dtypes.itemsize(dt)
-        for d in shape[1:]:
-            free_bytes *= d
-        # NeuronCore-v4 matmuls write up to the whole PSUM (8 banks) at once
-        banks = PSUM_BANKS_V4 if b.nc_version >= 4 else 1
-        if buf == "psum" and free_bytes > banks * PSUM_BANK_BYTES:
-            raise NkiccError("E133", f"PSUM tile of shape {list(shape)} needs {free_bytes} bytes per partition; "
-                                     f"{'a bank holds' if banks == 1 else 'the 8 banks hold'} "
-                                     f"{banks * PSUM_BANK_BYTES}", loc,
-                             f"at most {banks * 512} fp32 values per partition in one PSUM tile")
-    # the user's name for it: name=, else the variable the kernel assigns it to
-    label = str(name) if name else assigned_name(user_frame(2))
-    return Tensor(b, b.new_tensor(shape, dt, buf, label, "local", loc))
+    return Tensor(*allocate(shape, dtype, buffer, name, loc or user_loc(3)))
 
 
 def ndarray(shape, dtype, buffer=sbuf, name="", address=None, **_hints) -> Tensor:

@@ -10,25 +10,20 @@ from __future__ import annotations
 
 import dis
 import functools
-import sys
 import time
-import traceback
 import types
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from ..ir import Kernel, Loc, NkiccError
 from ..ir.loopdeps import check_affine_loops
-from ..ir.origin import LIBRARY, USER, is_nkicc, origin
 from . import ranges
+from .argspec import TensorSpec
 from .tensor import Tensor, row_major
 from .tracing import GRID, Builder, LoopPlan, LoopSite, TraceRetry
 from .loop_effects import EffectChecker
 from .sources import function_node, source_file
-from .objects import FORWARDING_CODE
-
-if TYPE_CHECKING:  # the driver's argument specs; language/ does not import the driver at run time
-    from ..specs import TensorSpec
+from .usererrors import user_error
+from .userframes import _innermost_is_nkicc, _user_frame
 
 MAX_ATTEMPTS = 2000
 _GET_ITER = dis.opmap["GET_ITER"]
@@ -120,37 +115,6 @@ def _traced_function(fn: types.FunctionType) -> types.FunctionType:
     return clone
 
 
-def _user_frame(tb) -> Loc | None:
-    """The innermost frame of the user's own code: not nkicc, and not a library
-    the kernel called (numpy, the standard library) unless nothing else is left."""
-    loc = fallback = None
-    for frame, line in traceback.walk_tb(tb):
-        kind = origin(frame.f_code.co_filename)
-        if kind == LIBRARY:
-            fallback = Loc(frame.f_code.co_filename, line)
-        elif kind == USER:
-            loc = Loc(frame.f_code.co_filename, line)
-    return loc or fallback
-
-
-def caller_loc(default: Loc | None = None) -> Loc | None:
-    """The innermost calling frame of the user's own code (not nkicc, not a
-    library such as click or the standard library), else `default`."""
-    f = sys._getframe(1)
-    while f is not None:
-        if origin(f.f_code.co_filename) == USER:
-            return Loc(f.f_code.co_filename, f.f_lineno)
-        f = f.f_back
-    return default
-
-
-def _innermost_is_nkicc(tb) -> bool:
-    frames = [frame for frame, _ in traceback.walk_tb(tb)]
-    while frames and frames[-1].f_code in FORWARDING_CODE:
-        frames.pop()
-    return bool(frames) and is_nkicc(frames[-1].f_code.co_filename)
-
-
 def trace_kernel(fn, tensor_args: dict[str, TensorSpec], constants: dict, name: str | None = None,
                  unroll: bool = False, grid: tuple[int, ...] | None = None,
                  program: tuple[int, ...] | None = None, nc_version: int | None = None) -> TraceResult:
@@ -183,7 +147,6 @@ def trace_kernel(fn, tensor_args: dict[str, TensorSpec], constants: dict, name: 
             except Exception as exc:  # the kernel's own Python failed (RecursionError included)
                 if _innermost_is_nkicc(exc.__traceback__):
                     raise
-                from .usererrors import user_error  # imports this module
                 err = user_error(exc)
                 if err is not None:
                     raise err from None

@@ -32,7 +32,7 @@ class _NKIObjectType(type):
 
 # Frames that only pass a kernel's call on: an exception raised at one of them
 # (Dims(a=1) missing `b` fails binding the arguments, in __call__) is the caller's
-# mistake, not nkicc's (kernel_trace._innermost_is_nkicc).
+# mistake, not nkicc's (userframes._innermost_is_nkicc).
 FORWARDING_CODE = frozenset({_NKIObjectType.__call__.__code__})
 
 

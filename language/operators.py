@@ -7,12 +7,21 @@ rolled loop, where rebinding a Python name would not.
 
 `==` / `!=` against anything but a tile or a number (`t != None`, as
 kernels check optional arguments) keep Python's identity comparison, and
-tensors stay hashable by identity."""
+tensors stay hashable by identity.
+
+The operators are nl operations, and nl operations make tensors, so they are
+added to NkiTensor from here, above both (`_install`, when nkicc.language is
+imported), rather than inherited by it from below.
+"""
 from __future__ import annotations
 
 from numbers import Number
 
+from .. import isa
 from ..ir import NkiccError
+from . import ops
+from .ops import _broadcast_shape
+from .tensor import NkiTensor, broadcast_view
 from .tracing import SymInt, user_loc
 
 # Python operator -> the nl function (language/ops.py) it means
@@ -26,12 +35,10 @@ COMPARE = {"lt": "less", "le": "less_equal", "gt": "greater", "ge": "greater_equ
 
 
 def _operand(x) -> bool:
-    from .tensor import NkiTensor
     return isinstance(x, (NkiTensor, Number, SymInt))
 
 
 def _nl(name: str):
-    from . import ops
     return getattr(ops, name)
 
 
@@ -67,9 +74,6 @@ def _binary(name: str, sym: str):
 
 
 def _in_place(acc, fn_name: str, other, sym: str) -> None:
-    from .. import isa
-    from .ops import _broadcast_shape, broadcast_view
-    from .tensor import NkiTensor
     loc = user_loc(3)
     if not acc.decl.on_chip:
         raise NkiccError("E120", f"`{sym}` updates {acc.shown} in place, which lives in {acc.buffer}", loc,
@@ -96,7 +100,7 @@ def _compare(name: str):
 
 
 class TileOperators:
-    """The operators of NkiTensor (a mixin: see the module docstring)."""
+    """The operators of NkiTensor (see the module docstring)."""
     __slots__ = ()
 
     __add__, __radd__, __iadd__ = _binary("add", "+")
@@ -133,3 +137,12 @@ class TileOperators:
     def __invert__(self):
         _check(self, "~")
         return _nl("invert")(self)
+
+
+def _install(cls: type) -> None:
+    for name, member in vars(TileOperators).items():
+        if name not in ("__module__", "__qualname__", "__doc__", "__slots__"):
+            setattr(cls, name, member)
+
+
+_install(NkiTensor)

@@ -12,7 +12,9 @@ from . import dtypes
 from .creation import new_tensor
 from ..ir.ops.alu import BINARY, UNARY, Named
 from ..ir.ops.checks import normalize_axes
-from .tensor import Tensor, require_builder
+from .allocation import concrete_shape
+from .emit import emit_internal
+from .tensor import Tensor, broadcast_view
 from .tracing import user_loc
 
 
@@ -29,25 +31,6 @@ def _out_dtype(dtype, *tiles: Tensor) -> str:
     if len(names) == 1:
         return names.pop()
     return "float32" if any(dtypes.is_float(n) for n in names) else "int32"
-
-
-def broadcast_view(t: Tensor, shape: tuple[int, ...], loc) -> Tensor:
-    pattern = list(t.access.pattern)
-    if len(pattern) > len(shape):
-        raise NkiccError("E140", f"cannot broadcast {list(t.shape)} to {list(shape)}", loc)
-    pattern = [(0, 1)] * (len(shape) - len(pattern)) + pattern
-    out = []
-    for (step, num), want in zip(pattern, shape):
-        if num == want:
-            out.append((step, num))
-        elif num == 1:
-            out.append((0, want))
-        else:
-            raise NkiccError("E140", f"cannot broadcast {list(t.shape)} to {list(shape)}", loc)
-    a = t.access
-    if a.vector is not None and (a.vector_group or tuple(out[:1]) != a.pattern[:1]):
-        raise NkiccError("E160", "broadcasting a vector_offset view is not supported", loc)
-    return Tensor(t.builder, t.decl, Access(a.tensor, a.offset, tuple(out), a.scalar, a.scalar_scale, a.dtype, a.vector))
 
 
 def _axes(axis, ndim: int, loc) -> tuple[int, ...]:
@@ -353,7 +336,7 @@ def shared_constant(constant, **_hints) -> Tensor:
     if arr.ndim == 0:
         arr = arr.reshape(1)
     out = new_tensor(arr.shape, dt, "shared_hbm", "constant", loc)
-    isa._emit_internal("shared_constant", out, arr, loc=loc)
+    emit_internal("shared_constant", out, arr, loc=loc)
     return out
 
 
@@ -423,7 +406,6 @@ def broadcast_to(x, shape, dtype=None, **_hints) -> Tensor:
     """A zero-copy view with size-1 dimensions repeated; a new tile when `dtype` differs."""
     loc = user_loc(2)
     x = _tile(x, "nl.broadcast_to operand", loc)
-    from .creation import concrete_shape
     view = broadcast_view(x, concrete_shape(shape, loc), loc)
     if dtype is None or dtypes.dtype_name(dtype) == x.decl.dtype:
         return view

@@ -10,6 +10,7 @@ import operator
 import sys
 
 from ..ir import Loc, NkiccError
+from .control import VirtualRegister, counted_loop
 from .tracing import current_builder, user_loc
 
 
@@ -89,7 +90,6 @@ class dynamic_range(LoopRange):
     kind = "dynamic"
 
     def __init__(self, start, stop=None, step=1) -> None:
-        from .control import VirtualRegister
         if stop is None:
             start, stop = 0, start
         self._registers = isinstance(start, VirtualRegister) or isinstance(stop, VirtualRegister)
@@ -108,7 +108,6 @@ class dynamic_range(LoopRange):
         loc = Loc(f.f_code.co_filename, f.f_lineno)
         b.warn("W150", "nl.dynamic_range is deprecated since NKI 0.6", loc)
         if self._registers:
-            from .control import counted_loop
             return counted_loop(b, loc, *self._bounds, self._step, "dynamic_range")
         if self.step <= 0:
             raise NkiccError("E103", "dynamic_range step must be a positive int", user_loc(2))

@@ -10,8 +10,8 @@ from ..ir.analysis import extent
 from ..ir.nodes import UNRESOLVED_GROUP
 from ..ir.ops import TensorOperand, require_generation
 from . import dtypes, views
-from .operators import TileOperators
-from .tracing import Builder, SymInt, as_affine, current_builder, user_loc
+from .allocation import allocate, concrete_shape
+from .tracing import Builder, SymInt, as_affine, user_loc
 
 
 def row_major(shape: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
@@ -41,10 +41,12 @@ def ds(start, size) -> DynSlice:
 MAX_TRUTH_TESTS = 100_000  # of one tensor in one trace (NkiTensor.__bool__)
 
 
-class NkiTensor(TileOperators, TensorOperand):
+class NkiTensor(TensorOperand):
     """A kernel-visible tensor or a zero-copy view of one (`nl.NkiTensor`).
     Every view (slice, permute, reshape, select, `.ap`, ...) is the same base
     tensor with another `Access`; the shape algebra is in views.py."""
+    # Its Python operators (`a + b` is `nl.add(a, b)`) are nl operations, which make
+    # tensors: operators.py, above ops.py, adds them to this class.
     __slots__ = ("builder", "decl", "access", "overflow")
 
     def __init__(self, shape, dtype, storage=None, buffer="sbuf", name="") -> None:
@@ -52,11 +54,9 @@ class NkiTensor(TileOperators, TensorOperand):
             self._bind(shape, dtype, storage, None if buffer == "sbuf" else buffer)
             return
         # the reference's form: a new tensor, or `storage` (an NkiTensor) seen with this shape
-        from .creation import concrete_shape, new_tensor
         loc = user_loc(2)
         if storage is None:
-            t = new_tensor(shape, dtype, buffer, name, loc)
-            self._bind(t.builder, t.decl, t.access, None)
+            self._bind(*allocate(shape, dtype, buffer, name, loc), None, None)
             return
         if not isinstance(storage, NkiTensor):
             raise NkiccError("E103", f"NkiTensor storage must be None or an NkiTensor, got {type(storage).__name__}",
@@ -333,7 +333,6 @@ class NkiTensor(TileOperators, TensorOperand):
 
     def broadcast_to(self, shape) -> "NkiTensor":
         """A zero-copy view with size-1 dimensions repeated (step 0): `t.broadcast_to((128, n))`."""
-        from .ops import broadcast_view
         return broadcast_view(self, tuple(int(d) for d in shape), user_loc(2))
 
     # --- the reference's view methods -------------------------------------------------------
@@ -636,6 +635,25 @@ def check_access_bounds(access: Access, decl: TensorDecl, trips, loc) -> None:
 Tensor = NkiTensor  # nkicc's older name
 
 
+def broadcast_view(t: Tensor, shape: tuple[int, ...], loc) -> Tensor:
+    pattern = list(t.access.pattern)
+    if len(pattern) > len(shape):
+        raise NkiccError("E140", f"cannot broadcast {list(t.shape)} to {list(shape)}", loc)
+    pattern = [(0, 1)] * (len(shape) - len(pattern)) + pattern
+    out = []
+    for (step, num), want in zip(pattern, shape):
+        if num == want:
+            out.append((step, num))
+        elif num == 1:
+            out.append((0, want))
+        else:
+            raise NkiccError("E140", f"cannot broadcast {list(t.shape)} to {list(shape)}", loc)
+    a = t.access
+    if a.vector is not None and (a.vector_group or tuple(out[:1]) != a.pattern[:1]):
+        raise NkiccError("E160", "broadcasting a vector_offset view is not supported", loc)
+    return Tensor(t.builder, t.decl, Access(a.tensor, a.offset, tuple(out), a.scalar, a.scalar_scale, a.dtype, a.vector))
+
+
 def wrap(builder: Builder, decl: TensorDecl) -> NkiTensor:
     return NkiTensor(builder, decl)
 
@@ -648,14 +666,6 @@ class UnsupportedName(NkiccError, AttributeError):
 def unsupported_name(module: str, name: str) -> UnsupportedName:
     return UnsupportedName("E160", f"{module}.{name} is not supported by nkicc (or is not NKI)", user_loc(3),
                            "docs/api.md lists the operations nkicc provides")
-
-
-def require_builder(what: str) -> Builder:
-    b = current_builder()
-    if b is None:
-        raise NkiccError("E160", f"{what} can only be called inside a kernel that nkicc traces", user_loc(3),
-                         "decorate the kernel with @nki.jit / @nkicc.jit and call it")
-    return b
 
 
 def _pattern_pairs(pattern, loc) -> tuple[tuple[int, int], ...]:

@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Protocol
 
-from ..ir import Access, Affine, Alloc, Block, Loc, Loop, NkiccError, Op, Stmt, TensorDecl
+from ..ir import Access, Affine, Alloc, Block, Kernel, Loc, Loop, NkiccError, Op, Stmt, TensorDecl
 from ..ir.origin import is_nkicc
 from ..ir.rewrite import map_stmts
 
@@ -268,7 +268,6 @@ class Builder:
         return {v: f.trip for v, f in self.var_frame.items()}
 
     def finish(self, outputs: list[str], args: list[str], loc: Loc | None) -> "Kernel":
-        from ..ir import Kernel
         assert len(self._blocks) == 1
         for name in outputs:
             if self.decls[name].role != "arg":  # a returned argument stays an argument (the caller's array)

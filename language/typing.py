@@ -14,13 +14,10 @@ bare `nt.tensor`, `nt.mutable_tensor` (same forms) and `nt.scalar`.
 from __future__ import annotations
 
 import operator
-import re
 
 from ..ir import NkiccError
 from . import dtypes
-
-_SPEC = re.compile(r"^\s*([A-Za-z0-9_]+)\s*\[\s*([0-9,\s]*)\]\s*$")
-
+from .argspec import SPEC
 
 class TensorType:
     """`nt.tensor` / `nt.mutable_tensor`, subscripted or bare."""
@@ -89,7 +86,7 @@ def _is_int(x) -> bool:
 
 def _parse(key) -> tuple[tuple[int, ...] | None, str | None]:
     if isinstance(key, str):
-        m = _SPEC.match(key)
+        m = SPEC.match(key)
         if m:
             dims = [d for d in m.group(2).replace(" ", "").split(",") if d]
             return _shape(tuple(int(d) for d in dims), key), dtypes.dtype_name(m.group(1))

@@ -15,7 +15,7 @@ import traceback
 
 from ..ir import Loc, NkiccError
 from ..ir.origin import USER, is_nkicc, origin
-from .kernel_trace import _user_frame
+from .userframes import _user_frame
 
 # the roots under which nkicc serves NKI (the `nki` and `neuronxcc` aliases, and nkicc itself)
 _SERVED_ROOTS = ("nki", "neuronxcc", "nkicc")

@@ -34,7 +34,8 @@ from ..ir import dtypes
 from ..ir import ops
 from ..ir.ops import debug
 from ..ir.analysis import engine_of, injective, reads, runtime_guard, tensors_touched, writes, written_args
-from . import batched, numerics, periodic, semantics
+from ..ir import numerics
+from . import batched, periodic, semantics
 from .cpushare import CpuShare
 from ._blas import single_threaded_blas
 from .reference import ReferenceMachine, gather_index

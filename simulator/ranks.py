@@ -9,7 +9,7 @@ import threading
 from ..ir import Kernel, NkiccError
 from .comm import Communicator
 from .machine import MachineSimulator
-from .numerics import precise_from_env
+from ..ir.numerics import precise_from_env
 from .reference import ReferenceMachine
 
 

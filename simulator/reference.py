@@ -25,7 +25,8 @@ from ..ir.ops.collectives import group_of, payload as collective_payload
 from .comm import RankComm, single
 from ..ir import dtypes, ops
 from ..ir.ops import debug
-from . import numerics, semantics
+from ..ir import numerics
+from . import semantics
 from ._blas import single_threaded_blas
 
 

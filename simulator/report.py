@@ -6,6 +6,7 @@ import html
 import json
 from dataclasses import asdict, dataclass, field, fields
 
+from .plot import INSTALL, have_matplotlib, plot_timeline
 from .trace import Timeline
 
 TIMING_NOTE = ("timings are estimates from nkicc's cost table (nkicc/simulator/timing.py), "
@@ -109,12 +110,10 @@ class SimReport:
     def plot(self, path: str | None = None) -> bytes:
         """The engine timeline as PNG bytes (and written to `path`); needs a
         simulation that kept a trace, and matplotlib (E206 without it)."""
-        from .plot import plot_timeline
         return plot_timeline(self, path)
 
     def _repr_png_(self) -> bytes | None:
         """Jupyter: the timeline picture, when there is one and matplotlib is installed."""
-        from .plot import have_matplotlib
         if self.timeline is None or not have_matplotlib():
             return None
         return self.plot()
@@ -122,7 +121,6 @@ class SimReport:
     def _repr_html_(self) -> str:
         """Jupyter: the summary, and below it the timeline picture when there is one."""
         text = f"<pre>{html.escape(self.summary())}</pre>"
-        from .plot import INSTALL
         png = self._repr_png_()
         if png is not None:
             text += f'<img src="data:image/png;base64,{base64.b64encode(png).decode()}" alt="engine timeline"/>'

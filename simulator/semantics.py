@@ -12,7 +12,7 @@ import numpy as np
 
 from ..ir import Op, ops
 from ..ir.ops import values
-from . import numerics
+from ..ir import numerics
 
 _F32 = np.float32
 f32 = values.f32

@@ -122,6 +122,19 @@ def test_bad_kernel(case, capsys):
     check_line(case, code, err)
 
 
+@pytest.mark.parametrize("kernel, tensor", [("store_straight_from_psum", "ps"), ("dma_into_psum", "ps"),
+                                            ("store_the_accumulator_from_psum", "accum")])
+def test_dma_of_a_psum_tile_names_the_tile_as_written(kernel, tensor, capsys):
+    """E120 for a DMA that touches PSUM says which tensor, by the kernel's name
+    for it and the line that made it, as the other buffer messages do."""
+    case = next(c for c in CASES if c.file.name == "buffers.py" and c.target == kernel)
+    lines = case.file.read_text().splitlines()
+    made = next(n for n in range(case.line, 0, -1) if lines[n - 1].strip().startswith(f"{tensor} = "))
+    code, _, err = run_cli(capsys, "compile", f"{case.file}::{kernel}")
+    check_line(case, code, err)
+    assert f"DMA cannot access PSUM, where {tensor} (made at line {made}) is" in err, err
+
+
 SUBPROCESS_SAMPLE = ["bounds::loop_runs_past_end", "runtime_bounds::offset_advanced_too_far",
                      "uninitialised::accumulator_never_zeroed", "python_errors::helper_rejects_shape",
                      "loop_deps::prefix_sum_over_columns"]

@@ -175,7 +175,7 @@ def test_a_two_core_launch_runs_its_programs_at_once(rng, simulator):
 @pytest.mark.parametrize("dtype", ["int32", "uint32", "float8_e4m3fn_x4"])
 def test_sendrecv_moves_integer_and_packed_data_bit_for_bit(rng, simulator, dtype):
     # integers past 2^24 (which fp32 cannot hold) and packed MX bits cross cores unchanged
-    from nkicc.simulator import numerics
+    from nkicc.ir import numerics
     from nkicc.specs import TensorSpec
     x = (rng.integers(2 ** 24, 2 ** 31, size=(128, 32)).astype(dtype) if "int" in dtype
          else numerics.random_values(rng, dtype, (128, 32)))

@@ -64,7 +64,7 @@ def test_typed_mx_inputs_run_against_numpy(trn3, tmp_path, monkeypatch):
     conf = _load("conformance")
     refs = _load("conformance_refs")
     monkeypatch.setattr(sys, "path", list(sys.path))  # the child puts the library's folder on the path
-    from nkicc.simulator import numerics
+    from nkicc.ir import numerics
     rng = np.random.default_rng(5)
     k, m, n = 32, 4, 8
     st, mv = numerics.random_values(rng, "float8_e5m2_x4", (k, m)), numerics.random_values(rng, "float8_e5m2_x4", (k, n))

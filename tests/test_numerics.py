@@ -15,7 +15,7 @@ import nkicc.language as nl
 import nkicc.language.collectives as cc
 from nkicc.ir import NkiccError
 from nkicc.ir.dtypes import DTYPES, PACKED_NAMES
-from nkicc.simulator import numerics
+from nkicc.ir import numerics
 from nkicc.specs import TensorSpec
 
 SIMULATORS = ("machine", "reference")

@@ -15,7 +15,7 @@ import nkicc
 import nkicc.isa as nisa
 import nkicc.language as nl
 from nkicc.ir import NkiccError
-from nkicc.simulator import numerics
+from nkicc.ir import numerics
 from nkicc.specs import TensorSpec
 from ops_helpers import check_error
 

@@ -294,7 +294,7 @@ def test_a_hung_redis_costs_a_bounded_wait_once(tiers, redis_server, capfd):
         second_s = time.monotonic() - t0
     finally:
         os.kill(redis_server.proc.pid, signal.SIGCONT)
-    from nkicc.cache.redis_tier import SOCKET_TIMEOUT_S
+    from nkicc.plugins.redis_cache import SOCKET_TIMEOUT_S
     assert first["kernel"] == "miss" and second["kernel"] == "miss"
     assert first_s < SOCKET_TIMEOUT_S + 5                   # the read timed out, the compile went on
     assert second_s < first_s and second_s < SOCKET_TIMEOUT_S  # the tier is off: no second wait
@@ -397,7 +397,7 @@ def test_an_entry_signed_with_another_secret_is_refused(tiers, redis_server, tmp
 
 def _hammer(url: str, writer: int, rounds: int, keys: list[str], results) -> None:
     """One of 8 processes: write and read the same keys as the others."""
-    from nkicc.cache.redis_tier import RedisBackend
+    from nkicc.plugins.redis_cache import RedisBackend
     counts: dict[str, int] = {}
 
     def count(name, n=1):

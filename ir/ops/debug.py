@@ -7,6 +7,7 @@ import base64
 
 import numpy as np
 
+from .. import dtypes
 from ..errors import NkiccError
 from ..nodes import Op
 from .checks import tensor as as_tensor
@@ -39,7 +40,6 @@ def device_print(print_prefix, tensor):
 
 def constant_values(op: Op) -> np.ndarray:
     """The array a `shared_constant` op carries (its bytes in the op's attributes)."""
-    from .. import dtypes
     raw = base64.b64decode(op.attr("data"))
     return np.frombuffer(raw, dtype=dtypes.storage(op.attr("dtype"))).reshape(op.attr("shape"))
 

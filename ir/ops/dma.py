@@ -9,10 +9,10 @@ from ..nodes import Access, Op
 from .checks import tensor
 from . import alu, enums
 from .core import CostContext, Emit, any_shape, instruction, partitions, require_generation
+from .values import f32
 
 
 def _copy(op: Op, read):
-    from .values import f32
     src = read(op.ins[0])
     if op.attr("cast") == "float32":  # a DMA between dtypes converts through fp32
         src = f32(src)
@@ -94,8 +94,18 @@ def engine_share(op: Op, decls, table) -> float:
 
 
 def _no_psum(op: Op, decls) -> None:
-    if any(decls[a.tensor].buffer == "psum" for a in op.outs + op.ins if isinstance(a, Access)):
-        raise NkiccError("E120", "DMA cannot access PSUM", op.loc, "copy through SBUF with tensor_copy")
+    for a in op.outs + op.ins:
+        if isinstance(a, Access) and decls[a.tensor].buffer == "psum":
+            raise NkiccError("E120", f"DMA cannot access PSUM, where {decls[a.tensor].described()} is", op.loc,
+                             "copy through SBUF with tensor_copy")
+
+
+def _not_in_psum(*tensors) -> None:
+    """DMA queues reach HBM and SBUF only; the message names the tensor as the kernel wrote it."""
+    for t in tensors:
+        if t.buffer == "psum":
+            raise NkiccError("E120", f"DMA cannot access PSUM, where {t.shown} is", None,
+                             "copy PSUM to SBUF with nisa.tensor_copy first")
 
 
 def _unsupported_hints(opcode: str, hints: dict) -> None:
@@ -105,8 +115,7 @@ def _unsupported_hints(opcode: str, hints: dict) -> None:
 
 
 def _check_copy(opcode: str, dst, src) -> None:
-    if "psum" in (dst.buffer, src.buffer):
-        raise NkiccError("E120", "DMA cannot access PSUM", None, "copy PSUM to SBUF with nisa.tensor_copy first")
+    _not_in_psum(dst, src)
     if dst.access.count != src.access.count:
         raise NkiccError("E140", f"{opcode} moves {src.access.count} elements into {dst.access.count}", None,
                          f"make the shapes match: dst {list(dst.shape)}, src {list(src.shape)}")
@@ -177,8 +186,7 @@ def dma_transpose(dst, src, axes=None, priority=None, dge_mode=enums.dge_mode.un
         perm = tuple(int(a) for a in axes)
         if sorted(perm) != list(range(nd)):
             raise NkiccError("E103", f"dma_transpose axes {list(perm)} is not a permutation of {nd} axes")
-    if "psum" in (dst.buffer, src.buffer):
-        raise NkiccError("E120", "DMA cannot access PSUM", None, "copy PSUM to SBUF with nisa.tensor_copy first")
+    _not_in_psum(dst, src)
     want = tuple(src.shape[a] for a in perm)
     if dst.access.count != src.access.count:
         raise NkiccError("E140", f"dma_transpose of {list(src.shape)} gives {list(want)}, dst is {list(dst.shape)}")
@@ -198,7 +206,6 @@ def dma_transpose(dst, src, axes=None, priority=None, dge_mode=enums.dge_mode.un
 
 
 def _dma_compute(op: Op, read):
-    from .values import f32
     total = None
     for x in op.ins:
         v = f32(read(x)).reshape(op.outs[0].shape)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from enum import Enum, IntEnum
 
+from ..errors import NkiccError
+
 
 class engine(Enum):
     """The engine an instruction runs on."""
@@ -61,7 +63,6 @@ class dma_engine(Enum):
 
 def member_name(value, enum_type, what: str) -> str:
     """The member name of an enum argument given as a member, its name or its value."""
-    from ..errors import NkiccError
     if isinstance(value, enum_type):
         return value.name
     if isinstance(value, Enum) and value.name in enum_type.__members__:  # the same enum exported elsewhere
@@ -83,7 +84,6 @@ def engine_choice(value, allowed: tuple, what: str) -> str | None:
     nisa.engine member, its name or value, or nkicc's own unit name. `allowed` lists the units
     the instruction runs on, and None where nisa.engine.unknown (nkicc places it) is accepted:
     unknown is then None. Anything else is E103, naming the engines it may run on."""
-    from ..errors import NkiccError
     if value is None:  # (as not given: what kernels written for nkicc's old unknown_engine pass)
         unit = None
     elif isinstance(value, str) and value in UNIT_ENGINES:

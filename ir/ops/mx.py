@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import numerics
 from ..errors import NkiccError
 from ..nodes import Access, Affine, Op
 from .checks import free, tensor
@@ -139,7 +140,6 @@ def _group_scales(op: Op, read, first: int, quadrants: int, dtype: str) -> np.nd
 def dequantize(packed: np.ndarray, scales: np.ndarray, dtype: str) -> np.ndarray:
     """[P, F] packed tile and [P/8, F] group scales -> [P*4, F] float64 values,
     contraction row p*4 + lane."""
-    from ...simulator import numerics  # the simulators' packing; ir never imports it at module level
     p, f = packed.shape
     vals = numerics.unpack(packed, dtype).astype(np.float64).reshape(p, f, 4)
     vals = vals * np.repeat(scales.astype(np.float64), GROUP_ROWS, axis=0)[:, :, None]
@@ -163,7 +163,6 @@ def quantize_groups(src: np.ndarray, dtype: str) -> tuple[np.ndarray, np.ndarray
     Scale 2^(floor(log2(amax)) - (Emax - 1)) per group, 2^-127 for an all-zero
     group (SDK quantize_mx, "Scale calculation"); the elements are the values
     divided by it, converted to the element dtype (fp8 e4m3fn saturates)."""
-    from ...simulator import numerics
     p, f4 = src.shape
     x = src.astype(np.float32).reshape(p // GROUP_ROWS, GROUP_ROWS, f4 // 4, 4)
     amax = np.abs(x).max(axis=(1, 3))

@@ -1,26 +1,20 @@
 """nkicc.isa (`nisa`): instructions, destination first, nothing returned.
 
 Every function here is made from the instruction's one definition
-(nkicc.ir.ops): its signature, docstring and trace rules come from there.
-This module only adds what tracing needs: the kernel's source line, the
-current builder, and the checks every instruction shares (tile overflow,
-engine free-size limits).
+(nkicc.ir.ops) by nkicc.language.emit: its signature, docstring and trace
+rules come from there. This package is the namespace kernels import; it sits
+above nkicc.language, whose nl operations emit through the same functions.
 """
 from __future__ import annotations
 
-import dataclasses
-import functools
-import inspect
-
-from ..ir import Access, Affine, NkiccError, ops
-from ..ir.nodes import UNRESOLVED_GROUP
-from ..ir.ops import alu
-from ..ir.ops.checks import FREE_MAX, free
+from ..ir import ops
 from ..ir.ops.enums import dge_mode, dma_engine, engine, matmul_perf_mode, nc_version, oob_mode, reduce_cmd
-from ..ir.target import TARGET_OF_GENERATION
-from ..language.tensor import Tensor, require_builder, unsupported_name
-from ..language.tracing import user_loc
-from .instruction import NkiInstruction, NkiValidationError, handle_of
+from ..language.control import VirtualRegister, register_alloc
+from ..language.emit import function
+from ..language.instruction import NkiInstruction, NkiValidationError
+from ..language.tensor import unsupported_name
+from . import enums
+from .enums import *  # noqa: F401,F403 - get_nc_version, get_nc_sub_version, nisa.constants
 
 # the reference's deprecated spellings of the engine members (engine= puts an instruction there)
 tensor_engine = engine.tensor
@@ -29,112 +23,14 @@ scalar_engine = engine.scalar
 gpsimd_engine = engine.gpsimd
 unknown_engine = engine.unknown
 
-
-def _free_limits(opcode: str, tensors, loc) -> None:
-    """Engine free-size limits: 64 Ki elements per partition from SBUF, 4 Ki from PSUM."""
-    for t in tensors:
-        limit = FREE_MAX.get(t.buffer)
-        if limit is not None and free(t) > limit:
-            raise NkiValidationError("E134", f"{opcode} accesses {free(t)} elements per partition of {t.shown} in "
-                                     f"{t.buffer}; one instruction handles at most {limit}", loc,
-                             f"split the free dimension into pieces of at most {limit} elements")
-
-
-def _emit(d: ops.OpDef, emit: ops.Emit, loc) -> NkiInstruction:
-    b = require_builder(f"nisa.{d.name}")
-    tensors_in = [i for i in emit.ins if isinstance(i, Tensor)]
-    tensors_out = [o for o in emit.outs if isinstance(o, Tensor)]
-    if d.free_limited:
-        _free_limits(d.name, tensors_out + tensors_in, loc)
-    for o in tensors_out:
-        if o.access.vector_group and o.buffer == "psum":
-            raise NkiccError("E160", f"{d.name}: writing an indirect view of a PSUM tile is not supported", loc,
-                             "scatter into an SBUF tile, then copy it to PSUM")
-        if o.overflow:
-            raise NkiccError("E101", f"{d.name} writes past the end of a tile: {o.overflow}", loc,
-                             "check the slice bounds and the loop trip counts")
-    for i in tensors_in:
-        if i.overflow:
-            b.warn("W101", f"{d.name} reads past the end of a tile, values there are undefined: {i.overflow}", loc)
-    op = b.emit(d.name, [_access(b, o, d, loc) for o in emit.outs], [_access(b, i, d, loc) for i in emit.ins],
-                dict(emit.attrs), loc)
-    return handle_of(b, op)
-
-
-def _access(b, x, d: ops.OpDef, loc):
-    if isinstance(x, Tensor):
-        a = x.access
-        if a.vector_group == UNRESOLVED_GROUP:
-            # tensor indirection: the index groups follow the engine that reads the view
-            if d.engine == "dma" or d.collective is not None:
-                raise NkiccError("E160", f"{d.name} cannot take an indirect view (NkiTensor.indirect); compute "
-                                         "instructions do", loc, "gather HBM rows with .vector_select")
-            return dataclasses.replace(a, vector_group=32 if d.engine == "pe" else 16)
-        return a
-    if isinstance(x, ops.StateRef):
-        s = x.state
-        decl = b.state_tensor(s.name, (s.partitions, s.width), s.dtype)
-        return Access(decl.name, Affine(), ((s.width, x.count), (1, s.width)))
-    return x
-
-
-def _function(d: ops.OpDef):
-    @functools.wraps(d.trace)
-    def instruction(*args, **kwargs):
-        loc = user_loc(2)
-        try:
-            ops.require_generation(int(get_nc_version()), d.since, f"{_module_of(d)}.{d.name}")
-            emit = d.trace(*args, **kwargs)
-            _alu_generation(emit)
-        except NkiValidationError as e:
-            e.loc = e.loc or loc
-            raise
-        except NkiccError as e:  # a hardware rule: catchable as nisa.NkiValidationError
-            raise NkiValidationError(e.code, e.message, e.loc or loc, e.hint) from None
-        except TypeError as e:  # a wrong argument list: the kernel's mistake, at its line
-            if e.__traceback__ is not None and e.__traceback__.tb_next is None:
-                raise NkiccError("E103", f"nisa.{d.name}: {e}", loc, f"see `nkicc explain E103`; "
-                                 f"the signature is {d.name}{inspect.signature(d.trace)}") from None
-            raise
-        return _emit(d, emit, loc)
-    instruction.__module__ = __name__
-    instruction.__qualname__ = d.name
-    if d.since > 2:
-        instruction.__doc__ = f"NeuronCore-v{d.since} ({TARGET_OF_GENERATION[d.since]}) and newer. {d.doc}"
-    return instruction
-
-
-def _module_of(d: ops.OpDef) -> str:
-    return "nki.collectives" if d.module == "collectives" else "nisa"
-
-
-def _alu_generation(emit: ops.Emit) -> None:
-    """An arithmetic operator some generations lack (nl.abs_max), named in any attribute."""
-    have = int(get_nc_version())
-    for value in emit.attrs.values():
-        for name in value if isinstance(value, (tuple, list)) else (value,):
-            if isinstance(name, str) and alu.SINCE.get(name, 2) > have:
-                ops.require_generation(have, alu.SINCE[name], f"nl.{name}")
-
-
-def _emit_internal(opcode: str, *args, loc=None) -> None:
-    """Emit an instruction the tracer itself makes (not a public nisa name)."""
-    d = ops.get(opcode)
-    _emit(d, d.trace(*args), loc)
-
-
 for _d in ops.table().values():
     if _d.public and _d.module == "isa":
-        globals()[_d.name] = _function(_d)
-
-from ..language.control import VirtualRegister, register_alloc  # noqa: E402 - needs register_move above
+        globals()[_d.name] = function(_d.name)
 
 __all__ = sorted(d.name for d in ops.table().values() if d.public and d.module == "isa") + ["NkiInstruction", "NkiValidationError", "VirtualRegister", "register_alloc", "tensor_engine", "vector_engine", "scalar_engine", "gpsimd_engine",
                                  "unknown_engine", "dge_mode", "dma_engine", "engine", "matmul_perf_mode",
                                  "nc_version", "oob_mode", "reduce_cmd"]
-from .enums import *  # noqa: E402,F401,F403  get_nc_version, get_nc_sub_version, nisa.constants
-from .enums import get_nc_version  # noqa: E402
-__all__ += enums.__all__  # noqa: F405
+__all__ += enums.__all__
 
 
 def __getattr__(name: str):

@@ -12,16 +12,9 @@ import sys
 from ..ir.ops.enums import (  # noqa: F401 - re-exported: nisa.constants.<enum>
     dge_mode, dma_engine, engine, matmul_perf_mode, nc_version, oob_mode, reduce_cmd,
 )
-from ..language.tracing import DEFAULT_GENERATION, current_builder
+from ..language.emit import get_nc_version  # noqa: F401 - nisa.get_nc_version (emit checks generations with it)
 
 __all__ = ["get_nc_version", "get_nc_sub_version", "constants"]
-
-
-def get_nc_version() -> nc_version:
-    """The NeuronCore generation of the target the kernel is traced for
-    (trn1: gen2, trn2: gen3, trn3: gen4)."""
-    builder = current_builder()
-    return nc_version(builder.nc_version if builder is not None else DEFAULT_GENERATION)
 
 
 def get_nc_sub_version() -> int:

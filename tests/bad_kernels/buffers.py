@@ -24,6 +24,16 @@ def dma_into_psum(a: "float32[128,64]"):
 
 
 @nkicc.jit
+def store_the_accumulator_from_psum(x: "float32[4,128,256]"):
+    out = nl.ndarray((128, 256), dtype=nl.float32, buffer=nl.shared_hbm)
+    accum = nl.zeros((128, 256), dtype=nl.float32, buffer=nl.psum)
+    for k in nl.affine_range(4):
+        accum += nl.load(x[k])
+    nl.store(out, value=accum)  # EXPECT: E120
+    return out
+
+
+@nkicc.jit
 def tensor_tensor_both_in_psum(a: "float32[128,64]"):
     out = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
     p1 = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.psum)

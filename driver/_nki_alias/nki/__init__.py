@@ -7,6 +7,8 @@ import nkicc.isa as isa
 import nkicc.language as language
 import nkicc.language.collectives as collectives
 import nkicc.language.typing as typing
+from nkicc.language.tensor import unsupported_name as _unsupported_name
+from nkicc.language.userframes import caller_loc as _caller_loc
 
 # options of the vendor's nki.jit that mean nothing to nkicc (it always compiles
 # and simulates); platform_target picks the target like NEURON_PLATFORM_TARGET_OVERRIDE
@@ -24,9 +26,7 @@ def jit(fn=None, **options):
         options["target"] = options.pop("platform_target")
     unknown = [k for k in options if k not in _NKICC_OPTIONS]
     if unknown:
-        from nkicc.ir import NkiccError
-        from nkicc.language.kernel_trace import caller_loc
-        raise NkiccError("E160", f"nki.jit option {unknown[0]}= is not supported by nkicc", caller_loc(),
+        raise nkicc.NkiccError("E160", f"nki.jit option {unknown[0]}= is not supported by nkicc", _caller_loc(),
                          f"nkicc takes {', '.join(_NKICC_OPTIONS + _VENDOR_OPTIONS)}")
     return nkicc.jit(fn, **options)
 
@@ -59,5 +59,4 @@ def __getattr__(name: str):
     # ImportError for `from nki import NAME`), as for nl.NAME and nisa.NAME
     if name.startswith("_"):
         raise AttributeError(f"module 'nki' has no attribute {name!r}")
-    from nkicc.language.tensor import unsupported_name
-    raise unsupported_name("nki", name)
+    raise _unsupported_name("nki", name)

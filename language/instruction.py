@@ -14,8 +14,8 @@ import inspect
 from dataclasses import dataclass, replace
 
 from ..ir import NkiccError, Op
-from ..language.objects import NKIObject
-from ..language.tracing import user_loc
+from .objects import NKIObject
+from .tracing import user_loc
 
 
 class NkiValidationError(NkiccError):

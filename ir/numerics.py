@@ -33,8 +33,8 @@ import os
 
 import numpy as np
 
-from ..ir import NkiccError
-from ..ir.dtypes import DTYPES, name_of_numpy, storage
+from .dtypes import DTYPES, name_of_numpy, storage
+from .errors import NkiccError
 
 _F32 = np.dtype(np.float32)
 _OFF = ("0", "false", "off", "no")
