@@ -29,7 +29,7 @@ pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="symlinks")
 LIBRARY = textwrap.dedent('''\
     """A library a kernel calls (installed in site-packages)."""
     import nkicc.language as nl
-    from nkicc.language.kernel_trace import caller_loc
+    from nkicc.language.userframes import caller_loc
 
 
     def double(t):
