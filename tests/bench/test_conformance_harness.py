@@ -6,7 +6,7 @@ import sys
 
 import numpy as np
 
-REPO = pathlib.Path(__file__).resolve().parent.parent
+REPO = pathlib.Path(__file__).resolve().parents[2]
 BENCH = REPO / "bench"
 
 KERNEL = '''

@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
 
 import fidelity  # noqa: E402
 

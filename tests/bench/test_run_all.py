@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-REPO = pathlib.Path(__file__).resolve().parent.parent
+REPO = pathlib.Path(__file__).resolve().parents[2]
 BENCH = REPO / "bench"
 
 
@@ -175,7 +175,7 @@ CACHE = {
     "machine": "test", "commit": "abc", "repeat": 1, "workloads": "../shared/workloads",
     "seeds": [{"seed": "seed_mm2_static.py::mm2", "trace_s": 0.02, "off_s": 0.014, "cold_s": 0.035, "warm_s": 0.0015,
                "warm_median_s": 0.0015}],
-    "edits": [{"what": "stages edit", "kernel": "tests/cache_kernels.py::stages", "regions_hit": 56,
+    "edits": [{"what": "stages edit", "kernel": "tests/support/cache_kernels.py::stages", "regions_hit": 56,
                "regions_total": 68, "off_s": 0.0066, "cold_s": 0.023, "warm_s": 0.0015, "edit_s": 0.024}],
     "processes": [{"run": "cold (empty folder)", "processes": 8, "wall_s": 8.4, "kernel_hit": 25, "kernel_miss": 7,
                    "region_hit": 64, "region_miss": 112, "corrupt": 0}],

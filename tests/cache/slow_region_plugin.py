@@ -1,5 +1,5 @@
 """A region pass that costs 10 ms per body and changes nothing: a stand-in
-for an expensive region pass (tests/test_cache_levels.py). It counts the
+for an expensive region pass (tests/cache/test_cache_levels.py). It counts the
 bodies it really ran on, so a test can see which ones the cache served."""
 import time
 

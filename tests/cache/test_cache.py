@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import nkicc
-from conftest import REPO, WORKLOADS, needs_workloads
+from tests.support.paths import REPO, WORKLOADS, needs_workloads
 from nkicc.cache import env as cache_env
 from nkicc.cache.format import CorruptEntry, pack, unpack
 from nkicc.cache.store import PROBE, Store, forget_stores, parse_size
@@ -26,9 +26,9 @@ from nkicc.ir import Access, Affine, Block, Const, Kernel, Loc, Op, TensorDecl, 
 from nkicc.ir.serialize import Unserialisable, dumps, dumps_table, from_json, loads, loads_table, to_json
 from nkicc.passes import PassOptions, registry
 
-import cache_kernels as ck
+from tests.support import cache_kernels as ck
 
-TESTS = REPO / "tests"
+TESTS = REPO / "tests" / "support"  # cache_kernels.py
 
 
 @pytest.fixture
@@ -88,7 +88,7 @@ def force_region_level(cache_dir) -> None:
 
 
 def subprocess_env(cache: pathlib.Path, **extra) -> dict:
-    return {**os.environ, "NKICC_CACHE_DIR": str(cache), "PYTHONPATH": str(TESTS), "OPENBLAS_NUM_THREADS": "1",
+    return {**os.environ, "NKICC_CACHE_DIR": str(cache), "PYTHONPATH": str(REPO), "OPENBLAS_NUM_THREADS": "1",
             **extra}
 
 
@@ -384,7 +384,7 @@ WORKER = textwrap.dedent('''
     import json, sys
     import numpy as np
     import nkicc
-    import cache_kernels as ck
+    from tests.support import cache_kernels as ck
 
     order = [int(c) for c in sys.argv[1]]
     rng = np.random.default_rng(int(sys.argv[2]))
@@ -434,7 +434,7 @@ KILLED_WRITER = textwrap.dedent('''
     import sys
     import numpy as np
     import nkicc
-    import cache_kernels as ck
+    from tests.support import cache_kernels as ck
     from nkicc.cache.format import pack
     from nkicc.cache.store import open_store
     x = np.ones((128, 64), np.float32)

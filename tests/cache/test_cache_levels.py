@@ -14,15 +14,15 @@ import numpy as np
 import pytest
 
 import nkicc
-from conftest import REPO
+from tests.support.paths import REPO
 from nkicc.cache.store import PROBE, forget_stores
 from nkicc.ir import serialize
 from nkicc.passes import PassOptions
 
-import cache_kernels as ck
-from test_cache import load_module, seed_costs
+from tests.support import cache_kernels as ck
+from tests.cache.test_cache import load_module, seed_costs
 
-TESTS = REPO / "tests"
+TESTS = REPO / "tests" / "support"  # cache_kernels.py
 
 HELPERS = textwrap.dedent('''
     import nkicc.language as nl
@@ -102,7 +102,7 @@ def modules(tmp_path, monkeypatch):
 
 
 def in_new_process(cache, mods, factor=2.0, bump=1.0, offset=0.5, seed=0) -> dict:
-    env = {**os.environ, "NKICC_CACHE_DIR": str(cache), "PYTHONPATH": str(TESTS), "OPENBLAS_NUM_THREADS": "1",
+    env = {**os.environ, "NKICC_CACHE_DIR": str(cache), "PYTHONPATH": str(REPO), "OPENBLAS_NUM_THREADS": "1",
            "PYTHONDONTWRITEBYTECODE": "1"}  # an edit within the same second must not load stale bytecode
     r = subprocess.run([sys.executable, "-c", WORKER, str(mods), str(factor), str(bump), str(offset), str(seed)],
                        capture_output=True, text=True, env=env, timeout=300)
@@ -333,9 +333,9 @@ def test_a_region_goes_through_the_cache_only_where_its_pass_costs_more_than_sto
 
 
 def test_an_expensive_region_pass_is_served_by_the_cache_after_an_edit(cache_dir, tmp_path):
-    import slow_region_plugin as slow
+    from tests.cache import slow_region_plugin as slow
 
-    options = PassOptions(plugins=("slow_region_plugin",))
+    options = PassOptions(plugins=("tests.cache.slow_region_plugin",))
     x = np.random.default_rng(11).standard_normal((ck.ROWS, ck.COLS)).astype(np.float32)
     edited = edited_stages(tmp_path).stages
     # (no cycle collection inside the timed compiles: with the whole suite's objects alive, one

@@ -20,15 +20,16 @@ import numpy as np
 import pytest
 
 import nkicc
-from conftest import REDIS_SERVER, REPO, RedisProcess
+from tests.support.redis_server import REDIS_SERVER, RedisProcess
+from tests.support.paths import REPO
 from nkicc.cache import remote as remote_mod
 from nkicc.cache.format import CorruptEntry, pack, unpack
 from nkicc.cache.store import forget_stores
 from nkicc.cache.stats import Counters
 
-import cache_kernels as ck
+from tests.support import cache_kernels as ck
 
-TESTS = REPO / "tests"
+TESTS = REPO / "tests" / "support"  # cache_kernels.py
 PREFIX = remote_mod.NAMESPACE + "nkicc-kernel-"
 SOURCE_PREFIX = remote_mod.NAMESPACE + "nkicc-source-"
 
@@ -79,7 +80,7 @@ def compile_shift(amount: float, seed: int):
 
 def subprocess_env(cache: pathlib.Path, url: str, **extra) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("NKICC_CACHE_SECRET")}
-    return {**env, "NKICC_CACHE_DIR": str(cache), "NKICC_REMOTE_CACHE": url, "PYTHONPATH": str(TESTS),
+    return {**env, "NKICC_CACHE_DIR": str(cache), "NKICC_REMOTE_CACHE": url, "PYTHONPATH": str(REPO),
             "OPENBLAS_NUM_THREADS": "1", **extra}
 
 
@@ -89,7 +90,7 @@ COMPILE_ALL = textwrap.dedent('''
     import json, sys
     import numpy as np
     import nkicc
-    import cache_kernels as ck
+    from tests.support import cache_kernels as ck
     rng = np.random.default_rng(int(sys.argv[1]))
     out = []
     def check(name, compiled, got, want):
@@ -198,7 +199,7 @@ def test_a_new_machine_with_a_warm_redis_does_not_trace_and_a_stale_source_entry
     """Source-level entries are in Redis too: a new process with an empty local
     tier takes both the source and the kernel entry from Redis and does not
     trace; after a helper module is edited, the old source entry is a miss."""
-    from test_cache_levels import HELPERS, KERNEL, WORKER
+    from tests.cache.test_cache_levels import HELPERS, KERNEL, WORKER
     mods = tmp_path / "mods"
     mods.mkdir()
     (mods / "lvl_helpers.py").write_text(HELPERS)
@@ -239,7 +240,7 @@ SEQUENCE = textwrap.dedent('''
     import json, sys
     import numpy as np
     import nkicc
-    import cache_kernels as ck
+    from tests.support import cache_kernels as ck
     rng = np.random.default_rng(7)
     for line in sys.stdin:          # one compile per line: the amount
         amount = float(line)
@@ -556,7 +557,7 @@ def test_nkicc_run_takes_remote_cache(redis_server, tmp_path):
         import sys
         import numpy as np
         import nkicc
-        import cache_kernels as ck
+        from tests.support import cache_kernels as ck
         x = np.random.default_rng(int(sys.argv[1])).standard_normal((128, 64)).astype(np.float32)
         for amount in (0.5, 1.5):
             c = nkicc.compile(ck.shift, x, amount=amount)
@@ -572,8 +573,8 @@ def test_nkicc_run_takes_remote_cache(redis_server, tmp_path):
 
 
 def test_a_plugin_can_serve_another_scheme_through_the_same_hook(tmp_path, monkeypatch):
-    import dict_tier_plugin
-    import legacy_backend_plugin
+    from tests.cache import dict_tier_plugin
+    from tests.cache import legacy_backend_plugin
     dict_tier_plugin.TABLE.clear()
     legacy_backend_plugin.ASKED.clear()
     monkeypatch.setenv("NKICC_REMOTE_CACHE", "dict://team")
@@ -583,7 +584,7 @@ def test_a_plugin_can_serve_another_scheme_through_the_same_hook(tmp_path, monke
     for machine in ("m1", "m2"):
         monkeypatch.setenv("NKICC_CACHE_DIR", str(tmp_path / machine))
         forget_stores()
-        c = nkicc.compile(ck.shift, x, amount=6.5, passes={"plugins": ("dict_tier_plugin", "legacy_backend_plugin")})
+        c = nkicc.compile(ck.shift, x, amount=6.5, passes={"plugins": ("tests.cache.dict_tier_plugin", "tests.cache.legacy_backend_plugin")})
         np.testing.assert_allclose(c.run(x), x + np.float32(6.5), rtol=1e-6)
         reports.append(c.report["cache"])
     forget_stores()

@@ -1,4 +1,4 @@
-"""The bad-kernel corpus (tests/bad_kernels/, see its README): every invalid
+"""The bad-kernel corpus (tests/driver/bad_kernels/, see its README): every invalid
 kernel gets its error code at its own file:line, on one stderr line, with exit
 code 1 and no traceback from inside nkicc; the valid near misses compile and
 run cleanly. Plus: every code nkicc can raise is catalogued and documented,
@@ -23,9 +23,9 @@ import numpy as np
 import pytest
 
 import nkicc
-from conftest import REPO
+from tests.support.paths import REPO
 
-CORPUS = REPO / "tests" / "bad_kernels"
+CORPUS = REPO / "tests" / "driver" / "bad_kernels"
 EXPECT = re.compile(r"#\s*EXPECT:\s*([EW]\d{3})((?:\s+(?:simulate|api|kernel=\w+))*)")
 NEAR_MISSES = CORPUS / "near_misses.py"
 
@@ -214,15 +214,15 @@ def k(a: "float32[256,64]"):
 
 @pytest.mark.parametrize("command", ["compile", "simulate"])
 def test_plugin_crash_reproducer_replays_without_the_kernel_source(tmp_path, command):
-    """A crashing test pass (tests/broken_plugin.py) under compile or simulate:
+    """A crashing test pass (tests/support/broken_plugin.py) under compile or simulate:
     exit 4, a one-line summary, a reproducer that replays to the same error
     even after the kernel's source is gone and from another folder."""
-    env = {**os.environ, "PYTHONPATH": str(REPO / "tests")}
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
     src = tmp_path / "kern.py"
     src.write_text(CRASH_KERNEL)
     work = tmp_path / "work"
     work.mkdir()
-    r = subprocess.run([sys.executable, "-m", "nkicc", command, f"{src}::k", "-p", "broken_plugin",
+    r = subprocess.run([sys.executable, "-m", "nkicc", command, f"{src}::k", "-p", "tests.support.broken_plugin",
                         "--enable-pass", "crash"], capture_output=True, text=True, cwd=work, env=env, timeout=120)
     assert r.returncode == 4, r.stderr
     first = r.stderr.splitlines()[0]

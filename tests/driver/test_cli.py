@@ -8,7 +8,7 @@ import numpy as np
 
 import pytest
 
-from conftest import REPO
+from tests.support.paths import REPO
 
 
 def nkicc(*args, cwd=None):

@@ -1,4 +1,4 @@
-"""NKI scripts run unchanged with `nkicc run` (tests/nki_scripts/: `import nki`,
+"""NKI scripts run unchanged with `nkicc run` (tests/driver/nki_scripts/: `import nki`,
 numpy checks inside, a nonzero exit on a mismatch), and how `nkicc run`
 treats a script: __main__ blocks, sibling imports, argparse, exit codes, the
 user's own traceback, relative paths."""

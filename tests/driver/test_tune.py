@@ -18,9 +18,9 @@ import nkicc
 from nkicc import cluster as cluster_module
 from nkicc.ir import NkiccError
 
-from conftest import REPO
+from tests.support.paths import REPO
 
-KERNELS = str(REPO / "tests" / "tune_kernels.py")
+KERNELS = str(REPO / "tests" / "driver" / "tune_kernels.py")
 SCALE = f"{KERNELS}::scale"
 
 
@@ -218,7 +218,7 @@ def test_run_shards_passes_undefined_to_every_shard(dask_cluster, tmp_path, monk
     wrote instead of failing with E173 (without the flag every shard fails)."""
     monkeypatch.delenv("NKICC_UNDEFINED", raising=False)
     cluster, _ = dask_cluster
-    from test_undefined import SCRIPT
+    from tests.simulator.test_undefined import SCRIPT
     script = tmp_path / "half.py"
     script.write_text(SCRIPT)
     for flags, status in ((["--undefined", "poison"], "ok"), ([], "failed")):

@@ -1,4 +1,4 @@
-"""Kernels for tests/test_tune.py: a small tiled scale whose tile height T is
+"""Kernels for tests/driver/test_tune.py: a small tiled scale whose tile height T is
 the swept constant, and a MODE that makes a variant misbehave on purpose
 while it is traced: "sleep" (hangs for SLEEP seconds, for --timeout), "slow"
 (SLEEP seconds, then compiles), "kill" (SIGKILLs the process that started it:

@@ -16,7 +16,7 @@ import pytest
 import nkicc
 import nkicc.isa as nisa
 import nkicc.language as nl
-from ops_helpers import close, rand
+from tests.support.ops_helpers import close, rand
 
 # the reference names these tests check against numpy (bench/api_coverage.py counts them)
 pytestmark = pytest.mark.api(

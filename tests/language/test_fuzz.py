@@ -1,4 +1,4 @@
-"""Hypothesis fuzzing of kernels built from templates (tests/fuzz_kernels.py):
+"""Hypothesis fuzzing of kernels built from templates (tests/support/fuzz_kernels.py):
 valid ones give rolled == unrolled == numpy, invalid ones an NkiccError with
 an expected code at the kernel's line, never an internal error.
 
@@ -11,7 +11,7 @@ import os
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-import fuzz_kernels as fk
+from tests.support import fuzz_kernels as fk
 
 VALID_EXAMPLES = int(os.environ.get("NKICC_FUZZ_EXAMPLES", "20"))
 INVALID_EXAMPLES = int(os.environ.get("NKICC_FUZZ_EXAMPLES", "40"))

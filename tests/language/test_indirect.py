@@ -9,8 +9,8 @@ import pytest
 import nkicc
 import nkicc.isa as nisa
 import nkicc.language as nl
-from ops_helpers import check_error, rand
-from sim_helpers import run_both_simulators
+from tests.support.ops_helpers import check_error, rand
+from tests.support.sim_helpers import run_both_simulators
 
 api = pytest.mark.api
 

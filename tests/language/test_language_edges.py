@@ -8,7 +8,7 @@ import nkicc
 import nkicc.isa as nisa
 import nkicc.language as nl
 from nkicc.language import dtypes
-from ops_helpers import check_error, close, f32, rand
+from tests.support.ops_helpers import check_error, close, f32, rand
 
 
 # --- loop iterators outside a trace behave like range --------------------------------

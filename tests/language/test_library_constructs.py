@@ -9,7 +9,7 @@ import nkicc
 import nkicc.isa as nisa
 import nkicc.language as nl
 import nkicc.language.typing as nt
-from ops_helpers import check_error, close, rand
+from tests.support.ops_helpers import check_error, close, rand
 
 
 def _exp_into(a, out):

@@ -14,8 +14,8 @@ import nkicc
 import nkicc.isa as nisa
 import nkicc.language as nl
 import nkicc.language.collectives as cc
-from ops_helpers import check_error
-from sim_helpers import run_both_simulators
+from tests.support.ops_helpers import check_error
+from tests.support.sim_helpers import run_both_simulators
 
 api = pytest.mark.api
 bf16 = np.dtype(ml_dtypes.bfloat16)

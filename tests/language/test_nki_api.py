@@ -14,7 +14,7 @@ import nkicc.isa as nisa
 import nkicc.language as nl
 import nkicc.language.typing as nt
 from nkicc.specs import TensorSpec, annotated_specs
-from ops_helpers import bf16, check_error, close, f32, rand
+from tests.support.ops_helpers import bf16, check_error, close, f32, rand
 
 # the reference names whose behaviour this module checks against numpy (bench/api_coverage.py)
 pytestmark = pytest.mark.api("nki.jit", "nki.simulate", "nl.program_id", "nl.num_programs", "nl.program_ndim")

@@ -8,7 +8,7 @@ import pytest
 import nkicc
 import nkicc.isa as nisa
 import nkicc.language as nl
-from ops_helpers import check_error, rand
+from tests.support.ops_helpers import check_error, rand
 
 api = pytest.mark.api
 

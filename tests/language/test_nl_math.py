@@ -10,7 +10,7 @@ import pytest
 import nkicc
 import nkicc.isa as nisa
 import nkicc.language as nl
-from ops_helpers import bf16, check_error, close, f32, rand, rounded
+from tests.support.ops_helpers import bf16, check_error, close, f32, rand, rounded
 
 api = pytest.mark.api
 _erf = np.vectorize(math.erf, otypes=[np.float64])

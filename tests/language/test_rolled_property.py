@@ -18,7 +18,7 @@ import nkicc
 import nkicc.isa as nisa
 import nkicc.language as nl
 
-from conftest import reordered, same_up_to_sums
+from tests.support.compare import reordered, same_up_to_sums
 
 # these tests are about tracing: keep the compile cache out of them (and their runtime)
 NO_CACHE = {"cache": False} if "cache" in inspect.signature(nkicc.compile).parameters else {}

@@ -7,7 +7,7 @@ import pytest
 import nkicc
 import nkicc.isa as nisa
 import nkicc.language as nl
-from ops_helpers import check_error
+from tests.support.ops_helpers import check_error
 
 # the reference names these tests check against numpy (bench/api_coverage.py counts them)
 pytestmark = pytest.mark.api(

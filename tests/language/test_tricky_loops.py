@@ -22,7 +22,7 @@ import nkicc.isa as nisa
 import nkicc.language as nl
 from nkicc.ir import NkiccError
 
-from conftest import reordered, same_up_to_sums
+from tests.support.compare import reordered, same_up_to_sums
 
 # the reference names whose behaviour this module checks against numpy (bench/api_coverage.py)
 pytestmark = pytest.mark.api("nl.affine_range", "nl.sequential_range", "nl.static_range", "nl.dynamic_range")

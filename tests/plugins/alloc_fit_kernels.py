@@ -84,7 +84,7 @@ def psum_groups(lhsT, rhs):
     """kernel-optimization step 4's inner pattern: one PSUM accumulator per output tile, which
     the Tensor Engine sums over K and the Vector Engine then adds into that tile's SBUF result,
     kept in Python lists (so the tile loops are traced). An accumulator is dead once added, so
-    first-fit would give them all one bank (tests/test_alloc_psum.py)."""
+    first-fit would give them all one bank (tests/plugins/test_alloc_psum.py)."""
     K, M = lhsT.shape
     _, N = rhs.shape
     result = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.shared_hbm)

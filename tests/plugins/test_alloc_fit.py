@@ -3,6 +3,7 @@ shortens live ranges by reordering independent statements, reloads or spills
 what still does not fit, and says what it did in the report and on the command line
 (issue 19: the tutorial's free-dimension-blocked matmul at its measured shape)."""
 import json
+import os
 import subprocess
 import sys
 
@@ -10,11 +11,11 @@ import numpy as np
 import pytest
 
 import nkicc
-from conftest import REPO
-import alloc_fit_kernels as kernels
+from tests.support.paths import REPO
+from tests.plugins import alloc_fit_kernels as kernels
 
-TINY = {"plugins": ("tiny_target_plugin",), "target": "tiny"}
-KERNELS = REPO / "tests" / "alloc_fit_kernels.py"
+TINY = {"plugins": ("tests.support.tiny_target_plugin",), "target": "tiny"}
+KERNELS = REPO / "tests" / "plugins" / "alloc_fit_kernels.py"
 # the smallest K (a multiple of 128 * 48) at which the blocked matmul is over trn2's 224 KiB as written
 OVER_TRN2 = {"lhsT": (6144, 256), "rhs": (6144, 1024)}
 
@@ -67,7 +68,8 @@ def test_tiles_live_at_once_spill_and_the_report_says_so(rng):
 
 
 def _cli(*args, tmp_path):
-    return subprocess.run([sys.executable, "-m", "nkicc", *args], capture_output=True, text=True, cwd=tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}  # -p tests.support.tiny_target_plugin
+    return subprocess.run([sys.executable, "-m", "nkicc", *args], capture_output=True, text=True, cwd=tmp_path, env=env)
 
 
 def test_compile_and_simulate_print_what_alloc_did(tmp_path):
@@ -79,7 +81,7 @@ def test_compile_and_simulate_print_what_alloc_did(tmp_path):
     assert "shortened live ranges" in line and "alloc_fit_kernels.py" in line
     assert json.loads(report.read_text())["notes"]["alloc"]["live_ranges_shortened"]
     r = _cli("simulate", f"{KERNELS}::centered_squares", "--arg", "x=float32[128,2048]", "--inputs", "random",
-             "-p", "tiny_target_plugin", "--target", "tiny", tmp_path=tmp_path)
+             "-p", "tests.support.tiny_target_plugin", "--target", "tiny", tmp_path=tmp_path)
     assert r.returncode == 0, r.stderr
     assert "spilled to HBM" in r.stdout and "estimated time" in r.stdout
 

@@ -7,7 +7,7 @@ import pytest
 
 import nkicc
 from nkicc.plugins import alloc
-import alloc_fit_kernels as kernels
+from tests.plugins import alloc_fit_kernels as kernels
 
 BANK = 2048
 

@@ -11,10 +11,10 @@ import pytest
 
 import nkicc
 from nkicc.ir import Loop, Op
-from conftest import WORKLOADS, needs_workloads
-import seeds_scaled_kernels as seeds
+from tests.support.paths import WORKLOADS, needs_workloads
+from tests.support import seeds_scaled_kernels as seeds
 
-TINY = {"plugins": ("tiny_target_plugin",)}
+TINY = {"plugins": ("tests.support.tiny_target_plugin",)}
 
 
 def seed_cases(rng):

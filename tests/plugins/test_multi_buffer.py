@@ -11,7 +11,7 @@ import nkicc.isa as nisa
 import nkicc.language as nl
 from nkicc.ir import Op
 from nkicc.plugins.alloc import partition_bytes
-from conftest import EXAMPLES
+from tests.support.paths import EXAMPLES
 
 sys.path.insert(0, str(EXAMPLES))
 import matmul as mm  # noqa: E402
@@ -113,7 +113,7 @@ def test_dma_rotation_only_where_executions_are_disjoint(rng):
 
 
 def test_multi_buffer_keeps_scaled_seeds_exact(rng):
-    import seeds_scaled_kernels as seeds
+    from tests.support import seeds_scaled_kernels as seeds
     k, m, n, l_ = seeds.K, seeds.M, seeds.N, seeds.L
     arrays = [rng.standard_normal(s).astype(np.float32) for s in ((k, m), (k, n), (n, l_))]
     c = nkicc.compile(seeds.mm2_static, *arrays, cache=False)

@@ -11,8 +11,8 @@ import nkicc
 import nkicc.plugins.multi_buffer as mb
 from nkicc.ir import Loop
 from nkicc.plugins.alloc import partition_bytes
-from conftest import EXAMPLES
-from test_multi_buffer import exp_row_tiles
+from tests.support.paths import EXAMPLES
+from tests.plugins.test_multi_buffer import exp_row_tiles
 
 sys.path.insert(0, str(EXAMPLES))
 import matmul as mm  # noqa: E402

@@ -15,7 +15,7 @@ import nkicc.isa as nisa
 import nkicc.language as nl
 from nkicc.ir import Loop, Op
 from nkicc.passes import PassOptions, order, registry, select
-import seeds_scaled_kernels as seeds
+from tests.support import seeds_scaled_kernels as seeds
 
 BUILTIN = {"verify": "required", "simplify": "on", "dce": "on", "psum-legalize": "on", "licm": "on",
            "dma-coalesce": "on", "unroll": "off", "global-schedule": "off", "multi-buffer": "on", "alloc": "required",
@@ -210,13 +210,13 @@ def test_seed_copies_pass_verify_each(rng, case):
 def test_verify_each_names_a_pass_that_drops_an_instruction(rng):
     a = rng.standard_normal((512, 48)).astype(np.float32)
     bias = rng.standard_normal((128, 48)).astype(np.float32)
-    opts = {"plugins": ("broken_plugin",), "enable": ("drop-last",), "verify_each": True}
+    opts = {"plugins": ("tests.support.broken_plugin",), "enable": ("drop-last",), "verify_each": True}
     with pytest.raises(nkicc.NkiccError) as err:
         nkicc.compile(invariant_load, a, bias, passes=opts)
     assert err.value.code == "E310"
     assert "'drop-last'" in err.value.message
     # without the check, the dropped store surfaces only when the program runs
-    broken = nkicc.compile(invariant_load, a, bias, passes={"plugins": ("broken_plugin",), "enable": ("drop-last",)})
+    broken = nkicc.compile(invariant_load, a, bias, passes={"plugins": ("tests.support.broken_plugin",), "enable": ("drop-last",)})
     with pytest.raises(nkicc.NkiccError) as err:
         broken.run(a, bias)
     assert err.value.code == "E174"
@@ -346,7 +346,8 @@ def footprint_plugin(tmp_path_factory):
     """The example third-party plugin package, installed into a temporary folder
     (never into this environment): the environment for subprocesses that see it,
     with plugin autoload on (the suite turns it off, see conftest)."""
-    from conftest import EXAMPLES, install_to_target
+    from tests.support.paths import EXAMPLES
+    from tests.support.install import install_to_target
     target = install_to_target(EXAMPLES / "plugins" / "nkicc-footprint", tmp_path_factory)
     path = os.pathsep.join([str(target)] + [v for k, v in os.environ.items() if k == "PYTHONPATH" and v])
     return {"PYTHONPATH": path, "NKICC_DISABLE_PLUGIN_AUTOLOAD": "0"}
@@ -372,9 +373,9 @@ def test_suite_passes_with_a_third_party_opt_in_pass_installed(footprint_plugin)
     user has it) still gets a green suite: conftest turns autoload off."""
     env = {**os.environ, **footprint_plugin}
     env.pop("NKICC_DISABLE_PLUGIN_AUTOLOAD")  # as in the user's shell
-    from conftest import REPO
+    from tests.support.paths import REPO
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                        "tests/test_passes.py::test_defaults_and_levels"], capture_output=True, text=True,
+                        "tests/plugins/test_passes.py::test_defaults_and_levels"], capture_output=True, text=True,
                        cwd=REPO, env=env)
     assert r.returncode == 0, r.stdout + r.stderr
     # and without the isolation the plugin is seen, so the check above means something
@@ -384,9 +385,9 @@ def test_suite_passes_with_a_third_party_opt_in_pass_installed(footprint_plugin)
 
 
 def test_crashing_pass_writes_a_reproducer_that_replays(tmp_path):
-    from conftest import REPO
-    env = {**os.environ, "PYTHONPATH": str(REPO / "tests")}
-    cmd = [sys.executable, "-m", "nkicc", "compile", KERNEL_FILE, *SPEC, "-p", "broken_plugin", "--enable-pass", "crash"]
+    from tests.support.paths import REPO
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    cmd = [sys.executable, "-m", "nkicc", "compile", KERNEL_FILE, *SPEC, "-p", "tests.support.broken_plugin", "--enable-pass", "crash"]
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=env)
     assert r.returncode == 4, r.stderr
     first = r.stderr.splitlines()[0]
@@ -409,7 +410,7 @@ def test_region_passes_transform_equal_bodies_once_and_match_a_walk_without_memo
     context must not run the pass again."""
     import dataclasses
 
-    import cache_kernels as ck
+    from tests.support import cache_kernels as ck
     from nkicc.ir import Block, serialize
     from nkicc.pass_api import PassContext, Region
     from nkicc.passes import run_region_pass

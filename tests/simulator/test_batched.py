@@ -18,8 +18,8 @@ from nkicc.plugins.targets import TRN2
 from nkicc.simulator.machine import MachineSimulator
 from nkicc.simulator.testing import edit_op
 
-import fuzz_kernels as fk
-from conftest import EXAMPLES
+from tests.support import fuzz_kernels as fk
+from tests.support.paths import EXAMPLES
 
 sys.path.insert(0, str(EXAMPLES))
 import fused_matmul as fm  # noqa: E402
@@ -63,7 +63,7 @@ def check_case(case) -> None:
     batched_runs[case.family] = batched_runs.get(case.family, 0) + bool(frep.batched_loops)
 
 
-# the fuzz templates (tests/fuzz_kernels.py) with enough tiles that loops stay rolled after the passes
+# the fuzz templates (tests/support/fuzz_kernels.py) with enough tiles that loops stay rolled after the passes
 @st.composite
 def matmul_loops(draw):
     K, M, N = draw(st.integers(200, 1100)), draw(st.integers(1, 260)), draw(st.integers(1, 1100))
@@ -184,7 +184,7 @@ def test_out_of_bounds_runtime_offsets_still_raise():
     """An offset advanced inside the loop that reads through it (no nest runs batched there): E170 as before."""
     import importlib.util
     from pathlib import Path
-    path = Path(__file__).parent / "bad_kernels" / "runtime_bounds.py"
+    path = Path(__file__).parents[1] / "driver" / "bad_kernels" / "runtime_bounds.py"
     spec = importlib.util.spec_from_file_location("runtime_bounds_b", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -575,8 +575,8 @@ def test_the_dynamic_seed_as_written_batched_equals_per_instruction(rng):
     operand first (one product, no copies of the constant one) and gives the per-instruction
     path's (wrong) result, with the same times."""
     from nkicc.loader import load_kernel
-    from conftest import REPO
-    kernel = load_kernel(f"{REPO / 'tests' / 'seeds_scaled_kernels.py'}::mm2_dynamic")
+    from tests.support.paths import REPO
+    kernel = load_kernel(f"{REPO / 'tests' / 'support' / 'seeds_scaled_kernels.py'}::mm2_dynamic")
     arrays = [rng.standard_normal(s).astype(np.float32) for s in [(256, 1190), (256, 512), (512, 256)]]
     c = nkicc.compile(kernel, *arrays)
     inputs = dict(zip(c.ir.args, arrays))
@@ -658,7 +658,7 @@ def test_sim_floor_still_measures_what_it_says(monkeypatch):
     """bench/sim_floor.py replaces batched._columns, matmul._blocks and batched._one_add to time
     the simulator without them: a rename there would break the bench, not the suite, without
     this (its four variants run)."""
-    from conftest import REPO
+    from tests.support.paths import REPO
     monkeypatch.syspath_prepend(str(REPO / "bench"))
     import sim_floor
     rows = sim_floor.measure(32, 1)

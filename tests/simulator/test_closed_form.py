@@ -18,15 +18,15 @@ from nkicc.plugins.targets import TRN2
 from nkicc.simulator.machine import MachineSimulator
 from nkicc.simulator.testing import edit_op
 
-from conftest import EXAMPLES, REPO
+from tests.support.paths import EXAMPLES, REPO
 
 sys.path.insert(0, str(EXAMPLES))
 sys.path.insert(0, str(REPO / "bench"))
 import fused_matmul as fm  # noqa: E402
 import matmul as mmx  # noqa: E402
-from test_batched import scaled_tiles  # noqa: E402
-from test_machine import exp_add, matmul_acc  # noqa: E402
-from test_runtime_loops import prefix_copy  # noqa: E402
+from tests.simulator.test_batched import scaled_tiles  # noqa: E402
+from tests.simulator.test_machine import exp_add, matmul_acc  # noqa: E402
+from tests.language.test_runtime_loops import prefix_copy  # noqa: E402
 
 REL = 1e-9  # a skipped period adds its time once instead of instruction by instruction: rounding only
 

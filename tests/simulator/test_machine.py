@@ -27,7 +27,8 @@ from nkicc.simulator.reference import run_reference
 from nkicc.simulator.testing import edit_op, naive_lower
 from nkicc.simulator.timing import COST_TABLES, cost_ns, cost_table, traffic_bytes
 
-from conftest import EXAMPLES, same_up_to_sums
+from tests.support.paths import EXAMPLES
+from tests.support.compare import same_up_to_sums
 
 sys.path.insert(0, str(EXAMPLES))
 import fused_matmul as fm  # noqa: E402
@@ -188,7 +189,7 @@ def test_reads_past_a_tile_and_naive_lowering_agree(rng):
     """The literal seed copy reads past its At tile (W101): poison that never
     reaches E, in both simulators; and a conservative hand lowering of the
     unlowered trace gives the same result as the pipeline's."""
-    import seeds_scaled_kernels as seeds
+    from tests.support import seeds_scaled_kernels as seeds
     shapes = [(256, 1190), (256, 512), (512, 256)]
     arrays = [rng.standard_normal(s).astype(np.float32) for s in shapes]
     c = nkicc.compile(seeds.mm2_static, *arrays, m_factor=2)
@@ -449,7 +450,7 @@ def test_spilled_program_counts_spill_traffic(rng):
     """On a target with 8 KiB of SBUF per partition the allocator spills to HBM;
     the machine runs the spill DMAs and counts their bytes."""
     arrays = [rng.standard_normal(s).astype(np.float32) for s in MM2_SHAPES]
-    c = nkicc.compile(fm.mm2, *arrays, passes={"plugins": ("tiny_target_plugin",), "target": "tiny"})
+    c = nkicc.compile(fm.mm2, *arrays, passes={"plugins": ("tests.support.tiny_target_plugin",), "target": "tiny"})
     assert any(t.role == "spill" for t in c.ir.tensors)
     got = c.run(*arrays)
     rep = c.sim

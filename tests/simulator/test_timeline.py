@@ -23,7 +23,7 @@ from nkicc.simulator.activity import DmaActivity, union_ns
 from nkicc.simulator.machine import MachineSimulator
 from nkicc.simulator.timing import cost_ns, cost_table
 
-from conftest import REPO
+from tests.support.paths import REPO
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -228,7 +228,7 @@ def test_without_matplotlib_one_line_says_what_to_install(tmp_path):
     assert not (tmp_path / "t.png").exists() and "Traceback" not in r.stderr
     api = BLOCKED + (
         "import numpy as np, nkicc\n"
-        "sys.path.insert(0, 'tests')\nfrom test_timeline import tiles\n"
+        "from tests.simulator.test_timeline import tiles\n"
         "a = np.random.default_rng(0).standard_normal((256, 64)).astype(np.float32)\n"
         "c = nkicc.compile(tiles, a)\n_, rep = c.simulate({'a': a}, trace=True)\n"
         "assert rep._repr_png_() is None\nassert 'nkicc[plot]' in rep._repr_html_()\n"

@@ -17,9 +17,9 @@ from nkicc.plugins.targets import TRN2
 from nkicc.simulator.machine import MachineSimulator
 from nkicc.simulator.testing import edit_op
 
-from conftest import EXAMPLES
-from test_machine import exp_add
-from test_runtime_loops import load_register, prefix_copy
+from tests.support.paths import EXAMPLES
+from tests.simulator.test_machine import exp_add
+from tests.language.test_runtime_loops import load_register, prefix_copy
 
 sys.path.insert(0, str(EXAMPLES))
 import fused_matmul as fm  # noqa: E402

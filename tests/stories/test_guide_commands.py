@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from conftest import REPO, WORKLOADS, needs_workloads
+from tests.support.paths import REPO, WORKLOADS, needs_workloads
 
 DOCS = [REPO / "docs" / "guide.md", REPO / "README.md"]
 
@@ -45,7 +45,7 @@ SKIP = [
     (r"^(\.|source) \S*bin/activate$", "activates the venv the skipped `python3 -m venv` creates"),
     (r"^python3? -m pytest\b", "runs the whole test suite, this file included"),
     (r"^python3? bench/(run_all|testbench)\.py\b", "a benchmark run: minutes (run_all --quick) to an hour "
-     "(the full-size testbench); bench/ scripts are checked by tests/test_run_all.py"),
+     "(the full-size testbench); bench/ scripts are checked by tests/bench/test_run_all.py"),
 ]
 
 # Commands that mutate the compile cache run against a private cache folder, so

@@ -14,7 +14,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from conftest import EXAMPLES, REPO
+from tests.support.paths import EXAMPLES, REPO
 
 
 def nkicc(*args, cwd=None, env=None):
@@ -182,8 +182,8 @@ def test_guide_summary_is_what_the_bundled_example_prints():
 # -- 12: nkicc reproduce shows the pass's traceback ---------------------------------------------
 
 def test_reproduce_prints_the_traceback_and_says_where_it_is_recorded(tmp_path):
-    env = {"PYTHONPATH": str(REPO / "tests")}
-    r = nkicc("compile", str(EXAMPLES / "fused_matmul.py") + "::mm2", "-p", "broken_plugin",
+    env = {"PYTHONPATH": str(REPO)}
+    r = nkicc("compile", str(EXAMPLES / "fused_matmul.py") + "::mm2", "-p", "tests.support.broken_plugin",
               "--enable-pass", "crash", cwd=tmp_path, env=env)
     assert r.returncode == 4, r.stderr
     (repro,) = tmp_path.glob("nkicc-repro-*.json")
@@ -377,7 +377,7 @@ def test_nothing_points_outside_the_repository():
             continue
         rel = path.relative_to(REPO)
         if rel.parts[0] in (".venv", "bench", "build") or rel.parts[0].startswith(".") or \
-                rel in (pathlib.Path("tests/test_newcomer.py"), pathlib.Path("CHANGELOG.md")) or "egg-info" in str(rel):
+                rel in (pathlib.Path("tests/stories/test_newcomer.py"), pathlib.Path("CHANGELOG.md")) or "egg-info" in str(rel):
             continue
         text = path.read_text(errors="replace")
         if "NKI_SPEC" in text:

@@ -4,7 +4,7 @@ Two sets of kernels, both with the seeds' loop structure (ragged m blocks, min()
 bounds, copy-in / nc_matmul / copy-out PSUM tiles, dynamic loops with scalar
 offsets, lists of PSUM accumulators):
 - examples/fused_matmul.py: the cleaned-up versions users are pointed at;
-- tests/seeds_scaled_kernels.py: near-literal copies, quirks included.
+- tests/support/seeds_scaled_kernels.py: near-literal copies, quirks included.
 
 Each is compared with a float64 numpy reference, and the rolled program with
 the unrolled trace (NKI's own semantics), which must agree bit for bit.
@@ -21,10 +21,11 @@ import pytest
 import nkicc
 from nkicc.loader import load_kernel
 
-from conftest import EXAMPLES, REPO, reordered, same_up_to_sums
+from tests.support.paths import EXAMPLES, REPO
+from tests.support.compare import reordered, same_up_to_sums
 
 FUSED = EXAMPLES / "fused_matmul.py"
-COPIES = REPO / "tests" / "seeds_scaled_kernels.py"
+COPIES = REPO / "tests" / "support" / "seeds_scaled_kernels.py"
 
 MM2_SHAPES = [(256, 1160), (256, 1024), (1024, 256)]            # At, B, D (examples' defaults)
 MM2_COPY_SHAPES = [(256, 1190), (256, 512), (512, 256)]         # the literal copies' fixed sizes

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from conftest import WORKLOADS, needs_workloads
+from tests.support.paths import WORKLOADS, needs_workloads
 
 pytestmark = [needs_workloads,
               pytest.mark.skipif(not os.path.exists("/usr/bin/time"), reason="needs /usr/bin/time to measure RSS")]

@@ -1,4 +1,4 @@
-"""Kernels for tests/test_cache.py and bench/cache.py: small enough to
+"""Kernels for tests/cache/test_cache.py and bench/cache.py: small enough to
 simulate in milliseconds, shaped like real kernels (several loop nests, one
 per stage), so that editing one loop body leaves most regions untouched.
 

@@ -1,5 +1,5 @@
 """Kernel templates, hypothesis strategies and properties for the fuzz tests
-(tests/test_fuzz.py, bounded for CI) and the long run (bench/fuzz.py).
+(tests/language/test_fuzz.py, bounded for CI) and the long run (bench/fuzz.py).
 
 Kernels must live in a source file (rolling reads the loop's source), so the
 fuzzer varies compile-time constants - non-array kernel arguments - of a few

@@ -8,7 +8,7 @@ import numpy as np
 
 import nkicc
 
-from conftest import reordered, same_up_to_sums
+from tests.support.compare import reordered, same_up_to_sums
 
 bf16 = np.dtype(ml_dtypes.bfloat16)
 fp8 = np.dtype(ml_dtypes.float8_e4m3)

@@ -4,7 +4,7 @@ over the last two axes with nl.sum, and scaled with tensor_scalar. Channels
 tile by 128 (the last tile may be ragged). A second kernel reads the windows
 straight out of HBM with a five-pair `.ap` on the DRAM tensor.
 
-    nkicc run tests/nki_scripts/avgpool.py
+    nkicc run tests/driver/nki_scripts/avgpool.py
 """
 import numpy as np
 import nki

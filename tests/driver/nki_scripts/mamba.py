@@ -13,7 +13,7 @@ v2 hoists what does not depend on the state out of the state loop; v3 also
 tiles the sequence, carrying the scan state from one chunk to the next as
 the scan's `initial` tile.
 
-    nkicc run tests/nki_scripts/mamba.py
+    nkicc run tests/driver/nki_scripts/mamba.py
 """
 import numpy as np
 import nki

@@ -5,7 +5,7 @@ blocked free dimensions (an N block of moving tiles kept in SBUF), and fully
 blocked with keyword meta-parameters for the block sizes. Each kernel is
 checked against numpy, some with several meta-parameter settings.
 
-    nkicc run tests/nki_scripts/matmul_tutorial.py
+    nkicc run tests/driver/nki_scripts/matmul_tutorial.py
 """
 import numpy as np
 import nki

@@ -2,7 +2,7 @@
 kernel that loops over 128 x 512 tiles (with a ragged last column tile), and
 the SPMD form where each program of a 2-D launch grid adds one tile.
 
-    nkicc run tests/nki_scripts/tensor_add.py --rows 512 --cols 1100 --dtype float16
+    nkicc run tests/driver/nki_scripts/tensor_add.py --rows 512 --cols 1100 --dtype float16
 """
 import argparse
 

@@ -4,7 +4,7 @@ written back transposed. One element per instruction with nl.ds (the loops
 stay rolled: one tensor_copy compiled for all sz_f1 * sz_f2 copies), then a
 wider form that moves a whole strided column per instruction through `.ap`.
 
-    nkicc run tests/nki_scripts/transpose2d.py
+    nkicc run tests/driver/nki_scripts/transpose2d.py
 """
 import sys
 

@@ -7,7 +7,7 @@ import pytest
 import nkicc
 import nkicc.isa as nisa
 import nkicc.language as nl
-from ops_helpers import bf16, check_error, close, rand, run_rolled_and_unrolled
+from tests.support.ops_helpers import bf16, check_error, close, rand, run_rolled_and_unrolled
 
 # the reference names these tests check against numpy (bench/api_coverage.py counts them)
 pytestmark = pytest.mark.api(

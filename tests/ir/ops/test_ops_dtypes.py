@@ -2,7 +2,7 @@
 rules: dma_copy between different dtypes converts through fp32; tensor_copy
 casts straight to the destination dtype; engine arithmetic is fp32 with the
 result cast to dst. Casts to integers saturate; fractions are not pinned here
-(the data is integral where a float meets an int): tests/test_numerics.py pins
+(the data is integral where a float meets an int): tests/simulator/test_numerics.py pins
 every conversion's rounding."""
 import ml_dtypes
 import numpy as np
@@ -11,7 +11,7 @@ import pytest
 import nkicc
 import nkicc.isa as nisa
 import nkicc.language as nl
-from ops_helpers import check_error, f32
+from tests.support.ops_helpers import check_error, f32
 
 
 # the reference names whose behaviour this module checks against numpy (bench/api_coverage.py)

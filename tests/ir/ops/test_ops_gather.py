@@ -8,8 +8,8 @@ import pytest
 import nkicc
 import nkicc.isa as nisa
 import nkicc.language as nl
-from ops_helpers import bf16, check_error, rand, run_rolled_and_unrolled
-from sim_helpers import run_both_simulators
+from tests.support.ops_helpers import bf16, check_error, rand, run_rolled_and_unrolled
+from tests.support.sim_helpers import run_both_simulators
 
 # the reference names these tests check against numpy (bench/api_coverage.py counts them)
 pytestmark = pytest.mark.api(
@@ -317,7 +317,7 @@ def test_gpsimd_operands_stay_in_sbuf_after_the_passes(rng, opcode):
     # the IR rule verify re-checks after every pass: a GpSimd operand moved to PSUM is E120 at the call
     import dataclasses
     from nkicc.ir import Op, ops
-    from test_ops_sort import bounds_kernel, nonzero_kernel, topk_kernel
+    from tests.ir.ops.test_ops_sort import bounds_kernel, nonzero_kernel, topk_kernel
     kernels = {
         "local_gather": (local_gather_kernel(1, 16, 16), rand(rng, (16, 8)), np.zeros((16, 1), np.uint16)),
         "nc_n_gather": (n_gather_kernel((4, 3)), rand(rng, (4, 6)), np.zeros((4, 3), np.uint32)),

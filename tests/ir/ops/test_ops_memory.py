@@ -6,7 +6,7 @@ import pytest
 import nkicc
 import nkicc.isa as nisa
 import nkicc.language as nl
-from ops_helpers import bf16, check_error, close, f32, fp8, rand, rounded, run_rolled_and_unrolled
+from tests.support.ops_helpers import bf16, check_error, close, f32, fp8, rand, rounded, run_rolled_and_unrolled
 
 
 # the reference names whose behaviour this module checks against numpy (bench/api_coverage.py)
@@ -182,7 +182,7 @@ def test_tensor_copy_cast(rng, src_dt, dst_dt):
 
 
 def test_tensor_copy_float_to_int_integral_values(rng):
-    # integral float values convert exactly (the rounding of fractions: tests/test_numerics.py)
+    # integral float values convert exactly (the rounding of fractions: tests/simulator/test_numerics.py)
     @nkicc.jit
     def k(a):
         out = nl.ndarray(a.shape, dtype=nl.int32, buffer=nl.shared_hbm)

@@ -17,7 +17,7 @@ import nkicc.language as nl
 from nkicc.ir import NkiccError
 from nkicc.simulator import numerics
 from nkicc.specs import TensorSpec
-from ops_helpers import check_error
+from tests.support.ops_helpers import check_error
 
 pytestmark = pytest.mark.api("nisa.quantize_mx", "nisa.nc_matmul_mx")
 
@@ -417,7 +417,7 @@ def test_nc_matmul_mx_destination_spills_from_a_small_psum(rng):
     dts = ["float8_e4m3fn_x4", "float4_e2m1fn_x4", "uint8", "uint8"]
     arrays = [a.reshape(s) for a, s in zip((st, mv, s_sc, m_sc), shapes)]
     specs = [TensorSpec(s, d) for s, d in zip(shapes, dts)]
-    c = nkicc.compile(mx_three_accumulators, *specs, passes={"plugins": ("tiny_target_plugin",), "target": "tiny-psum"})
+    c = nkicc.compile(mx_three_accumulators, *specs, passes={"plugins": ("tests.support.tiny_target_plugin",), "target": "tiny-psum"})
     assert {s["from"] for s in c.report["notes"]["alloc"]["spills"]} == {"psum"}
     got = c.run(*arrays)
     want = np.zeros((3, m, n))

@@ -9,7 +9,7 @@ import pytest
 import nkicc
 import nkicc.isa as nisa
 import nkicc.language as nl
-from ops_helpers import bf16, check_error, close, f32, rand, rounded, run_rolled_and_unrolled
+from tests.support.ops_helpers import bf16, check_error, close, f32, rand, rounded, run_rolled_and_unrolled
 
 
 # the reference names whose behaviour this module checks against numpy (bench/api_coverage.py)

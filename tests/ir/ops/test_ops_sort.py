@@ -12,8 +12,8 @@ from nkicc.api import resolve_target
 from nkicc.ir import ops
 from nkicc.passes import registry
 from nkicc.ir.ops.costs import cost_table
-from ops_helpers import bf16, check_error, f32, rand, rounded, run_rolled_and_unrolled
-from sim_helpers import run_both_simulators
+from tests.support.ops_helpers import bf16, check_error, f32, rand, rounded, run_rolled_and_unrolled
+from tests.support.sim_helpers import run_both_simulators
 
 # the reference names these tests check against numpy (bench/api_coverage.py counts them)
 pytestmark = pytest.mark.api(

@@ -10,7 +10,7 @@ import nkicc
 import nkicc.isa as nisa
 import nkicc.language as nl
 from nkicc.ir import NkiccError
-from ops_helpers import close, rand
+from tests.support.ops_helpers import close, rand
 
 # the reference names these tests check (bench/api_coverage.py counts them)
 pytestmark = pytest.mark.api(
