@@ -9,7 +9,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -18,10 +17,12 @@ import nkicc
 from nkicc import cluster as cluster_module
 from nkicc.ir import NkiccError
 
+from tests.support.events import Announcements, wait_gone
 from tests.support.paths import REPO
 
 KERNELS = str(REPO / "tests" / "driver" / "tune_kernels.py")
 SCALE = f"{KERNELS}::scale"
+EXIT_BOUND_S = 180  # only turns a hang into a failure
 
 
 def nkicc_cli(*args, **kw):
@@ -48,7 +49,7 @@ def dask_cluster():
 
 def alone(T: int, target: str) -> float:
     """The oracle: one variant compiled and simulated by the Python API in this process."""
-    from tune_kernels import scale
+    from tests.driver.tune_kernels import scale
 
     compiled = nkicc.compile(scale, "float32[256,64]", T=T, passes={"target": target})
     a = np.random.default_rng(T).standard_normal((256, 64)).astype(np.float32)
@@ -114,25 +115,27 @@ def test_cli_tune_table_json_and_best_command(dask_cluster, tmp_path):
 
 
 def test_ctrl_c_stops_the_sweep_and_prints_what_finished(tmp_path):
+    """Ctrl-C once both slow variants have started: the tune hands a variant to a worker only
+    after it has recorded the one that freed it, so the two quick rows are in by then."""
+    started = Announcements(tmp_path / "started")
     proc = subprocess.Popen([sys.executable, "-m", "nkicc", "tune", SCALE, "--sweep", "SLEEP=0,60",
-                             "--sweep", "T=64,128", "--const", "MODE='slow'", "--workers", "2", "--no-cache",
-                             "--json", str(tmp_path / "rows.json")],
+                             "--sweep", "T=64,128", "--const", "MODE='slow'", "--const", f"STARTED='{started.path}'",
+                             "--workers", "2", "--no-cache", "--json", str(tmp_path / "rows.json")],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 90
-    while time.time() < deadline:  # until the two quick variants are done and the slow ones run
-        time.sleep(1.0)
-        sleepers = subprocess.run(["pgrep", "-f", "SLEEP=60"], capture_output=True, text=True).stdout.split()
-        if len(sleepers) >= 2:
-            break
-    time.sleep(1.0)
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+    try:
+        slow = [int(line.split()[0]) for line in started.wait(2)]  # both SLEEP=60 variants are tracing
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=EXIT_BOUND_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        started.close()
     assert proc.returncode == 130, err
     assert "stopped (Ctrl-C): 2 variants not run" in out
     rows = json.loads((tmp_path / "rows.json").read_text())["rows"]
     assert [r["status"] for r in rows] == ["ok", "ok", "not run", "not run"]
-    time.sleep(2.0)
-    assert subprocess.run(["pgrep", "-f", "SLEEP=60"], capture_output=True).returncode == 1  # nothing left running
+    for pid in slow:  # nothing left running: each slow variant's process exits (not after its 60 s)
+        wait_gone(pid, bound_s=EXIT_BOUND_S)
 
 
 def test_sweep_values_read_back_as_given():
@@ -233,28 +236,31 @@ def test_run_shards_passes_undefined_to_every_shard(dask_cluster, tmp_path, monk
             assert all("E173" in s["error"] for s in shards)
 
 # Last: these two kill workers, and on a loaded machine their restart can take a while.
-def test_worker_sigkilled_mid_task_from_outside_loses_no_row(dask_cluster):
+def test_worker_sigkilled_mid_task_from_outside_loses_no_row(dask_cluster, tmp_path):
+    """The first variant's trace holds (MODE "hold-first") and says which worker runs it; that
+    worker is SIGKILLed while the task is certainly running, and the task is tried again."""
     cluster, client = dask_cluster
     client.wait_for_workers(2, timeout=120)
-    pids = client.run(os.getpid)
+    workers = set(client.run(os.getpid).values())
+    started = Announcements(tmp_path / "started")
     found = {}
 
     def sweep():
-        found["result"] = nkicc.tune(SCALE, {"T": [32, 64, 128]}, consts={"MODE": "slow", "SLEEP": 3},
+        found["result"] = nkicc.tune(SCALE, {"T": [32, 64, 128]}, consts={"MODE": "hold-first",
+                                                                          "STARTED": str(started.path)},
                                      cluster=cluster.scheduler_address, cache=False)
 
     thread = threading.Thread(target=sweep)
     thread.start()
-    deadline = time.time() + 60
-    victim = None
-    while victim is None and time.time() < deadline:
-        busy = [w for w, keys in client.processing().items() if keys]
-        victim = busy[0] if busy else None
-        time.sleep(0.3)
-    assert victim is not None
-    time.sleep(1.0)  # into the variant's 3 s trace
-    os.kill(pids[victim], signal.SIGKILL)
-    thread.join(timeout=180)
+    try:
+        [line] = started.wait(1)
+        victim = int(line.split()[1])  # the held trace's parent: the worker running the task
+        assert victim in workers, (line, workers)
+        os.kill(victim, signal.SIGKILL)
+        thread.join(timeout=EXIT_BOUND_S)
+    finally:
+        started.close()
+    assert not thread.is_alive()
     result = found["result"]
     assert sorted(r.values["T"] for r in result) == [32, 64, 128]  # no row lost
     for r in result:  # the killed task was tried again on a live worker
