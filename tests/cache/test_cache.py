@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 
 import numpy as np
 import pytest
@@ -445,6 +444,7 @@ KILLED_WRITER = textwrap.dedent('''
         i += 1
         nkicc.compile(ck.make_scaled(float(i)), x)
         big = [(f"nkicc-region-big{i}-{j}", f"nkicc-region-big{i}-{j}") for j in range(5)]
+        print("writing", i, flush=True)  # the test kills it on the third of these: mid-write
         store.put_many([(k, pack("region", k, {"pad": "x" * 200_000})) for k, _ in big])
 ''')
 
@@ -453,7 +453,8 @@ def test_a_writer_killed_mid_write_leaves_a_usable_cache(cache_dir):
     p = subprocess.Popen([sys.executable, "-c", KILLED_WRITER], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True, env=subprocess_env(cache_dir))
     assert p.stdout.readline().strip() == "ready"
-    time.sleep(1.5)
+    for i in (1, 2, 3):  # two compiles and writes done, the third write under way
+        assert p.stdout.readline().split() == ["writing", str(i)]
     p.send_signal(signal.SIGKILL)
     p.wait(timeout=30)
     forget_stores()

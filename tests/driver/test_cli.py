@@ -8,6 +8,7 @@ import numpy as np
 
 import pytest
 
+from tests.support.events import FAILURE_BOUND_S
 from tests.support.paths import REPO
 
 
@@ -250,35 +251,51 @@ def test_simulation_progress_draws_the_running_count_on_a_terminal():
     a terminal, and nothing for a run shorter than `after`."""
     import io
     import threading
-    import time
     from types import SimpleNamespace
 
     from rich.console import Console
 
     from nkicc.sim_progress import simulation_progress
 
-    sim = SimpleNamespace(executed=0)
-    compiled = SimpleNamespace(name="mm2", report={"instructions_compiled_executed": 1000}, running=sim)
+    class Compiled:
+        """What simulation_progress reads. The drawing thread reads `running` once per frame, just
+        before the counter: the test waits for that read instead of sleeping while it draws."""
+        name = "mm2"
+        report = {"instructions_compiled_executed": 1000}
 
-    def run(console, after):
+        def __init__(self, sim):
+            self._running, self.frame = sim, threading.Event()
+
+        @property
+        def running(self):
+            self.frame.set()
+            return self._running
+
+    sim = SimpleNamespace(executed=0)
+    compiled = Compiled(sim)
+
+    def run(console, after, drawn=True):
+        """drawn: the thread draws frames (a terminal, after=0); wait for a frame after each count."""
         import sys
         streams = (sys.stdout, sys.stderr)
         with simulation_progress(compiled, console=console, after=after, every=0.01):
             for n in (250, 500, 750):
                 sim.executed = n
-                time.sleep(0.05)
+                compiled.frame.clear()
+                if drawn:
+                    assert compiled.frame.wait(FAILURE_BOUND_S)  # a frame that reads this count
                 assert (sys.stdout, sys.stderr) == streams  # what the run prints stays on its own stream
         return console.file.getvalue()
 
     term = Console(file=io.StringIO(), force_terminal=True, width=120)
     drawn = run(term, after=0.0)
     assert "simulating mm2" in drawn and "750/1,000 instructions" in drawn, drawn
-    compiled.running = None  # a multi-core launch: the time alone, no count
+    compiled._running = None  # a multi-core launch: the time alone, no count
     drawn = run(Console(file=io.StringIO(), force_terminal=True, width=120), after=0.0)
     assert "simulating mm2" in drawn and "instructions" not in drawn, drawn
-    compiled.running = sim
-    assert run(Console(file=io.StringIO(), force_terminal=True, width=120), after=5.0) == ""
-    assert run(Console(file=io.StringIO(), force_terminal=False), after=0.0) == ""
+    compiled._running = sim
+    assert run(Console(file=io.StringIO(), force_terminal=True, width=120), after=5.0, drawn=False) == ""
+    assert run(Console(file=io.StringIO(), force_terminal=False), after=0.0, drawn=False) == ""
     assert not [t for t in threading.enumerate() if t.name == "nkicc-sim-progress"]
 
 
