@@ -1,13 +1,10 @@
 """bench/conformance.py on a small library of our own (no NKI Library needed):
 variant rows ("kernel[mx]") and typed inputs (packed MX `*_x4` arrays)."""
-import importlib.util
-import pathlib
 import sys
 
 import numpy as np
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
-BENCH = REPO / "bench"
+from tests.support.bench import load_bench
 
 KERNEL = '''
 import nki
@@ -32,17 +29,7 @@ def mx_mm(st, mv, s_sc, m_sc, scale=1.0):
 '''
 
 
-def _load(name):
-    """A bench module by its own name (conformance.py's child imports conformance_refs by name)."""
-    if name in sys.modules:
-        return sys.modules[name]
-    if str(BENCH) not in sys.path:
-        sys.path.insert(0, str(BENCH))
-    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod  # dataclasses look their module up while the class is made
-    spec.loader.exec_module(mod)
-    return mod
+_load = load_bench  # by its own name: conformance.py's child imports conformance_refs by name
 
 
 def _library(tmp_path):

@@ -2,15 +2,13 @@
 at reduced size (bench/fidelity.py --quick): the rows and rankings that agree
 today must keep agreeing, and the known disagreements are listed exactly (the
 day one is fixed, this file must be updated)."""
-import os
-import sys
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
+from tests.support.bench import load_bench
 
-import fidelity  # noqa: E402
+fidelity = load_bench("fidelity")
 
 # rows nkicc does not reproduce within 15% today; docs/fidelity.md explains each
 KNOWN_OFF = {
@@ -62,7 +60,7 @@ def test_mamba_v3_faster_at_2048(tables):
 def test_bench_mamba_kernels_compute_the_scan(name):
     """The bench's tutorial kernels are the same computation as numpy's
     (v3 over two sequence tiles, so the carried scan state is checked)."""
-    import fidelity_kernels as fk
+    fk = load_bench("fidelity_kernels")
     import nkicc
     args = fk.mamba_inputs(1, 128, 2 * fk.SEQ_TILE, 3, seed=7)
     got = nkicc.simulate(getattr(fk, name))(*args)
@@ -76,7 +74,7 @@ def test_bench_mamba_kernels_compute_the_scan(name):
 def test_bench_kernel_opt_kernels_multiply(name, meta):
     """The bench's kernel-optimization steps 3 and 4 compute lhsT.T @ rhs (step 4 over two
     blocks of each dimension, so that the SBUF accumulation over K blocks is checked)."""
-    import fidelity_kernels as fk
+    fk = load_bench("fidelity_kernels")
     import nkicc
     rng = np.random.default_rng(11)
     a = rng.standard_normal((512, 512)).astype(np.float32)

@@ -1,6 +1,5 @@
 """bench/run_all.py: the parts that need neither long runs nor (except the
 plot tests, which skip without it) matplotlib."""
-import importlib.util
 import json
 import pathlib
 import re
@@ -9,20 +8,11 @@ import sys
 
 import pytest
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
-BENCH = REPO / "bench"
+from tests.support.bench import load_bench
+from tests.support.paths import BENCH, REPO
 
 
-def _load_run_all():
-    """bench/run_all.py by path (bench/ is not a package); it loads the other bench modules."""
-    spec = importlib.util.spec_from_file_location("nkicc_bench_run_all", BENCH / "run_all.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-ra = _load_run_all()
+ra = load_bench("run_all")
 
 DOC = """# Benchmarks
 

@@ -30,17 +30,6 @@ from tests.support import cache_kernels as ck
 TESTS = REPO / "tests" / "support"  # cache_kernels.py
 
 
-@pytest.fixture
-def cache_dir(tmp_path, monkeypatch):
-    d = tmp_path / "nkicc-cache"
-    monkeypatch.setenv("NKICC_CACHE_DIR", str(d))
-    monkeypatch.delenv("NKICC_CACHE", raising=False)
-    monkeypatch.delenv("NKICC_CACHE_SIZE", raising=False)
-    forget_stores()
-    yield d
-    forget_stores()
-
-
 def stats(d) -> dict:
     from nkicc.cache.stats import Counters
     return Counters(str(d)).read()

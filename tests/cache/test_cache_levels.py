@@ -15,7 +15,7 @@ import pytest
 
 import nkicc
 from tests.support.paths import REPO
-from nkicc.cache.store import PROBE, forget_stores
+from nkicc.cache.store import PROBE
 from nkicc.ir import serialize
 from nkicc.passes import PassOptions
 
@@ -74,16 +74,6 @@ WORKER = textwrap.dedent('''
                       "ir": serialize.dumps(serialize.to_json(c.ir)), "same_as_off": c.ir == off.ir,
                       "traced_same": c.traced_ir == off.traced_ir}))
 ''')
-
-
-@pytest.fixture
-def cache_dir(tmp_path, monkeypatch):
-    d = tmp_path / "nkicc-cache"
-    monkeypatch.setenv("NKICC_CACHE_DIR", str(d))
-    monkeypatch.delenv("NKICC_CACHE", raising=False)
-    forget_stores()
-    yield d
-    forget_stores()
 
 
 @pytest.fixture

@@ -28,6 +28,7 @@ from nkicc.cache.store import forget_stores
 from nkicc.cache.stats import Counters
 
 from tests.support import cache_kernels as ck
+from tests.support.cli import run_cli
 
 TESTS = REPO / "tests" / "support"  # cache_kernels.py
 PREFIX = remote_mod.NAMESPACE + "nkicc-kernel-"
@@ -185,8 +186,7 @@ def test_a_second_process_with_an_empty_local_cache_hits_redis_for_every_kernel(
     assert "warning" not in err
     c = counters(tmp_path / "machine2")
     assert (c["remote.hit"], c.get("remote.miss", 0), c["remote.backfills"]) == (10, 0, 10)
-    stats = subprocess.run([sys.executable, "-m", "nkicc", "cache", "stats", "--json"], capture_output=True,
-                           text=True, env=subprocess_env(tmp_path / "machine2", redis_server.url), timeout=120)
+    stats = run_cli("cache", "stats", "--json", env=subprocess_env(tmp_path / "machine2", redis_server.url))
     s = json.loads(stats.stdout)
     assert s["remote"]["url"] == redis_server.url and s["remote"]["hits"] == 10 and s["remote"]["entries"] == 10
     assert s["remote"]["bytes"] == sum(redis_server.client().strlen(k) for k in
@@ -482,8 +482,7 @@ def test_eight_processes_writing_the_same_keys_read_only_whole_entries(redis_ser
 # --- URLs: passwords, TLS, schemes -----------------------------------------------------------------
 
 def nkicc_cli(*args, env):
-    return subprocess.run([sys.executable, "-m", "nkicc", *args], capture_output=True, text=True, env=env,
-                          timeout=300, cwd=str(REPO))
+    return run_cli(*args, env=env, cwd=REPO)
 
 
 def test_passwords_work_and_never_show(tmp_path):

@@ -14,7 +14,6 @@ import importlib.util
 import json
 import os
 import re
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +23,7 @@ import pytest
 
 import nkicc
 from tests.support.paths import REPO
+from tests.support import cli
 
 CORPUS = REPO / "tests" / "driver" / "bad_kernels"
 EXPECT = re.compile(r"#\s*EXPECT:\s*([EW]\d{3})((?:\s+(?:simulate|api|kernel=\w+))*)")
@@ -129,8 +129,7 @@ SUBPROCESS_SAMPLE = ["bounds::loop_runs_past_end", "runtime_bounds::offset_advan
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.id in SUBPROCESS_SAMPLE], ids=lambda c: c.id)
 def test_bad_kernel_through_a_real_subprocess(case):
-    r = subprocess.run([sys.executable, "-m", "nkicc", case.mode, f"{case.file}::{case.target}"],
-                       capture_output=True, text=True, timeout=120)
+    r = cli.run_cli(case.mode, f"{case.file}::{case.target}")
     check_line(case, r.returncode, r.stderr)
 
 
@@ -222,8 +221,7 @@ def test_plugin_crash_reproducer_replays_without_the_kernel_source(tmp_path, com
     src.write_text(CRASH_KERNEL)
     work = tmp_path / "work"
     work.mkdir()
-    r = subprocess.run([sys.executable, "-m", "nkicc", command, f"{src}::k", "-p", "tests.support.broken_plugin",
-                        "--enable-pass", "crash"], capture_output=True, text=True, cwd=work, env=env, timeout=120)
+    r = cli.run_cli(command, f"{src}::k", "-p", "tests.support.broken_plugin", "--enable-pass", "crash", cwd=work, env=env)
     assert r.returncode == 4, r.stderr
     first = r.stderr.splitlines()[0]
     assert first.startswith("internal error[E999] pass 'crash'") and "Traceback" not in r.stderr
@@ -233,8 +231,7 @@ def test_plugin_crash_reproducer_replays_without_the_kernel_source(tmp_path, com
     src.unlink()
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    r2 = subprocess.run([sys.executable, "-m", "nkicc", "reproduce", str(repro)], capture_output=True, text=True,
-                        cwd=elsewhere, env=env, timeout=120)
+    r2 = cli.run_cli("reproduce", str(repro), cwd=elsewhere, env=env)
     assert r2.returncode == 4 and r2.stderr.splitlines()[0] == first
 
 

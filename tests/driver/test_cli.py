@@ -10,10 +10,10 @@ import pytest
 
 from tests.support.events import FAILURE_BOUND_S
 from tests.support.paths import REPO
+from tests.support.cli import run_cli
 
 
-def nkicc(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "nkicc", *args], capture_output=True, text=True, cwd=cwd)
+nkicc = run_cli
 
 
 KERNEL = textwrap.dedent('''
@@ -176,8 +176,7 @@ NKI_SCRIPT = textwrap.dedent('''
 def test_run_unmodified_nki_script(tmp_path):
     (tmp_path / "script.py").write_text(NKI_SCRIPT)
     (tmp_path / "sibling.py").write_text("def rows(n):\n    return 128 * n\n")
-    r = subprocess.run([sys.executable, "-m", "nkicc", "run", "script.py", "--tiles", "3"],
-                       capture_output=True, text=True, cwd=tmp_path)
+    r = run_cli("run", "script.py", "--tiles", "3", cwd=tmp_path)
     assert r.returncode == 7, r.stderr
     assert "err 0.0 (384, 32)" in r.stdout
 
@@ -188,8 +187,7 @@ def test_run_never_shadows_a_real_nki(tmp_path):
     (real / "__init__.py").write_text("REAL = True\n")
     (tmp_path / "s.py").write_text("import nki\nprint('real' if getattr(nki, 'REAL', False) else 'alias')\n")
     env = {**__import__("os").environ, "PYTHONPATH": str(tmp_path / "site")}
-    r = subprocess.run([sys.executable, "-m", "nkicc", "run", "s.py"], capture_output=True, text=True,
-                       cwd=tmp_path, env=env)
+    r = run_cli("run", "s.py", cwd=tmp_path, env=env)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "real"
 

@@ -9,6 +9,7 @@ import sys
 import textwrap
 
 import pytest
+from tests.support.cli import run_cli
 
 SCRIPTS = pathlib.Path(__file__).resolve().parent / "nki_scripts"
 RUNS = {
@@ -152,9 +153,8 @@ def test_run_timing_off_and_report(tmp_path):
     """`nkicc run --timing off --report F script args`: the options before the
     script are nkicc's, the rest the script's; one record per kernel call."""
     report = tmp_path / "calls.json"
-    r = subprocess.run([sys.executable, "-m", "nkicc", "run", "--timing", "off", "--report", str(report),
-                        str(SCRIPTS / "tensor_add.py"), "--rows", "256", "--cols", "1100", "--dtype", "float32"],
-                       capture_output=True, text=True, timeout=300)
+    r = run_cli("run", "--timing", "off", "--report", str(report),
+                str(SCRIPTS / "tensor_add.py"), "--rows", "256", "--cols", "1100", "--dtype", "float32")
     assert r.returncode == 0, r.stdout + r.stderr
     import json
     calls = json.loads(report.read_text())
@@ -162,11 +162,9 @@ def test_run_timing_off_and_report(tmp_path):
     assert calls[0]["compiled_now"] and calls[0]["compile_s"] > 0 and calls[0]["run_s"] > 0
     sims = [c["report"]["sim"] for c in calls if "sim" in c["report"]]
     assert sims and all(s["timing"] is False and s["total_ns"] is None for s in sims)
-    bad = subprocess.run([sys.executable, "-m", "nkicc", "run", "--timing", "maybe", str(SCRIPTS / "tensor_add.py")],
-                         capture_output=True, text=True, timeout=300)
+    bad = run_cli("run", "--timing", "maybe", str(SCRIPTS / "tensor_add.py"))
     assert bad.returncode == 1 and bad.stderr.startswith("error[E201]"), bad.stderr
-    nowhere = subprocess.run([sys.executable, "-m", "nkicc", "run", "--report", str(tmp_path / "no" / "r.json"),
-                              str(SCRIPTS / "tensor_add.py"), "--rows", "256", "--cols", "1100", "--dtype", "float32"],
-                             capture_output=True, text=True, timeout=300)
+    nowhere = run_cli("run", "--report", str(tmp_path / "no" / "r.json"),
+                      str(SCRIPTS / "tensor_add.py"), "--rows", "256", "--cols", "1100", "--dtype", "float32")
     assert nowhere.returncode == 1 and nowhere.stderr.strip().startswith("error[E205]"), nowhere.stderr
     assert len(nowhere.stderr.strip().splitlines()) == 1, nowhere.stderr

@@ -19,14 +19,14 @@ from nkicc.ir import NkiccError
 
 from tests.support.events import Announcements, wait_gone
 from tests.support.paths import REPO
+from tests.support.cli import run_cli
 
 KERNELS = str(REPO / "tests" / "driver" / "tune_kernels.py")
 SCALE = f"{KERNELS}::scale"
 EXIT_BOUND_S = 180  # only turns a hang into a failure
 
 
-def nkicc_cli(*args, **kw):
-    return subprocess.run([sys.executable, "-m", "nkicc", *args], capture_output=True, text=True, **kw)
+nkicc_cli = run_cli
 
 
 @pytest.fixture(scope="module")

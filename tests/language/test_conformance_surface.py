@@ -6,8 +6,6 @@ name nkicc lacks (E160) are reported: one line at the user's line, exit 1.
 Small kernels written here; nothing of the vendor's library."""
 import dataclasses
 import os
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
@@ -17,6 +15,7 @@ import nkicc
 import nkicc.isa as nisa
 import nkicc.language as nl
 from tests.support.ops_helpers import close, rand
+from tests.support.cli import run_cli
 
 # the reference names these tests check against numpy (bench/api_coverage.py counts them)
 pytestmark = pytest.mark.api(
@@ -25,8 +24,7 @@ pytestmark = pytest.mark.api(
 
 
 def _nkicc(args, cwd):
-    return subprocess.run([sys.executable, "-m", "nkicc", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=120)
+    return run_cli(*args, cwd=cwd)
 
 
 def _write(folder, name, text) -> str:

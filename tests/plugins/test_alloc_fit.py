@@ -3,9 +3,6 @@ shortens live ranges by reordering independent statements, reloads or spills
 what still does not fit, and says what it did in the report and on the command line
 (issue 19: the tutorial's free-dimension-blocked matmul at its measured shape)."""
 import json
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -13,6 +10,7 @@ import pytest
 import nkicc
 from tests.support.paths import REPO
 from tests.plugins import alloc_fit_kernels as kernels
+from tests.support.cli import run_cli
 
 TINY = {"plugins": ("tests.support.tiny_target_plugin",), "target": "tiny"}
 KERNELS = REPO / "tests" / "plugins" / "alloc_fit_kernels.py"
@@ -68,8 +66,7 @@ def test_tiles_live_at_once_spill_and_the_report_says_so(rng):
 
 
 def _cli(*args, tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(REPO)}  # -p tests.support.tiny_target_plugin
-    return subprocess.run([sys.executable, "-m", "nkicc", *args], capture_output=True, text=True, cwd=tmp_path, env=env)
+    return run_cli(*args, cwd=tmp_path, add_env={"PYTHONPATH": str(REPO)})  # -p tests.support.tiny_target_plugin
 
 
 def test_compile_and_simulate_print_what_alloc_did(tmp_path):

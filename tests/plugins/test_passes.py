@@ -16,6 +16,7 @@ import nkicc.language as nl
 from nkicc.ir import Loop, Op
 from nkicc.passes import PassOptions, order, registry, select
 from tests.support import seeds_scaled_kernels as seeds
+from tests.support.cli import run_cli
 
 BUILTIN = {"verify": "required", "simplify": "on", "dce": "on", "psum-legalize": "on", "licm": "on",
            "dma-coalesce": "on", "unroll": "off", "global-schedule": "off", "multi-buffer": "on", "alloc": "required",
@@ -268,8 +269,7 @@ def test_jit_pass_options(rng):
 # --- the command line ------------------------------------------------------------------------
 
 def cli(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "nkicc", *args], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})})
+    return run_cli(*args, add_env=env)
 
 
 def test_passes_command_lists_builtins():
@@ -387,8 +387,8 @@ def test_suite_passes_with_a_third_party_opt_in_pass_installed(footprint_plugin)
 def test_crashing_pass_writes_a_reproducer_that_replays(tmp_path):
     from tests.support.paths import REPO
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    cmd = [sys.executable, "-m", "nkicc", "compile", KERNEL_FILE, *SPEC, "-p", "tests.support.broken_plugin", "--enable-pass", "crash"]
-    r = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=env)
+    r = run_cli("compile", KERNEL_FILE, *SPEC, "-p", "tests.support.broken_plugin", "--enable-pass", "crash",
+                cwd=tmp_path, env=env)
     assert r.returncode == 4, r.stderr
     first = r.stderr.splitlines()[0]
     assert first.startswith("internal error[E999] pass 'crash'") and "ZeroDivisionError" in first
@@ -396,8 +396,7 @@ def test_crashing_pass_writes_a_reproducer_that_replays(tmp_path):
     (repro,) = tmp_path.glob("nkicc-repro-*.json")
     data = json.loads(repro.read_text())
     assert data["pass"] == "crash" and data["options"]["enable"] == ["crash"]
-    r2 = subprocess.run([sys.executable, "-m", "nkicc", "reproduce", str(repro)], capture_output=True, text=True,
-                        cwd=tmp_path, env=env)
+    r2 = run_cli("reproduce", str(repro), cwd=tmp_path, env=env)
     assert r2.returncode == 4
     assert r2.stderr.splitlines()[0] == first
 

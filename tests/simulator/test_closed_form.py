@@ -18,10 +18,11 @@ from nkicc.plugins.targets import TRN2
 from nkicc.simulator.machine import MachineSimulator
 from nkicc.simulator.testing import edit_op
 
-from tests.support.paths import EXAMPLES, REPO
+from tests.support.bench import load_bench
+from tests.support.compare import close_rel
+from tests.support.paths import EXAMPLES
 
 sys.path.insert(0, str(EXAMPLES))
-sys.path.insert(0, str(REPO / "bench"))
 import fused_matmul as fm  # noqa: E402
 import matmul as mmx  # noqa: E402
 from tests.simulator.test_batched import scaled_tiles  # noqa: E402
@@ -88,7 +89,7 @@ def _arrays(rng, shapes, dtype=np.float32):
 
 
 def _close(a: float, b: float, what: str) -> None:
-    assert abs(a - b) <= REL * max(abs(a), abs(b), 1.0), (what, a, b)
+    close_rel(a, b, REL, what)
 
 
 def _same_estimate(r1, r0) -> None:
@@ -113,8 +114,7 @@ def _both(kernel, arrays, **kw):
 
 
 def _scale8():
-    import sim_throughput as st
-    return st._scaled_inputs(8)[1]  # random At, B, D of mm2 at 1/8 of the seed per dimension
+    return load_bench("sim_throughput")._scaled_inputs(8)[1]  # random At, B, D of mm2 at 1/8 of the seed per dimension
 
 
 # (kernel, input arrays from rng, iterations the closed form must skip at least: 0 = none required)

@@ -28,7 +28,7 @@ from nkicc.simulator.testing import edit_op, naive_lower
 from nkicc.simulator.timing import COST_TABLES, cost_ns, cost_table, traffic_bytes
 
 from tests.support.paths import EXAMPLES
-from tests.support.compare import same_up_to_sums
+from tests.support.compare import close_to_scale, same_up_to_sums
 
 sys.path.insert(0, str(EXAMPLES))
 import fused_matmul as fm  # noqa: E402
@@ -124,10 +124,7 @@ def same(got, want):
 
 
 
-def close(got, want, tol=2e-5):
-    want = np.asarray(want, np.float64)
-    err = np.abs(np.asarray(got, np.float64) - want).max() / max(1.0, np.abs(want).max())
-    assert err < tol, err
+close = close_to_scale
 
 
 MM2_SHAPES = [(256, 420), (256, 512), (512, 256)]  # At, B, D: two m blocks, the second ragged
@@ -430,19 +427,19 @@ def test_compiled_kernel_runs_on_the_machine(rng):
 
 
 def test_cli_simulate_trace_and_report(tmp_path):
-    import subprocess
+    from tests.support.cli import run_cli
     trace, report = tmp_path / "t.json", tmp_path / "sim.json"
-    cmd = [sys.executable, "-m", "nkicc", "simulate", f"{EXAMPLES / 'fused_matmul.py'}::einsum",
+    cmd = ["simulate", f"{EXAMPLES / 'fused_matmul.py'}::einsum",
            "--arg", "A=float32[128,256]", "--arg", "B=float32[256,256]", "--arg", "D=float32[256,512]"]
-    r = subprocess.run(cmd + ["--trace", str(trace), "--sim-json", str(report)], capture_output=True, text=True)
+    r = run_cli(*cmd, "--trace", str(trace), "--sim-json", str(report))
     assert r.returncode == 0, r.stderr
     assert "estimated time" in r.stdout and "instructions executed" in r.stdout
     events = json.loads(trace.read_text())["traceEvents"]
     assert len({e["tid"] for e in events if e["ph"] == "X"}) >= 3
     assert json.loads(report.read_text())["executed"] > 0
-    r = subprocess.run(cmd + ["--simulator", "reference"], capture_output=True, text=True)
+    r = run_cli(*cmd, "--simulator", "reference")
     assert r.returncode == 0 and "estimated time" not in r.stdout
-    r = subprocess.run(cmd + ["--timing", "maybe"], capture_output=True, text=True)
+    r = run_cli(*cmd, "--timing", "maybe")
     assert r.returncode != 0 and "E201" in r.stderr + r.stdout
 
 

@@ -24,6 +24,7 @@ from nkicc.simulator.machine import MachineSimulator
 from nkicc.simulator.timing import cost_ns, cost_table
 
 from tests.support.paths import REPO
+from tests.support.cli import run_cli
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -181,8 +182,7 @@ def test_report_draws_its_timeline_as_png(rng, tmp_path):
 def test_cli_simulate_timeline_writes_a_png(tmp_path):
     pytest.importorskip("matplotlib")
     path = tmp_path / "t.png"
-    r = subprocess.run([sys.executable, "-m", "nkicc", "simulate", "examples/matmul.py::matmul_blocked",
-                        "--timeline", str(path)], cwd=REPO, capture_output=True, text=True, timeout=300)
+    r = run_cli("simulate", "examples/matmul.py::matmul_blocked", "--timeline", str(path), cwd=REPO)
     assert r.returncode == 0, r.stderr
     assert path.read_bytes()[:8] == PNG and path.stat().st_size > 2_000
     assert f"timeline: {path}" in r.stdout and "% active" in r.stdout
@@ -199,8 +199,7 @@ def test_cli_run_timeline_one_picture_per_kernel_call(tmp_path):
         "x = np.random.default_rng(3).standard_normal((128, 64)).astype(np.float32)\n"
         "assert np.allclose(double(x), 2 * x)\nassert np.allclose(double(x[:64]), 2 * x[:64])\n")
     path = tmp_path / "t.png"
-    r = subprocess.run([sys.executable, "-m", "nkicc", "run", "--timeline", str(path), str(script)], cwd=tmp_path,
-                       capture_output=True, text=True, timeout=300)
+    r = run_cli("run", "--timeline", str(path), str(script), cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     for p in (path, tmp_path / "t-2.png"):
         assert p.read_bytes()[:8] == PNG, p

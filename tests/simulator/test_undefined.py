@@ -2,8 +2,6 @@
 vendor's simulator returns it (NaN for floats, 4 for ints where nothing wrote) with
 undefined="poison", NKICC_UNDEFINED=poison or `nkicc run --undefined poison`."""
 import inspect
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
@@ -13,6 +11,7 @@ import nkicc
 import nkicc.isa as nisa
 import nkicc.language as nl
 from nkicc.ir import NkiccError
+from tests.support.cli import run_cli
 
 
 def half_written(a):
@@ -109,8 +108,7 @@ def test_nkicc_run_undefined(tmp_path, monkeypatch):
     (tmp_path / "s.py").write_text(SCRIPT)
 
     def run(*flags):
-        return subprocess.run([sys.executable, "-m", "nkicc", "run", *flags, "s.py"], capture_output=True,
-                              text=True, cwd=tmp_path)
+        return run_cli("run", *flags, "s.py", cwd=tmp_path)
     r = run("--undefined", "poison")
     assert r.returncode == 0, r.stderr
     assert "nan 4096 same True" in r.stdout
@@ -137,8 +135,7 @@ def test_nkicc_simulate_undefined(tmp_path, monkeypatch):
     '''))
 
     def simulate(*flags):
-        return subprocess.run([sys.executable, "-m", "nkicc", "simulate", "k.py", "-o", "out.npz", *flags],
-                              capture_output=True, text=True, cwd=tmp_path)
+        return run_cli("simulate", "k.py", "-o", "out.npz", *flags, cwd=tmp_path)
     r = simulate()
     assert r.returncode != 0 and r.stderr.startswith("error[E173]") and len(r.stderr.strip().splitlines()) == 1
     r = simulate("--undefined", "poison")

@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 
 from tests.support.paths import EXAMPLES, REPO
+from tests.support.cli import run_cli
 
 
 def nkicc(*args, cwd=None, env=None):
-    return subprocess.run([sys.executable, "-m", "nkicc", *args], capture_output=True, text=True, cwd=cwd,
-                          env=None if env is None else {**os.environ, **env})
+    return run_cli(*args, cwd=cwd, add_env=env)
 
 
 def one_line(r, code):

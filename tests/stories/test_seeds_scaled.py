@@ -10,10 +10,7 @@ Each is compared with a float64 numpy reference, and the rolled program with
 the unrolled trace (NKI's own semantics), which must agree bit for bit.
 """
 import json
-import os
 import re
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -23,6 +20,7 @@ from nkicc.loader import load_kernel
 
 from tests.support.paths import EXAMPLES, REPO
 from tests.support.compare import reordered, same_up_to_sums
+from tests.support.cli import run_cli
 
 FUSED = EXAMPLES / "fused_matmul.py"
 COPIES = REPO / "tests" / "support" / "seeds_scaled_kernels.py"
@@ -162,8 +160,7 @@ def test_seed_copy_einsum(rng):
 def nkicc_cli(*args):
     # one BLAS thread: the simulator's many small matmuls run several times slower
     # with OpenBLAS's threads on a busy 2-core machine
-    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, "-m", "nkicc.cli", *args], capture_output=True, text=True, cwd=REPO, env=env)
+    return run_cli(*args, module="nkicc.cli", cwd=REPO, add_env={"OPENBLAS_NUM_THREADS": "1"})
 
 
 @pytest.mark.parametrize("name", ["mm2", "mm2_dynamic", "einsum"])

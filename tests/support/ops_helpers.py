@@ -1,25 +1,14 @@
-"""Shared helpers of the op conformance tests (tests/test_ops_*.py)."""
+"""Shared helpers of the op conformance tests (tests/ir/ops/) and the language tests that check
+results the same way; `close` and its tolerance table live in tests/support/compare.py."""
 from __future__ import annotations
 
 import inspect
 
-import ml_dtypes
 import numpy as np
 
 import nkicc
 
-from tests.support.compare import reordered, same_up_to_sums
-
-bf16 = np.dtype(ml_dtypes.bfloat16)
-fp8 = np.dtype(ml_dtypes.float8_e4m3)
-
-# (rtol, atol) per result dtype; numpy in float64/float32 is the oracle
-TOL = {
-    np.dtype(np.float32): (2e-5, 1e-5),
-    np.dtype(np.float16): (2e-3, 2e-3),
-    bf16: (2e-2, 2e-2),
-    fp8: (1.3e-1, 1e-1),
-}
+from tests.support.compare import TOL, bf16, close, f32, fp8, reordered, same_up_to_sums  # noqa: F401
 
 
 def rand(rng, shape, dtype=np.float32, lo=-2.0, hi=2.0) -> np.ndarray:
@@ -28,23 +17,6 @@ def rand(rng, shape, dtype=np.float32, lo=-2.0, hi=2.0) -> np.ndarray:
     if np.issubdtype(dtype, np.integer):
         return rng.integers(int(lo), int(hi) + 1, size=shape).astype(dtype)
     return rng.uniform(lo, hi, size=shape).astype(dtype)
-
-
-def f32(x) -> np.ndarray:
-    return np.asarray(x).astype(np.float32)
-
-
-def close(got, want, dtype=None, rtol=None, atol=None) -> None:
-    """Assert `got` (kernel output) matches the numpy oracle `want`."""
-    got = np.asarray(got)
-    dtype = np.dtype(dtype) if dtype is not None else got.dtype
-    assert got.shape == np.shape(want), (got.shape, np.shape(want))
-    if np.issubdtype(dtype, np.integer) or dtype == np.bool_:
-        np.testing.assert_array_equal(got, np.asarray(want).astype(got.dtype))
-        return
-    r, a = TOL[dtype]
-    np.testing.assert_allclose(f32(got).astype(np.float64), np.asarray(want, dtype=np.float64),
-                               rtol=rtol if rtol is not None else r, atol=atol if atol is not None else a)
 
 
 def rounded(x, dtype) -> np.ndarray:
