@@ -2,11 +2,8 @@
 the swept constant, and a MODE that makes a variant misbehave on purpose
 while it is traced: "sleep" (hangs for SLEEP seconds, for --timeout), "slow"
 (SLEEP seconds, then compiles), "kill" (SIGKILLs the process that started it:
-under `nkicc tune` that is the Dask worker running the variant), "hold-first"
-(the first trace of the sweep waits until it is killed, the others compile at
-once). Only the tests ask for those modes. STARTED names the FIFO a waiting
-test reads (tests/support/events.py): a trace that is about to sleep or hold
-says so there first, so the test acts on the event, not on a guess of time."""
+under `nkicc tune` that is the Dask worker running the variant). Only the
+tests ask for those modes."""
 import os
 import signal
 import time
@@ -15,31 +12,22 @@ import nkicc
 import nkicc.language as nl
 
 
-def announce(fifo: str) -> None:
-    """One line on the test's FIFO: this process (the variant's child) and its parent (under
-    `nkicc tune`, the Dask worker). No reader (the test is gone): nothing to tell."""
+def first(path: str) -> bool:  # of all processes; STARTED: the test's FIFO (tests/support/events.py)
     try:
-        fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
-    except OSError:
-        return
-    with os.fdopen(fd, "w") as f:
-        f.write(f"{os.getpid()} {os.getppid()}\n")
+        return os.close(os.open(path + ".held", os.O_CREAT | os.O_EXCL)) is None
+    except FileExistsError:
+        return False
 
 
 @nkicc.jit
 def scale(a: "float32[256,64]", T=128, MODE="ok", SLEEP=0, STARTED=""):
+    if MODE == "hold-first" and first(STARTED):
+        MODE, SLEEP = "slow", 600  # held until the test kills its worker
     if MODE in ("sleep", "slow"):
-        if STARTED and SLEEP:
-            announce(STARTED)
+        if STARTED and SLEEP:  # this process and its parent (the worker)
+            with open(STARTED, "w") as f:
+                f.write(f"{os.getpid()} {os.getppid()}\n")
         time.sleep(SLEEP)
-    if MODE == "hold-first":
-        try:  # only the first trace of the sweep claims the hold
-            os.close(os.open(STARTED + ".held", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-        except FileExistsError:
-            pass
-        else:
-            announce(STARTED)
-            time.sleep(600)  # until the test kills its worker
     if MODE == "kill":
         os.kill(os.getppid(), signal.SIGKILL)
         time.sleep(30)

@@ -14,7 +14,7 @@ FAILURE_BOUND_S = 300.0  # a child that has not spoken by then is stuck, however
 
 class Announcements:
     """A FIFO children announce themselves on, one line each (tests/driver/tune_kernels.py
-    `announce`). The test keeps it open for reading and writing, so a writer never blocks
+    writes "PID PARENT_PID"). The test keeps it open for reading and writing, so a writer never blocks
     and the reader never sees end-of-file between two writers."""
 
     def __init__(self, path: pathlib.Path) -> None:
