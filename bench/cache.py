@@ -46,7 +46,7 @@ import time
 REPO = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "bench"))
 from benchenv import commit, machine_line  # noqa: E402
-TESTS = REPO / "tests"
+TESTS = REPO / "tests" / "support"  # cache_kernels.py
 WORKLOADS = REPO.parent / "shared" / "workloads"
 MM = ["At=float32[4096,32768]", "B=float32[4096,16384]", "D=float32[16384,4096]"]
 SEEDS = [("seed_mm2_static.py::mm2", MM), ("seed_mm2_dynamic.py::mm2", MM),
@@ -172,7 +172,7 @@ print(json.dumps({"ok": ok}))
 EDITS = [
     # (file, kernel, argument specs ([]: the annotations), original text, edited text, what)
     (TESTS / "cache_kernels.py", "stages", [], "value=nl.multiply(t, " + "3.0))", "value=nl.multiply(t, " + "5.0))",
-     "tests/cache_kernels.py::stages (8 loop nests), stage 1's body: x * 3 -> x * 5"),
+     "tests/support/cache_kernels.py::stages (8 loop nests), stage 1's body: x * 3 -> x * 5"),
     (REPO / "examples" / "fused_matmul.py", "mm2", [],
      "            nl.store(E[row_start:row_end, :], E_write_1[:rows, :, m1])",
      "            nl.store(E[row_start:row_end, :], nl.multiply(E_write_1[:rows, :, m1], 2.0))",
@@ -468,7 +468,7 @@ def body(data: dict) -> str:
     ]
     if data.get("processes"):
         parts += [
-            "Eight processes against one folder (tests/cache_kernels.py: stages, matmul_acc, two scaled; every "
+            "Eight processes against one folder (tests/support/cache_kernels.py: stages, matmul_acc, two scaled; every "
             "result checked against numpy):",
             "",
             *processes_table(data["processes"]),
@@ -541,7 +541,7 @@ def closing(data: dict) -> str:
         text += ("The built-in region passes (simplify, psum-legalize, licm, dma-coalesce) take tens of "
                  "microseconds per body, less than keying, looking up and storing one, so the region level steps "
                  "aside for them (a region goes through the cache only where the pass's measured cost is above "
-                 "the measured cost of a lookup and a store; tests/test_cache_levels.py shows an expensive region "
+                 "the measured cost of a lookup and a store; tests/cache/test_cache_levels.py shows an expensive region "
                  "pass served by it after an edit). "
                  "What is left of an edited compile is the passes themselves, the kernel-scoped ones (verify, dce, "
                  "multi-buffer, alloc, schedule) above all, plus keying the kernel and storing the new kernel entry. ")

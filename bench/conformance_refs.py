@@ -1087,7 +1087,7 @@ def bwmm_shard_on_block_mx(rng, m):
     (output[1] zeroed). MXFP8 weights here; 255 tokens, top-2 of 4 experts, a block of 256 each, padded.
     With clamps on gate and up (each binds on a few percent of the values, x G ~ +-3.5 at the 5th/95th
     percentile); without limits the kernel passes op0=None to tensor_scalar, a skipped stage
-    (tests/test_library_constructs.py covers that form)."""
+    (tests/language/test_library_constructs.py covers that form)."""
     T, H, I, E, B = 255, 512, 512, 4, 256
     kwargs, want = _moe_mx_inputs(rng, m, T, H, I, E, B, topk=2, dtype="float8_e4m3fn_x4",
                                   clamp=(-3.0, 4.0, -4.0, 3.0))

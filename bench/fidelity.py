@@ -450,7 +450,7 @@ def run_tables(quick: bool) -> list[Table]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="smaller shapes (what tests/test_fidelity.py runs)")
+    ap.add_argument("--quick", action="store_true", help="smaller shapes (what tests/bench/test_fidelity.py runs)")
     ap.add_argument("--markdown", help="update the generated sections of this file (docs/fidelity.md)")
     ap.add_argument("--plots", help="write one PNG per table into this folder")
     ap.add_argument("--json", help="write the rows to this file")

@@ -1,4 +1,4 @@
-"""The long fuzz run: the properties of tests/test_fuzz.py with many fresh
+"""The long fuzz run: the properties of tests/language/test_fuzz.py with many fresh
 random examples per family (CI runs a few, derandomised).
 
     python bench/fuzz.py --examples 2000              # every family, 2000 examples each
@@ -23,7 +23,7 @@ import time
 import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "tests"))
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "support"))
 
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 

@@ -13,7 +13,7 @@ hardware, where it published one.
 SDK: a checkout of aws-neuron/aws-neuron-sdk, or a git mirror of it (default:
 $NKI_SDK). Its kernels (nki/examples/...) are read from there at run time and
 never copied into this repository; without it only this project's own
-tutorial rewrites (tests/nki_scripts/matmul_tutorial.py) run.
+tutorial rewrites (tests/driver/nki_scripts/matmul_tutorial.py) run.
 """
 from __future__ import annotations
 
@@ -113,13 +113,13 @@ CASES = [
     Case("mamba v3 8K seq (sdk)", SDK_MAMBA, "mamba_v3", mamba_shapes(1, 8192, 4096, 16), "trn1", 27.8, MAMBA_RST,
          (mamba_shapes(1, 8192, 512, 16), 8), **MAMBA_CHECK),
     # this project's own rewrites of the matmul tutorial's steps, at the same shape
-    Case("mm tiled (repo)", "repo:tests/nki_scripts/matmul_tutorial.py", "matmul_tiled", MM_FULL, "trn2", 39.89, OPT,
+    Case("mm tiled (repo)", "repo:tests/driver/nki_scripts/matmul_tutorial.py", "matmul_tiled", MM_FULL, "trn2", 39.89, OPT,
          (MM_QUARTER, 4), **MM),
-    Case("mm hoisted (repo)", "repo:tests/nki_scripts/matmul_tutorial.py", "matmul_hoisted", MM_FULL, "trn2", 28.20,
+    Case("mm hoisted (repo)", "repo:tests/driver/nki_scripts/matmul_tutorial.py", "matmul_hoisted", MM_FULL, "trn2", 28.20,
          OPT, (MM_QUARTER, 4), **MM),
-    Case("mm block free (repo)", "repo:tests/nki_scripts/matmul_tutorial.py", "matmul_block_free", MM_FULL, "trn2",
+    Case("mm block free (repo)", "repo:tests/driver/nki_scripts/matmul_tutorial.py", "matmul_block_free", MM_FULL, "trn2",
          28.41, OPT, (MM_QUARTER, 4), **MM),
-    Case("mm blocked (repo)", "repo:tests/nki_scripts/matmul_tutorial.py", "matmul_blocked", MM_FULL, "trn2", 28.30,
+    Case("mm blocked (repo)", "repo:tests/driver/nki_scripts/matmul_tutorial.py", "matmul_blocked", MM_FULL, "trn2", 28.30,
          OPT, (MM_QUARTER, 4), **MM),
 ]
 

@@ -4,7 +4,7 @@ whether it can change a compiled result.
 - key:     can change output; its value is part of every cache key.
 - neutral: cannot change output (where the cache lives, test knobs).
 
-tests/test_cache.py scans the source tree for reads of the environment
+tests/cache/test_cache.py scans the source tree for reads of the environment
 (`os.environ.get`, `os.environ[...]`, `os.getenv`, `... in os.environ`) and
 fails on any variable that is not classified here, so a new knob cannot
 silently change output behind the cache's back.

@@ -7,7 +7,7 @@ nkicc.isa as `nisa`, nkicc.language.typing as `nt`, ...), and the options of
 its signature (inspect.signature) and the first paragraph of its docstring.
 Nothing is listed by hand: a module's public names are what dir() shows
 (its `__all__` when it has one, for the callables), so a new operation appears
-here as soon as it is defined, and tests/test_newcomer.py fails while the
+here as soon as it is defined, and tests/stories/test_newcomer.py fails while the
 committed page differs from what this prints.
 """
 from __future__ import annotations
@@ -43,7 +43,7 @@ def modules() -> list[tuple[str, str, str]]:
 HEADER = """# API reference
 
 Generated from the definitions in nkicc by `python -m nkicc.apidoc > docs/api.md`
-(do not edit by hand; `tests/test_newcomer.py` fails when this page and the
+(do not edit by hand; `tests/stories/test_newcomer.py` fails when this page and the
 code differ). Kernels written for NKI import these as `nki.language`,
 `nki.isa` and `nki.typing`; under nkicc they are `nkicc.language`, `nkicc.isa`
 and `nkicc.language.typing`. Keyword arguments shown as `**hints` are accepted

@@ -118,7 +118,7 @@ def par_dim(size):
 class _TileSize:
     """Hardware tile limits (`nl.tile_size.pmax`, ...). Traces do not depend on
     the target, so the SBUF sizes are those of trn2, nkicc's default target
-    (plugins/targets.py; tests/test_nki_tensor.py keeps them equal)."""
+    (plugins/targets.py; tests/language/test_nki_tensor.py keeps them equal)."""
     pmax = PMAX
     psum_fmax = PSUM_BANK_BYTES // 4  # deprecated name of psum_bank_fmax
     psum_bank_fmax = PSUM_BANK_BYTES // 4

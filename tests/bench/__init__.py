@@ -1,0 +1,1 @@
+"""Tests of the bench/ scripts that run without long runs."""

@@ -1,0 +1,95 @@
+"""bench/conformance.py on a small library of our own (no NKI Library needed):
+variant rows ("kernel[mx]") and typed inputs (packed MX `*_x4` arrays)."""
+import sys
+
+import numpy as np
+
+from tests.support.bench import load_bench
+
+KERNEL = '''
+import nki
+import nki.isa as nisa
+import nki.language as nl
+
+
+@nki.jit
+def mx_mm(st, mv, s_sc, m_sc, scale=1.0):
+    out = nl.ndarray((st.shape[1], mv.shape[1]), dtype=nl.float32, buffer=nl.shared_hbm)
+    tiles = []
+    for x in (st, mv, s_sc, m_sc):
+        t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        tiles.append(t)
+    ps = nl.ndarray(out.shape, dtype=nl.float32, buffer=nl.psum)
+    nisa.nc_matmul_mx(dst=ps, stationary=tiles[0], moving=tiles[1], stationary_scale=tiles[2], moving_scale=tiles[3])
+    r = nl.ndarray(out.shape, dtype=nl.float32, buffer=nl.sbuf)
+    nisa.activation(dst=r, data=ps, op=nl.copy, scale=scale)
+    nisa.dma_copy(dst=out, src=r)
+    return out
+'''
+
+
+_load = load_bench  # by its own name: conformance.py's child imports conformance_refs by name
+
+
+def _library(tmp_path):
+    lib = tmp_path / "nkilib"
+    (lib / "core").mkdir(parents=True)
+    (lib / "experimental").mkdir()
+    (lib / "core" / "mxk.py").write_text(KERNEL)
+    return str(lib)
+
+
+def test_variants_follow_their_kernel(tmp_path):
+    conf = _load("conformance")
+    found = conf.discover(_library(tmp_path), set(), [("mx_mm[x2]", "core/mxk.py", "mx_mm"),
+                                                      ("gone[mx]", "core/none.py", "gone")])
+    assert [f.name for f in found] == ["mx_mm", "mx_mm[x2]"]   # a variant of a kernel not found is dropped
+
+
+def test_typed_mx_inputs_run_against_numpy(trn3, tmp_path, monkeypatch):
+    conf = _load("conformance")
+    refs = _load("conformance_refs")
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the child puts the library's folder on the path
+    from nkicc.ir import numerics
+    rng = np.random.default_rng(5)
+    k, m, n = 32, 4, 8
+    st, mv = numerics.random_values(rng, "float8_e5m2_x4", (k, m)), numerics.random_values(rng, "float8_e5m2_x4", (k, n))
+    s_sc, m_sc = np.full((k, m), 127, np.uint8), np.full((k, n), 128, np.uint8)   # scales 1 and 2
+
+    def dequant(x):  # scale 1 and 2 for every group: the plain sum over partitions and lanes
+        return numerics.unpack(x, "float8_e5m2_x4").astype(np.float64).reshape(k, -1, 4)
+
+    want = 2 * np.einsum("kml,knl->mn", dequant(st), dequant(mv))
+
+    def make(scale):
+        def case(rng, m_):
+            return refs.Inputs({"st": st, "mv": mv, "s_sc": s_sc, "m_sc": m_sc, "scale": scale}, [scale * want],
+                               tol=(1e-6, 1e-6), dtypes={"st": "float8_e5m2_x4", "mv": "float8_e5m2_x4"})
+        return case
+
+    monkeypatch.setitem(refs.CASES, "mx_mm", refs.Case("core/mxk.py", "mx_mm", make(1.0), target="trn3"))
+    monkeypatch.setitem(refs.CASES, "mx_mm[x2]", refs.Case("core/mxk.py", "mx_mm", make(2.0), target="trn3"))
+    lib = _library(tmp_path)
+    for name in ("mx_mm", "mx_mm[x2]"):
+        res = conf.child(lib, "core/mxk.py", "mx_mm", name)
+        assert res.status == "pass", res.first_error
+        assert res.shapes.startswith("st[32,4] mv[32,8]")
+    for mod in [mod for mod in sys.modules if mod == "nkilib" or mod.startswith("nkilib.")]:
+        del sys.modules[mod]  # our small library, imported by the child
+
+
+def test_compare_names_the_kernels_that_stopped_passing(tmp_path):
+    """--compare reads the statuses back from a report the script wrote and names each kernel that
+    passed there and does not now (what a change to nkicc broke); the others are not named."""
+    conf = _load("conformance")
+    R = conf.Result
+    before = [R("a", "core/a.py", "a", status="pass"), R("b", "core/b.py", "b", status="pass"),
+              R("c", "core/c.py", "c", status="error", first_error="E999 old"),
+              R("d[mx]", "core/d.py", "d", status="not run")]
+    report = tmp_path / "report.md"
+    conf.write_report(before, str(report), str(tmp_path), "a snapshot", "python bench/conformance.py X", [])
+    assert conf.recorded_statuses(str(report)) == {"a": "pass", "b": "pass", "c": "error", "d[mx]": "not run"}
+    now = [R("a", "core/a.py", "a", status="pass"), R("b", "core/b.py", "b", status="error", first_error="E171 x"),
+           R("c", "core/c.py", "c", status="pass"), R("d[mx]", "core/d.py", "d", status="error")]
+    assert conf.regressions(now, conf.recorded_statuses(str(report))) == ["b: passed, now error: E171 x"]

@@ -1,0 +1,1 @@
+"""Tests of the compile cache (cache/: keys, levels, the store, the shared Redis tier)."""

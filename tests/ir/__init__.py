@@ -1,0 +1,1 @@
+"""Tests of nkicc.ir: loop dependences and the instruction table."""

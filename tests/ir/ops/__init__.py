@@ -1,0 +1,1 @@
+"""Conformance of the instructions (ir/ops/) against numpy on random data."""

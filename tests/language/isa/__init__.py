@@ -1,0 +1,1 @@
+"""Tests of nkicc.isa (language/isa/): enumerations and engine constants."""

@@ -1,0 +1,117 @@
+"""Kernels that do not fit on chip as written, for tests/test_alloc_fit.py.
+
+block_free_lists: the free-dimension-blocked matmul of the matmul tutorial,
+written as the tutorial writes it: tiles kept in Python lists, so the tile
+loops are traced concretely and every load comes before every matmul of a
+block. Over capacity as written once K is large (on trn2 from K = 6144 with
+two-tile blocks: 2 * 48 stationary tiles of 512 B and 2 * 48 moving tiles of
+2 KiB per partition); fits once live ranges are shortened.
+
+centered_squares: every tile of x is loaded, summed into a mean, then used
+again after the mean is known, so all tiles are live at once whatever the
+order: over capacity, it must spill.
+"""
+import nkicc
+import nkicc.isa as nisa
+import nkicc.language as nl
+
+TM, TK, TN = 128, 128, 512
+
+
+@nkicc.jit
+def block_free_lists(lhsT, rhs, BM=2, BN=2):
+    K, M = lhsT.shape
+    _, N = rhs.shape
+    result = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.shared_hbm)
+    for m in nl.affine_range(M // (TM * BM)):
+        stationary = []
+        for bm in nl.affine_range(BM):
+            column = []
+            for k in nl.affine_range(K // TK):
+                t = nl.ndarray((TK, TM), dtype=lhsT.dtype, buffer=nl.sbuf)
+                col = (m * BM + bm) * TM
+                nisa.dma_copy(dst=t, src=lhsT[k * TK:(k + 1) * TK, col:col + TM])
+                column.append(t)
+            stationary.append(column)
+        for n in nl.affine_range(N // (TN * BN)):
+            moving = []
+            for bn in nl.affine_range(BN):
+                column = []
+                for k in nl.affine_range(K // TK):
+                    t = nl.ndarray((TK, TN), dtype=rhs.dtype, buffer=nl.sbuf)
+                    col = (n * BN + bn) * TN
+                    nisa.dma_copy(dst=t, src=rhs[k * TK:(k + 1) * TK, col:col + TN])
+                    column.append(t)
+                moving.append(column)
+            for bm in nl.affine_range(BM):
+                for bn in nl.affine_range(BN):
+                    acc = nl.ndarray((TM, TN), dtype=nl.float32, buffer=nl.psum)
+                    for k in nl.affine_range(K // TK):
+                        nisa.nc_matmul(dst=acc, stationary=stationary[bm][k], moving=moving[bn][k])
+                    out = nl.ndarray((TM, TN), dtype=nl.float32, buffer=nl.sbuf)
+                    nisa.tensor_copy(dst=out, src=acc)
+                    row, col = (m * BM + bm) * TM, (n * BN + bn) * TN
+                    nisa.dma_copy(dst=result[row:row + TM, col:col + TN], src=out)
+    return result
+
+
+@nkicc.jit
+def centered_squares(x):
+    P, F = x.shape
+    T = 128
+    out = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.shared_hbm)
+    tiles = []
+    total = nl.ndarray((P, T), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.memset(dst=total, value=0.0)
+    for j in nl.affine_range(F // T):
+        t = nl.ndarray((P, T), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x[:, j * T:(j + 1) * T])
+        nisa.tensor_tensor(dst=total, data1=total, data2=t, op=nl.add)
+        tiles.append(t)
+    mean = nl.ndarray((P, T), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_scalar(dst=mean, data=total, op0=nl.multiply, operand0=1.0 / (F // T))
+    for j in nl.affine_range(F // T):
+        d = nl.ndarray((P, T), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_tensor(dst=d, data1=tiles[j], data2=mean, op=nl.subtract)
+        sq = nl.ndarray((P, T), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_tensor(dst=sq, data1=d, data2=d, op=nl.multiply)
+        nisa.dma_copy(dst=out[:, j * T:(j + 1) * T], src=sq)
+    return out
+
+
+@nkicc.jit
+def psum_groups(lhsT, rhs):
+    """kernel-optimization step 4's inner pattern: one PSUM accumulator per output tile, which
+    the Tensor Engine sums over K and the Vector Engine then adds into that tile's SBUF result,
+    kept in Python lists (so the tile loops are traced). An accumulator is dead once added, so
+    first-fit would give them all one bank (tests/plugins/test_alloc_psum.py)."""
+    K, M = lhsT.shape
+    _, N = rhs.shape
+    result = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.shared_hbm)
+    res = []
+    for m in range(M // TM):
+        row = []
+        for n in range(N // TN):
+            t = nl.ndarray((TM, TN), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.memset(dst=t, value=1.0)
+            row.append(t)
+        res.append(row)
+    stationary, moving = [], []
+    for k in range(K // TK):
+        s = nl.ndarray((TK, M), dtype=lhsT.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=s, src=lhsT[k * TK:(k + 1) * TK, :])
+        stationary.append(s)
+        t = nl.ndarray((TK, N), dtype=rhs.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=rhs[k * TK:(k + 1) * TK, :])
+        moving.append(t)
+    for m in range(M // TM):
+        for n in range(N // TN):
+            acc = nl.ndarray((TM, TN), dtype=nl.float32, buffer=nl.psum)
+            for k in range(K // TK):
+                nisa.nc_matmul(dst=acc, stationary=stationary[k][:, m * TM:(m + 1) * TM],
+                               moving=moving[k][:, n * TN:(n + 1) * TN])
+            nisa.tensor_tensor(dst=res[m][n], data1=res[m][n], data2=acc, op=nl.add)
+    for m in range(M // TM):
+        for n in range(N // TN):
+            nisa.dma_copy(dst=result[m * TM:(m + 1) * TM, n * TN:(n + 1) * TN], src=res[m][n])
+    return result
