@@ -284,7 +284,7 @@ def test_redis_killed_in_the_middle_of_a_sequence_of_compiles(redis_server, tmp_
 def talks_to_redis(monkeypatch) -> list[tuple[str, float, str]]:
     """Each call this process makes to the Redis backend from now on: (method, seconds waited, the
     exception's name or "")."""
-    from nkicc.cache.redis_tier import RedisBackend
+    from nkicc.plugins.redis_cache import RedisBackend
     calls = []
 
     def timed(name, method):
