@@ -214,7 +214,8 @@ def trace_kernel(fn, tensor_args: dict[str, TensorSpec], constants: dict, name: 
             if not outputs:
                 _warn_no_return(builder, fn, kernel_loc)
             kernel = builder.finish(outputs, list(tensor_args), kernel_loc, views)
-        check_affine_loops(kernel, builder.affine_vars)
+        for warning in check_affine_loops(kernel, builder.affine_vars):  # (E190 raises)
+            builder.warnings.setdefault((warning.code, warning.loc), warning)
         seconds = time.perf_counter() - start
         return TraceResult(kernel, attempt, seconds, dict(builder.loop_stats),
                            {"splits": {str(k): sorted(v) for k, v in policy.splits.items()},
