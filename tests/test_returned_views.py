@@ -174,3 +174,17 @@ def test_the_kernel_hash_tells_returned_views_apart(a):
     whole, top, flat = make(lambda o: o), make(lambda o: o[0:64, :]), make(lambda o: o.reshape((1, ROWS * COLS)))
     assert whole.views == () and len({kernel_hash(k) for k in (whole, top, flat)}) == 3
     assert from_json(to_json(top)) == top
+
+
+def test_a_view_at_a_runtime_offset_is_e104_at_the_return(a):
+    @nkicc.jit
+    def runtime_rows(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        nl.store(out, value=nl.load(x))
+        row = nl.zeros((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+        return out.ap([[COLS, 64], [1, COLS]], scalar_offset=row, indirect_dim=0)
+
+    with pytest.raises(nkicc.NkiccError) as err:
+        runtime_rows(a)
+    assert err.value.code == "E104" and "known only at run time" in err.value.message
+    assert err.value.loc is not None and err.value.loc.line == runtime_rows.fn.__code__.co_firstlineno + 5
