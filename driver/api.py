@@ -18,6 +18,7 @@ from .ir import Counts, Kernel, Loop, NkiccError, Op, count_instructions, dtypes
 from .simulator.reference import poison
 from .simulator import run_reference
 from .simulator.reference import check_defined
+from .simulator.returned import returned_values
 from .ir.analysis import written_args
 from . import frameworks
 from .simulator.machine import MachineSimulator
@@ -147,7 +148,7 @@ class CompiledKernel:
                 inputs[name][...] = outputs[name]
                 in_place.add(name)
         # a returned argument (an nt.mutable_tensor output the caller passed in) is the caller's own array
-        values = [inputs[o] if o in in_place else outputs[o] for o in self.ir.outputs]
+        values = returned_values(self.ir, [inputs[o] if o in in_place else outputs[o] for o in self.ir.outputs])
         if not values:
             return None
         return values[0] if len(values) == 1 else tuple(values)
@@ -497,7 +498,7 @@ def run_ranks(kernel, ranks: int, *args, simulator: str = "machine", timing: boo
         _draw_for_run(settings, reports)
     results = []
     for out in outputs:
-        values = [out[o] for o in compiled.ir.outputs]
+        values = returned_values(compiled.ir, [out[o] for o in compiled.ir.outputs])
         results.append(None if not values else values[0] if len(values) == 1 else tuple(values))
     return results
 

@@ -113,7 +113,8 @@ CODES: dict[str, tuple[str, str]] = {
              "of reuse stay legal: an accumulator at the same elements in every iteration (acc = acc + x) and "
              "matmul accumulation into PSUM. Use nl.sequential_range (or range / static_range) for a loop "
              "that passes values from one iteration to the next. Loops that nkicc traces iteration by "
-             "iteration (see `nkicc compile` loop counts) are not checked."),
+             "iteration (see `nkicc compile` loop counts) are not checked. A dependence that cannot change the "
+             "result in any order is a warning instead (W190)."),
     "E200": ("kernel not found", "Name the kernel as FILE.py::KERNEL; the file must exist and define it."),
     "E201": ("bad command-line value", "See `nkicc COMMAND --help` for the expected forms."),
     "E202": ("unknown target", "Targets are trn1, trn2 and trn3 (and any a plugin registers)."),
@@ -195,6 +196,15 @@ CODES: dict[str, tuple[str, str]] = {
              "statement, or `return None`) has no result: every instruction is dead, dce removes it, and a call "
              "returns None. It is a warning rather than an error because such a kernel is legal NKI and often a "
              "kernel in the middle of being written; add `return out`."),
+    "W190": ("a dependence in an affine_range loop that no order changes",
+             "Two iterations of an affine_range loop touch the same element, one writing it, but every such "
+             "write leaves the element as it is in any order: a copy of the element onto itself (a "
+             "tensor_copy, a dma_copy between equal dtypes or an nc_stream_shuffle whose source for that "
+             "element is the element itself; a row broadcast from partition 0 of a tile into the tile's four "
+             "quadrants rewrites partition 0 with its own value), or two memsets of one value. The vendor's "
+             "compiler builds such loops; nkicc runs the loop in program order, as nl.sequential_range would, "
+             "so the result is the one every order gives. Any other dependence stays E190. docs/loops.md says "
+             "where the line is drawn. Write nl.sequential_range to silence it."),
     "W201": ("matmul accumulates onto PSUM a copy or memset initialised",
              "On NeuronCore-v2/v3, accumulating nc_matmul results onto PSUM that a non-matmul instruction "
              "wrote is undefined; nkicc's simulator gives the sum. The psum-legalize pass (on by default) "

@@ -99,7 +99,8 @@ KNOWN_FIELDS = {
     "Alloc": ("tensor",),
     "Loop": ("var", "trip", "start", "step", "kind", "body", "loc"),
     "Block": ("stmts",),
-    "Kernel": ("name", "tensors", "args", "outputs", "body", "loc"),
+    "Kernel": ("name", "tensors", "args", "outputs", "body", "loc", "views"),
+    "View": ("offset", "pattern", "dtype"),  # holds no name
     "Affine": ("terms", "const"),
 }
 
@@ -237,7 +238,7 @@ def canonical_kernel(kernel: Kernel) -> Kernel:
     outputs = tuple(r.tensor(o) for o in kernel.outputs)
     body = r.block(kernel.body)
     tensors = tuple(r.decl(t) for t in kernel.tensors)
-    return Kernel("", tensors, args, outputs, body, None)
+    return Kernel("", tensors, args, outputs, body, None, kernel.views)
 
 
 def kernel_hash(kernel: Kernel) -> str:

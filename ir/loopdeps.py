@@ -5,7 +5,11 @@ order, or overlapped: no iteration may touch what another iteration writes.
 Two forms of reuse are allowed, because they are reductions the compiler
 keeps in order: an accumulator at the same elements in every iteration
 (`acc` read and written at loop-invariant addresses), and matmul accumulation
-into PSUM. `sequential_range`, `static_range` and `range` allow any
+into PSUM. A dependence whose writes leave every shared element as it is in
+any order (ir/order_free.py: a self-copy, two memsets of one value) is a
+warning, W190, not an error: the vendor's compiler builds such loops, and
+nkicc, which runs every rolled loop in program order, gives the result any
+order would. `sequential_range`, `static_range` and `range` allow any
 loop-carried dependence.
 
 `check_affine_loops(kernel, affine_vars)` looks at every rolled loop whose
@@ -13,7 +17,8 @@ variable is in `affine_vars` (the tracer records which loops came from
 `affine_range`). For each tensor allocated outside the loop, each pair of
 accesses in the body with at least one write, at least one of them at
 addresses that move with the loop index, it searches for two different
-iterations that touch the same element. Only a concrete witness is reported,
+iterations that touch the same element. Only a concrete witness is reported
+(E190, unless ir/order_free.py finds the pair cannot change the result),
 so a kernel is never rejected on a guess; the search is bounded (a few million
 element comparisons per loop) and gives up silently beyond that.
 
@@ -33,6 +38,7 @@ from . import ops
 from .analysis import reads
 from .errors import NkiccError
 from .nodes import Access, Alloc, Block, Kernel, Loop, Op, TensorDecl
+from .order_free import order_free
 
 MAX_RUNS = 1 << 20          # run starts per access kept in memory
 MAX_WORK = 20_000_000       # run-start comparisons per loop before giving up
@@ -57,21 +63,27 @@ class _Runs:
     grid: tuple | None = None
 
 
-def check_affine_loops(kernel: Kernel, affine_vars) -> None:
+def check_affine_loops(kernel: Kernel, affine_vars) -> list[NkiccError]:
     """Raise E190 for the first loop-carried dependence found in an
-    affine_range loop of `kernel`."""
+    affine_range loop of `kernel` that can change the result; return a W190
+    warning for each loop whose dependences cannot (ir/order_free.py: such a
+    loop runs in program order, as every rolled loop does in nkicc)."""
+    warnings: list[NkiccError] = []
     if not affine_vars:
-        return
+        return warnings
     decls = kernel.tensor_map()
 
-    def walk(block: Block, outer: dict[str, int]) -> None:
+    def walk(block: Block, outer: dict[str, int], dynamic: frozenset) -> None:
         for s in block.stmts:
             if isinstance(s, Loop):
                 if s.var in affine_vars and s.trip >= 2:
-                    _check_loop(s, outer, decls)
-                walk(s.body, {**outer, s.var: s.trip})
+                    found = _check_loop(s, outer, decls, dynamic)
+                    if found is not None:
+                        warnings.append(found)
+                walk(s.body, {**outer, s.var: s.trip}, dynamic if s.kind == "static" else dynamic | {s.var})
 
-    walk(kernel.body, {})
+    walk(kernel.body, {}, frozenset())
+    return warnings
 
 
 def _body_facts(body: Block) -> tuple[set[str], dict[str, int], list[_Use]]:
@@ -98,7 +110,8 @@ def _body_facts(body: Block) -> tuple[set[str], dict[str, int], list[_Use]]:
     return local, inner, uses
 
 
-def _check_loop(loop: Loop, outer: Mapping[str, int], decls: Mapping[str, TensorDecl]) -> None:
+def _check_loop(loop: Loop, outer: Mapping[str, int], decls: Mapping[str, TensorDecl],
+                dynamic: frozenset = frozenset()) -> NkiccError | None:
     local, inner, uses = _body_facts(loop.body)
     by_tensor: dict[str, list[_Use]] = {}
     for u in uses:
@@ -120,16 +133,20 @@ def _check_loop(loop: Loop, outer: Mapping[str, int], decls: Mapping[str, Tensor
                     continue  # matmul accumulation into PSUM
                 pairs.append((x.write, x.order, w, x))
     if not pairs:
-        return
+        return None
     pairs.sort(key=lambda p: (p[0], p[1]))  # reads first, in program order
     budget = [MAX_WORK]
     cache: dict = {}
+    order_free_pair = None
     for _, _, w, x in pairs:
         d = _witness(w.access, x.access, v, loop.trip, inner, outer, budget, cache)
         if d is not None:
-            raise _error(loop, w, x, d, decls)
+            if not order_free(loop, (w.op, w.access), (x.op, x.access), x.write, outer, dynamic):
+                raise _error(loop, w, x, d, decls)
+            order_free_pair = order_free_pair or (w, x)
         if budget[0] <= 0:
-            return
+            break
+    return _warning(loop, *order_free_pair, decls) if order_free_pair else None
 
 
 def _error(loop: Loop, w: _Use, x: _Use, d: int, decls: Mapping[str, TensorDecl]) -> NkiccError:
@@ -148,6 +165,21 @@ def _error(loop: Loop, w: _Use, x: _Use, d: int, decls: Mapping[str, TensorDecl]
     return NkiccError("E190", f"loop-carried dependence in the affine_range loop at {where}: {what}", x.op.loc,
                       "affine_range iterations must be independent; use nl.sequential_range for a loop that "
                       "carries values from one iteration to the next")
+
+
+def _warning(loop: Loop, w: _Use, x: _Use, decls: Mapping[str, TensorDecl]) -> NkiccError:
+    where = f"line {loop.loc.line}" if loop.loc else "its line"
+    wline = f"line {w.op.loc.line}" if w.op.loc else "another line"
+    xline = f"line {x.op.loc.line}" if x.op.loc else "another line"
+    decl = decls.get(x.access.tensor)
+    name = decl.described() if decl is not None else x.access.tensor
+    how = (f"both store {w.op.attr('value')!r}" if x.write and w.op.opcode == x.op.opcode == "memset" else
+           "the write puts back the value each element holds")
+    return NkiccError("W190", f"iterations of the affine_range loop at {where} share elements of {name}: the "
+                              f"{w.op.opcode} at {wline} writes in one iteration what the {x.op.opcode} at {xline} "
+                              f"{'writes' if x.write else 'reads'} in another; {how}, so no order changes the "
+                              "result, and nkicc runs the loop in program order, as nl.sequential_range would",
+                      x.op.loc, "use nl.sequential_range to say so, or keep each iteration to elements of its own")
 
 
 def _free_pairs(a: Access, v: str, inner: Mapping[str, int], outer_values: Mapping[str, int]) -> tuple[int, list]:

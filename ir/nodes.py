@@ -184,6 +184,22 @@ class Block:
 
 
 @dataclass(frozen=True)
+class View:
+    """The part of an output tensor a kernel returns when it returns a view
+    (`out.reshape(...)`, `out.ap(...)`, `out[a:b]`): returned[i0, ..., ik] =
+    flat(tensor)[offset + sum(i_j * step_j)], the tensor's bytes read as `dtype`
+    when that is set (as `Access` reads them). The caller gets these elements in
+    this shape; the program itself computes the whole tensor."""
+    offset: int
+    pattern: tuple[tuple[int, int], ...]  # (step, num), outermost first
+    dtype: str | None = None
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(n for _, n in self.pattern)
+
+
+@dataclass(frozen=True)
 class Kernel:
     name: str
     tensors: tuple[TensorDecl, ...]
@@ -191,6 +207,8 @@ class Kernel:
     outputs: tuple[str, ...]
     body: Block
     loc: Loc | None = None
+    # empty when every output is returned whole; else one entry per output, None for a whole tensor
+    views: tuple["View | None", ...] = ()
 
     def tensor(self, name: str) -> TensorDecl:
         for t in self.tensors:
@@ -200,3 +218,7 @@ class Kernel:
 
     def tensor_map(self) -> dict[str, TensorDecl]:
         return {t.name: t for t in self.tensors}
+
+    def view(self, i: int) -> "View | None":
+        """The view output i is returned through, None for the whole tensor."""
+        return self.views[i] if self.views else None

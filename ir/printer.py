@@ -41,13 +41,19 @@ def format_block(block: Block, indent: int = 1, with_loc: bool = True) -> list[s
 
 
 def format_kernel(kernel: Kernel, with_loc: bool = True) -> str:
-    lines = [f"kernel {kernel.name}({', '.join(kernel.args)}) -> ({', '.join(kernel.outputs)})"]
+    outs = [o if kernel.view(i) is None else f"{o} as {_view(kernel.view(i))}" for i, o in enumerate(kernel.outputs)]
+    lines = [f"kernel {kernel.name}({', '.join(kernel.args)}) -> ({', '.join(outs)})"]
     for t in kernel.tensors:
         shape = ",".join(str(d) for d in t.shape)
         at = f" @{t.address}" if t.address is not None else ""
         lines.append(f"  tensor {t.name}: {t.dtype}[{shape}] {t.buffer}{at} {t.role}")
     lines.extend(format_block(kernel.body, 1, with_loc))
     return "\n".join(lines) + "\n"
+
+
+def _view(v) -> str:
+    pat = ",".join(f"[{s},{n}]" for s, n in v.pattern)
+    return f"@({v.offset}){{{pat}}}" + (f" as {v.dtype}" if v.dtype else "")
 
 
 def format_access(access: Access) -> str:

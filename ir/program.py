@@ -11,7 +11,7 @@ from .nodes import Kernel
 from .serialize import from_json, to_json
 
 FORMAT = "nkicc-program"
-VERSION = 1
+VERSION = 2  # 2: Kernel.views (a returned view of an output)
 
 
 def program_to_json(kernel: Kernel, target: str) -> dict:

@@ -15,6 +15,7 @@ import types
 from dataclasses import dataclass, field
 
 from ..ir import Kernel, Loc, NkiccError
+from ..ir.nodes import View
 from ..ir.loopdeps import check_affine_loops
 from . import ranges
 from .argspec import TensorSpec
@@ -153,15 +154,16 @@ def trace_kernel(fn, tensor_args: dict[str, TensorSpec], constants: dict, name: 
                 raise NkiccError("E001", f"{type(exc).__name__}: {exc}", _user_frame(exc.__traceback__),
                                  "a Python error in the kernel body") from None
             try:
-                outputs = _outputs(result, builder, kernel_loc)
+                outputs, views = _outputs(result, builder, kernel_loc)
             except NkiccError as err:
                 if err.loc == kernel_loc:  # point at the kernel's return statement when it has one
                     err.loc = Loc(kernel_loc.file, _source_lines(fn)[1] or kernel_loc.line)
                 raise
             if not outputs:
                 _warn_no_return(builder, fn, kernel_loc)
-            kernel = builder.finish(outputs, list(tensor_args), kernel_loc)
-        check_affine_loops(kernel, builder.affine_vars)
+            kernel = builder.finish(outputs, list(tensor_args), kernel_loc, views)
+        for warning in check_affine_loops(kernel, builder.affine_vars):  # (E190 raises)
+            builder.warnings.setdefault((warning.code, warning.loc), warning)
         seconds = time.perf_counter() - start
         return TraceResult(kernel, attempt, seconds, dict(builder.loop_stats),
                            {"splits": {str(k): sorted(v) for k, v in policy.splits.items()},
@@ -211,11 +213,12 @@ def inspect_unwrap(fn):
     return fn
 
 
-def _outputs(result, builder: Builder, loc: Loc) -> list[str]:
+def _outputs(result, builder: Builder, loc: Loc) -> tuple[list[str], list[View | None]]:
+    """The returned tensors' names, and the view each is returned through (None: the whole tensor)."""
     if result is None:
-        return []
+        return [], []
     items = list(result) if isinstance(result, (tuple, list)) else [result]
-    names = []
+    names, views = [], []
     for item in items:
         if not isinstance(item, Tensor):
             raise NkiccError("E104", f"the kernel returns a {type(item).__name__}; kernels return HBM tensors", loc,
@@ -230,10 +233,26 @@ def _outputs(result, builder: Builder, loc: Loc) -> list[str]:
                 raise NkiccError("E104", f"the kernel returns a part of its argument {item.shown}", loc,
                                  "return the whole argument tensor")
             names.append(item.name)
+            views.append(None)
             continue
         if builder.grid and item.buffer != "shared_hbm":
             raise NkiccError("E104", f"the kernel launched on a grid returns {item.shown}, which lives in "
                                      f"{item.buffer}; each program would have its own", loc,
                              "return tensors made with nl.ndarray(..., buffer=nl.shared_hbm)")
         names.append(item.name)
-    return names
+        views.append(_returned_view(item, loc))
+    return names, views
+
+
+def _returned_view(item: Tensor, loc: Loc) -> View | None:
+    """The view of its tensor that a returned `item` is (a reshape, an .ap pattern,
+    a slice), None when it is the whole tensor as declared: the caller gets what
+    the `return` names, not the tensor behind it."""
+    a = item.access
+    if a.scalar is not None or a.vector is not None or not a.offset.is_const:
+        raise NkiccError("E104", f"the kernel returns a view of {item.shown} whose position is known only at "
+                                 "run time (a loop index or runtime offset)", loc,
+                         "return the whole tensor, or a view at a fixed offset")
+    if a.offset.const == 0 and a.dtype is None and tuple(a.pattern) == row_major(item.decl.shape):
+        return None
+    return View(a.offset.const, tuple(a.pattern), a.dtype)

@@ -267,7 +267,8 @@ class Builder:
         # loop traced concretely) where the access is emitted, not by a KeyError here.
         return {v: f.trip for v, f in self.var_frame.items()}
 
-    def finish(self, outputs: list[str], args: list[str], loc: Loc | None) -> "Kernel":
+    def finish(self, outputs: list[str], args: list[str], loc: Loc | None, views: tuple = ()) -> "Kernel":
+        """The traced kernel; `views`: empty, or one View (None: the whole tensor) per output."""
         assert len(self._blocks) == 1
         for name in outputs:
             if self.decls[name].role != "arg":  # a returned argument stays an argument (the caller's array)
@@ -276,7 +277,8 @@ class Builder:
         if self.late_edits:
             edits = {k: new for k, (_, new) in self.late_edits.items()}
             body = map_stmts(body, lambda s: [edits.get(id(s), s)])
-        return Kernel(self.name, tuple(self.decls.values()), tuple(args), tuple(outputs), body, loc)
+        views = tuple(views) if any(v is not None for v in views) else ()
+        return Kernel(self.name, tuple(self.decls.values()), tuple(args), tuple(outputs), body, loc, views)
 
     # loops
     def _child_key(self, site: LoopSite) -> tuple:

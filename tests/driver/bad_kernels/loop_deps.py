@@ -56,3 +56,17 @@ def overlapping_stores(a: "float32[128,64]"):
     for i in nl.affine_range(2):
         nl.store(out[i * 64:i * 64 + 128, :], value=t)  # EXPECT: E190
     return out
+
+
+@nkicc.jit
+def broadcast_of_a_row_scaled_in_place(a: "float32[128,64]", bias: "float32[1,64]"):
+    # near_misses.broadcast_row_in_place without the scaling is order-free (W190); here iteration 0
+    # doubles row 0 after copying it, and whether the others copy it before or after depends on the order
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t[0:1, :], src=bias)
+    for b in nl.affine_range(4):
+        nisa.nc_stream_shuffle(dst=t[nl.ds(b * 32, 32), :], src=t[0:1, :], shuffle_mask=[0] * 32)  # EXPECT: E190
+        nisa.tensor_scalar(dst=t[nl.ds(b * 32, 32), :], data=t[nl.ds(b * 32, 32), :], op0=nl.multiply, operand0=2.0)
+    nl.store(out, value=nl.add(nl.load(a), t))
+    return out

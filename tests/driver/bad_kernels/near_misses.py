@@ -117,3 +117,15 @@ def partitions_from_64(a: "float32[128,64]"):
     nisa.tensor_copy(dst=u, src=t[64:128, :])
     nl.store(out, value=u)
     return out
+
+
+@nkicc.jit
+def broadcast_row_in_place(a: "float32[128,64]", bias: "float32[1,64]"):
+    # iteration 0 rewrites row 0 with its own value, which iterations 1..3 read: a warning (W190), not E190
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t[0:1, :], src=bias)
+    for b in nl.affine_range(4):
+        nisa.nc_stream_shuffle(dst=t[nl.ds(b * 32, 32), :], src=t[0:1, :], shuffle_mask=[0] * 32)
+    nl.store(out, value=nl.add(nl.load(a), t))
+    return out
