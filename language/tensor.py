@@ -3,6 +3,8 @@ base tensor, affine static offset, optional runtime scalar offset, and
 (step, num) pairs in elements of the base's row-major storage."""
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 
 from ..ir import Access, Affine, NkiccError, ScalarOffset, TensorDecl
@@ -198,6 +200,7 @@ class NkiTensor(TensorOperand):
         new_pattern: list[tuple[int, int]] = []
         trips = self.builder.trips()
         overflow = None
+        dropped_step = None  # the step of the last dimension an integer index dropped
         for dim, (k, (step, num)) in enumerate(zip(key, pattern)):
             if isinstance(k, (slice, DynSlice)):
                 start, size, stride = _slice_bounds(k, num, dim, loc, self)
@@ -220,6 +223,12 @@ class NkiTensor(TensorOperand):
                 offset = offset + idx.scale(step)
                 if dim == 0 and self.decl.on_chip:
                     new_pattern.append((step, 1))
+                else:
+                    dropped_step = step
+        if dropped_step is not None and len(new_pattern) < (2 if self.decl.on_chip else 1):
+            # NKI keeps an on-chip view at least 2-D and an HBM view at least 1-D: the last
+            # dimension an integer dropped stays, at size 1 (t[:n, k] of a [P, F] tile is [n, 1])
+            new_pattern.append((dropped_step, 1))
         access = Access(self.access.tensor, offset, tuple(new_pattern), self.access.scalar, self.access.scalar_scale,
                         self.access.dtype, self.access.vector)
         return self._view(access, overflow)
@@ -271,10 +280,14 @@ class NkiTensor(TensorOperand):
         if self.decl.on_chip:
             raise NkiccError("E120", f"vector_offset gathers from / scatters to HBM tensors; {self.shown} lives in "
                                      f"{self.buffer}", loc, "gather rows of an HBM tensor with nisa.dma_copy")
+        # one index per partition: (n, 1), or any view of one element per partition, such as the
+        # library's column of a [t, k] tile seen as [[k, t], [1, 1], [1, 1]] (router_topk)
         if not isinstance(vector_offset, NkiTensor) or not vector_offset.decl.on_chip \
-                or len(vector_offset.shape) != 2 or vector_offset.shape[1] != 1 \
+                or len(vector_offset.shape) < 2 or math.prod(vector_offset.shape[1:]) != 1 \
                 or dtypes.is_float(vector_offset.decl.dtype):
-            raise NkiccError("E103", "vector_offset must be an integer SBUF tile of shape (n, 1)", loc,
+            shape = list(vector_offset.shape) if isinstance(vector_offset, NkiTensor) else type(vector_offset).__name__
+            raise NkiccError("E103", f"vector_offset must be an integer SBUF tile of one index per partition, "
+                                     f"shape (n, 1); got {shape}", loc,
                              "copy the indices into an nl.int32 tile of shape (n, 1)")
         pairs = _pattern_pairs(pattern, loc)
         if pairs[0][1] != vector_offset.shape[0]:
