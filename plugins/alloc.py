@@ -10,7 +10,9 @@ partition; PSUM tiles never straddle a 2 KiB bank.
 
 Over capacity, the allocator first moves each allocation down to the first
 use of its tensor (alloc_sink.py: tiles made ahead of the loops that use
-them then share bytes, PSUM banks included), then shortens live ranges: straight-line
+them then share bytes, PSUM banks included), then writes element-wise
+results over the input that dies at them (alloc_coalesce.py), then shortens
+live ranges: straight-line
 blocks (the iterations of loops traced concretely, where a kernel keeps tiles
 in Python lists) are reordered demand-first (live_order.py), each load issued
 a few compute steps ahead of its use, and the new order is kept where it
@@ -37,6 +39,7 @@ from nkicc.ir.dtypes import itemsize
 from nkicc.pass_api import Pass, hookimpl
 
 from . import live_order
+from .alloc_coalesce import coalesce
 from .alloc_sink import sink_allocs
 
 ALIGN = 64
@@ -466,15 +469,33 @@ def _sink(kernel, buffer, capacity, banks):
                    "tensors": [decls[t].described() for t in moved]}
 
 
+def _coalesce(kernel, buffer, capacity, banks):
+    """Element-wise results written over the input that dies at them (alloc_coalesce.py),
+    the largest first, until the kernel fits; (kernel, note or None)."""
+    def enough(k) -> bool:
+        return _place_all(k, _Numbering(k), k.tensor_map(), capacity, banks)[1] is None
+    trial, pairs = coalesce(kernel, buffer, enough)
+    if not pairs:
+        return kernel, None
+    before, after = _demand(kernel), _demand(trial)
+    if after[buffer] >= before[buffer]:
+        return kernel, None
+    return trial, {"buffer": buffer, "peak_bytes_per_partition_before": before[buffer],
+                   "peak_bytes_per_partition_after": after[buffer], "pairs": [list(p) for p in pairs]}
+
+
 def allocate(kernel, ctx):
     target = ctx.target
     capacity = {"sbuf": target.sbuf_partition_bytes, "psum": target.psum_partition_bytes}
     banks = {"sbuf": None, "psum": target.psum_bank_bytes}
     spills = []
-    shortened = sunk = None
+    shortened = sunk = in_place = None
     placed, overflow, peaks = _place_all(kernel, _Numbering(kernel), kernel.tensor_map(), capacity, banks)
     if overflow is not None:
         kernel, sunk = _sink(kernel, overflow[0], capacity, banks)
+        placed, overflow, peaks = _place_all(kernel, _Numbering(kernel), kernel.tensor_map(), capacity, banks)
+    if overflow is not None:
+        kernel, in_place = _coalesce(kernel, overflow[0], capacity, banks)
         placed, overflow, peaks = _place_all(kernel, _Numbering(kernel), kernel.tensor_map(), capacity, banks)
     if overflow is not None:
         kernel, shortened = _shorten(kernel, overflow[0], capacity, banks)
@@ -500,8 +521,9 @@ def allocate(kernel, ctx):
     ctx.note("largest_tensors", [{"tensor": n, "buffer": b, "bytes_per_partition": s} for s, n, b in sizes[:8]])
     ctx.note("spills", spills)
     ctx.note("allocations_sunk", sunk)
+    ctx.note("computed_in_place", in_place)
     ctx.note("live_ranges_shortened", shortened)
-    actions = _actions(shortened, spills, sunk)
+    actions = _actions(shortened, spills, sunk, in_place)
     ctx.note("what_alloc_did", actions, show=bool(actions))
     ctx.note("memory", f"SBUF {peaks.get('sbuf', 0) / 1024:.1f} of {capacity['sbuf'] // 1024} KiB per partition "
                        f"at peak, PSUM {peaks.get('psum', 0) / 1024:.1f} of {capacity['psum'] // 1024} KiB"
@@ -513,7 +535,7 @@ def _kib(n: int) -> str:
     return f"{n / 1024:.1f} KiB"
 
 
-def _actions(shortened, spills, sunk=None) -> list[str]:
+def _actions(shortened, spills, sunk=None, in_place=None) -> list[str]:
     """What the allocator had to do to fit the kernel, one sentence each."""
     out = []
     if sunk:
@@ -522,6 +544,12 @@ def _actions(shortened, spills, sunk=None) -> list[str]:
                    f"tensor{'s' if n > 1 else ''}, so that tiles made ahead of the loops that use them share bytes: "
                    f"{sunk['buffer'].upper()} peak {_kib(sunk['peak_bytes_per_partition_before'])} -> "
                    f"{_kib(sunk['peak_bytes_per_partition_after'])} per partition")
+    if in_place:
+        pairs = "; ".join(f"{y} over {x}" for x, y in in_place["pairs"])
+        out.append(f"computed {len(in_place['pairs'])} element-wise result{'s' if len(in_place['pairs']) > 1 else ''} "
+                   f"in place of an input that dies there ({pairs}): {in_place['buffer'].upper()} peak "
+                   f"{_kib(in_place['peak_bytes_per_partition_before'])} -> "
+                   f"{_kib(in_place['peak_bytes_per_partition_after'])} per partition")
     if shortened:
         where = sorted({b["loc"] or "the kernel body" for b in shortened["blocks"]})
         moved = sum(b["moved"] for b in shortened["blocks"])

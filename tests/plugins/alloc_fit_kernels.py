@@ -13,6 +13,13 @@ them, 2 KiB each: twice trn2's 8 banks as written), each used by a loop of
 its own with accumulate=None matmuls; fits once allocations move to their
 first use.
 
+chunked_logsumexp: the NKI Library cross-entropy's online log-sum-exp: a
+chunk tile and its exponentials, both allocated ahead of the chunk loop, the
+second made from the first element by element where the first dies. On the
+tiny target (8 KiB) two [P, 1024] float32 tiles do not fit, one does.
+`keep_chunk` reads the chunk again after the exponentials are made (the two
+are live at once: they may not share bytes).
+
 centered_squares: every tile of x is loaded, summed into a mean, then used
 again after the mean is known, so all tiles are live at once whatever the
 order: over capacity, it must spill.
@@ -139,4 +146,37 @@ def psum_up_front(lhsT, rhs):
         res = nl.ndarray((M, TN), dtype=nl.float32, buffer=nl.sbuf)
         nisa.tensor_copy(dst=res, src=accs[j])
         nisa.dma_copy(dst=out[:, j * TN:(j + 1) * TN], src=res)
+    return out
+
+
+@nkicc.jit
+def chunked_logsumexp(x, chunk=1024, keep_chunk=False):
+    P, V = x.shape
+    out = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+    m = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
+    d = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
+    c = nl.ndarray((P, chunk), dtype=nl.float32, buffer=nl.sbuf)
+    e = nl.ndarray((P, chunk), dtype=nl.float32, buffer=nl.sbuf)
+    cm = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
+    s = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.memset(m, -1e30)
+    nisa.memset(d, 0.0)
+    for i in range(V // chunk):
+        nisa.dma_copy(dst=c, src=x[:, i * chunk:(i + 1) * chunk])
+        nisa.tensor_reduce(dst=cm, op=nl.maximum, data=c, axis=1)
+        nisa.tensor_tensor(dst=cm, data1=cm, data2=m, op=nl.maximum)
+        nisa.tensor_tensor(dst=m, data1=m, data2=cm, op=nl.subtract)
+        nisa.activation(dst=m, op=nl.exp, data=m)
+        nisa.tensor_tensor(dst=d, data1=d, data2=m, op=nl.multiply)
+        nisa.tensor_scalar(dst=e, data=c, op0=nl.subtract, operand0=cm)
+        nisa.activation(dst=e, op=nl.exp, data=e)
+        if keep_chunk:
+            nisa.tensor_tensor(dst=e, data1=e, data2=c, op=nl.multiply)
+            nisa.tensor_tensor(dst=e, data1=e, data2=c, op=nl.divide)
+        nisa.tensor_reduce(dst=s, op=nl.add, data=e, axis=1)
+        nisa.tensor_tensor(dst=d, data1=d, data2=s, op=nl.add)
+        nisa.tensor_copy(dst=m, src=cm)
+    nisa.activation(dst=d, op=nl.log, data=d)
+    nisa.tensor_tensor(dst=d, data1=d, data2=m, op=nl.add)
+    nisa.dma_copy(dst=out, src=d)
     return out
