@@ -64,6 +64,10 @@ def _emit(d: ops.OpDef, emit: ops.Emit, loc) -> NkiInstruction:
     tensors_out = [o for o in emit.outs if isinstance(o, Tensor)]
     if d.free_limited:
         _free_limits(d.name, tensors_out + tensors_in, loc)
+    for t in tensors_out + tensors_in:
+        if t.unusable is not None:  # an .ap() view past its tensor, made at t.unusable.loc
+            made = f" (the view made at line {t.unusable.loc.line})" if t.unusable.loc else ""
+            raise NkiccError("E101", f"{d.name}: {t.unusable.message}{made}", loc, t.unusable.hint)
     for o in tensors_out:
         if o.access.vector_group and o.buffer == "psum":
             raise NkiccError("E160", f"{d.name}: writing an indirect view of a PSUM tile is not supported", loc,

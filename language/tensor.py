@@ -49,7 +49,7 @@ class NkiTensor(TensorOperand):
     tensor with another `Access`; the shape algebra is in views.py."""
     # Its Python operators (`a + b` is `nl.add(a, b)`) are nl operations, which make
     # tensors: operators.py, above ops.py, adds them to this class.
-    __slots__ = ("builder", "decl", "access", "overflow")
+    __slots__ = ("builder", "decl", "access", "overflow", "unusable")
 
     def __init__(self, shape, dtype, storage=None, buffer="sbuf", name="") -> None:
         if isinstance(shape, Builder):  # nkicc's own form: NkiTensor(builder, decl, access|None, overflow=None)
@@ -81,6 +81,10 @@ class NkiTensor(TensorOperand):
         # hardware reads whatever lies next in the partition, so reading is
         # allowed with a warning and writing is an error.
         self.overflow = overflow
+        # The E101 of an .ap() pattern that reaches outside its tensor: making such a
+        # view is free (the library makes one per iteration and uses it only where an
+        # `if` says it is in range); an instruction that uses it raises it.
+        self.unusable: NkiccError | None = None
 
     # properties a kernel reads
     @property
@@ -166,7 +170,8 @@ class NkiTensor(TensorOperand):
         return True
 
     # views
-    def _view(self, access: Access, overflow: str | None = None) -> "NkiTensor":
+    def _view(self, access: Access, overflow: str | None = None,
+              unusable: NkiccError | None = None) -> "NkiTensor":
         old = self.access
         if old.vector_group:
             raise NkiccError("E160", f"re-viewing the indirect view of {self.shown} (NkiTensor.indirect) is not "
@@ -175,7 +180,9 @@ class NkiTensor(TensorOperand):
                                        or access.pattern[:1] != old.pattern[:1]):
             raise NkiccError("E160", f"re-viewing the gathered rows of {self.shown} (a vector_offset view) is not "
                                      "supported", user_loc(3), "make the .ap(..., vector_offset=) view last")
-        return NkiTensor(self.builder, self.decl, access, overflow or self.overflow)
+        view = NkiTensor(self.builder, self.decl, access, overflow or self.overflow)
+        view.unusable = unusable or self.unusable
+        return view
 
     def _pattern(self, pattern, loc=None) -> "NkiTensor":
         a = self.access
@@ -262,9 +269,13 @@ class NkiTensor(TensorOperand):
             raise NkiccError("E103", f"scalar_offset must be a (1, 1) tensor or a loop index, "
                                      f"got {type(scalar_offset).__name__}", loc)
         access = Access(self.decl.name, start, pairs, scalar, scalar_scale if scalar else 0, self.access.dtype)
+        unusable = None
         if scalar is None:
-            check_access_bounds(access, self.decl, self.builder.trips(), loc)
-        return self._view(access)
+            try:
+                check_access_bounds(access, self.decl, self.builder.trips(), loc)
+            except NkiccError as err:
+                unusable = err
+        return self._view(access, unusable=unusable)
 
     # --- gathers and scatters: a per-partition offset from an index tile ------------------------
 

@@ -117,3 +117,34 @@ def test_vector_offset_of_several_indices_per_partition_is_an_error(rng):
     with pytest.raises(nkicc.NkiccError) as e:
         k(np.zeros((8, 2), np.int32), rand(rng, (8, 1)))
     check_error(e, "E103", "# TWO", "test_indexing_forms.py")
+
+
+def guarded_ap_kernel(n_blocks, blocks):
+    """out[:, j] = sum over the rows of x's block j, for the first `blocks` of n_blocks slots:
+    each slot makes its .ap() view of x, as the NKI Library's output_projection_tkg makes its
+    stationary view for every slot, and uses it only where the slot is in range."""
+    @nkicc.jit
+    def k(x):
+        out = nl.ndarray((x.shape[0], n_blocks), dtype=nl.float32, buffer=nl.shared_hbm)
+        acc = nl.ndarray((x.shape[0], n_blocks), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.memset(acc, 0.0)
+        t = nl.load(x)
+        for j in range(n_blocks):
+            view = t.ap(pattern=[[x.shape[1], x.shape[0]], [1, 8]], offset=j * 8)  # VIEW
+            if j < blocks:
+                nisa.tensor_reduce(dst=acc[:, j:j + 1], op=nl.add, data=view, axis=1)  # USE
+        nl.store(out, value=acc)
+        return out
+    return k
+
+
+def test_an_ap_view_past_its_tensor_is_an_error_only_where_used(rng):
+    x = rand(rng, (16, 24))  # three blocks of 8 columns
+    got = run_both_simulators(guarded_ap_kernel(4, 3), x)
+    want = np.zeros((16, 4), np.float32)
+    want[:, :3] = x.reshape(16, 3, 8).sum(axis=2)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    with pytest.raises(nkicc.NkiccError) as e:
+        guarded_ap_kernel(4, 4)(x)
+    check_error(e, "E101", "# USE", "test_indexing_forms.py")
+    assert "reaches elements" in e.value.message and "the view made at line" in e.value.message
