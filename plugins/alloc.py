@@ -613,4 +613,4 @@ def _spill_some(kernel, buffer, capacity, failed, items, numbering, decls):
 @hookimpl
 def nkicc_passes():
     return [Pass("alloc", allocate, "SBUF/PSUM addresses from liveness on the rolled IR; spills when over capacity",
-                 required=True, scope="kernel", version="2", after=("verify", "dce", "unroll", "global-schedule"))]
+                 required=True, scope="kernel", version="3", after=("verify", "dce", "unroll", "global-schedule"))]
