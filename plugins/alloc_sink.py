@@ -11,7 +11,7 @@ by independent loops share bytes (PSUM banks included). The simulators
 poison new memory and clear PSUM's accumulate=None state at the Alloc, so
 they keep seeing each tensor fresh where it starts.
 
-A tensor stays where it is when it has more than one Alloc, or is touched
+Only on-chip tensors move. One stays where it is when it has more than one Alloc, or is touched
 anywhere but after its Alloc in the block that allocates it (a dynamic
 loop's allocation reused outside it)."""
 from __future__ import annotations
@@ -36,6 +36,7 @@ def _touched(stmt) -> collections.Counter:
 def sink_allocs(kernel):
     """(kernel with each movable Alloc just before the first statement of its block
     that touches its tensor, names of the tensors whose Alloc moved)."""
+    decls = kernel.tensor_map()
     allocs = collections.Counter(s.tensor for s in kernel.body.walk() if isinstance(s, Alloc))
     uses = _touched(Loop("", 1, body=kernel.body))
     moved: list[str] = []
@@ -46,7 +47,7 @@ def sink_allocs(kernel):
         before: dict[int, list] = collections.defaultdict(list)  # statement index -> Allocs to put before it
         keep = []
         for i, s in enumerate(stmts):
-            if isinstance(s, Alloc) and allocs[s.tensor] == 1:
+            if isinstance(s, Alloc) and allocs[s.tensor] == 1 and decls[s.tensor].on_chip:
                 t = s.tensor
                 later = sum(c[t] for c in touched[i + 1:])
                 first = next((j for j in range(i + 1, len(stmts)) if touched[j][t]), None)
