@@ -454,7 +454,7 @@ def _shorten(kernel, buffer, capacity, banks):
     return trial, note
 
 
-def _sink(kernel, buffer, capacity, banks):
+def _sink(kernel, buffer):
     """Allocations moved to their tensors' first uses where that lowers the peak of
     the buffer that overflowed; (kernel, note or None)."""
     trial, moved = sink_allocs(kernel)
@@ -492,7 +492,7 @@ def allocate(kernel, ctx):
     shortened = sunk = in_place = None
     placed, overflow, peaks = _place_all(kernel, _Numbering(kernel), kernel.tensor_map(), capacity, banks)
     if overflow is not None:
-        kernel, sunk = _sink(kernel, overflow[0], capacity, banks)
+        kernel, sunk = _sink(kernel, overflow[0])
         placed, overflow, peaks = _place_all(kernel, _Numbering(kernel), kernel.tensor_map(), capacity, banks)
     if overflow is not None:
         kernel, in_place = _coalesce(kernel, overflow[0], capacity, banks)
