@@ -17,8 +17,9 @@ chunked_logsumexp: the NKI Library cross-entropy's online log-sum-exp: a
 chunk tile and its exponentials, both allocated ahead of the chunk loop, the
 second made from the first element by element where the first dies. On the
 tiny target (8 KiB) two [P, 1024] float32 tiles do not fit, one does.
-`keep_chunk` reads the chunk again after the exponentials are made (the two
-are live at once: they may not share bytes).
+`keep_chunk` reads the chunk again after the exponentials are made, and
+`partial_load` leaves the chunk's last column to the next iteration: either
+way the two are live at once and may not share bytes.
 
 centered_squares: every tile of x is loaded, summed into a mean, then used
 again after the mean is known, so all tiles are live at once whatever the
@@ -150,7 +151,7 @@ def psum_up_front(lhsT, rhs):
 
 
 @nkicc.jit
-def chunked_logsumexp(x, chunk=1024, keep_chunk=False):
+def chunked_logsumexp(x, chunk=1024, keep_chunk=False, partial_load=False):
     P, V = x.shape
     out = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.shared_hbm)
     m = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
@@ -162,7 +163,10 @@ def chunked_logsumexp(x, chunk=1024, keep_chunk=False):
     nisa.memset(m, -1e30)
     nisa.memset(d, 0.0)
     for i in range(V // chunk):
-        nisa.dma_copy(dst=c, src=x[:, i * chunk:(i + 1) * chunk])
+        if partial_load:  # the last column keeps the previous chunk's: c's value crosses iterations
+            nisa.dma_copy(dst=c[:, 0:chunk - 1], src=x[:, i * chunk:(i + 1) * chunk - 1])
+        else:
+            nisa.dma_copy(dst=c, src=x[:, i * chunk:(i + 1) * chunk])
         nisa.tensor_reduce(dst=cm, op=nl.maximum, data=c, axis=1)
         nisa.tensor_tensor(dst=cm, data1=cm, data2=m, op=nl.maximum)
         nisa.tensor_tensor(dst=m, data1=m, data2=cm, op=nl.subtract)

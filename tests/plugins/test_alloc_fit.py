@@ -145,13 +145,16 @@ def test_an_element_wise_result_takes_the_bytes_of_the_input_that_dies_there(rng
     np.testing.assert_array_equal(as_written.run(x), got)
 
 
-def test_an_input_read_after_the_result_is_made_keeps_its_bytes(rng):
-    """keep_chunk reads the chunk again after the exponentials: the two are live at once and
-    may not share bytes; on the tiny target nothing else frees them, so the kernel does not fit
-    (E400), where a merge would have given wrong values."""
+@pytest.mark.parametrize("option", ["keep_chunk", "partial_load"])
+def test_an_input_still_needed_after_the_result_is_made_keeps_its_bytes(rng, option):
+    """keep_chunk reads the chunk again after the exponentials; partial_load leaves a column of
+    it to the next iteration: the two are live at once and may not share bytes. On the tiny
+    target nothing else frees them, so the kernel does not fit (E400), where a merge would have
+    given wrong values."""
     x = rng.standard_normal((16, 4096)).astype(np.float32) * 3
     with pytest.raises(nkicc.NkiccError) as e:
-        nkicc.compile(kernels.chunked_logsumexp, x, keep_chunk=True, passes=TINY)
+        nkicc.compile(kernels.chunked_logsumexp, x, **{option: True}, passes=TINY)
     assert e.value.code == "E400", e.value
-    c = nkicc.compile(kernels.chunked_logsumexp, x, keep_chunk=True, passes={"target": "trn2"})
-    np.testing.assert_allclose(c.run(x), _logsumexp(x), rtol=1e-4, atol=1e-4)
+    if option == "keep_chunk":
+        c = nkicc.compile(kernels.chunked_logsumexp, x, keep_chunk=True, passes={"target": "trn2"})
+        np.testing.assert_allclose(c.run(x), _logsumexp(x), rtol=1e-4, atol=1e-4)
