@@ -33,6 +33,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 FOLDERS = ("core", "experimental")
 RESULT_TAG = "CONFORMANCE-RESULT "
+KEEP_MARKER = "<!-- kept when regenerated"
 # kernels that fail on any compiler at the snapshot this page was made from, and why (checked by hand)
 LIBRARY_FAULTS = {
     "mlp": "`core/mlp/mlp.py` does not parse (a syntax error in the vendor's file: a docstring closed too early).",
@@ -464,8 +465,14 @@ def write_report(results: list[Result], out: str, library_dir: str, snapshot: st
     for r in sorted(results, key=lambda r: (r.relpath, r.name)):
         lines.append(f"| {r.name} | {', '.join(f'`{n}`' for n in r.missing) or '(none)'} |")
     lines.append("")
+    kept = ""  # the hand-written part of the page, from KEEP_MARKER down, survives a regeneration
+    if os.path.exists(out):
+        with open(out) as f:
+            previous = f.read()
+        if KEEP_MARKER in previous:
+            kept = previous[previous.index(KEEP_MARKER):]
     with open(out, "w") as f:
-        f.write("\n".join(lines))
+        f.write("\n".join(lines) + kept)
 
 
 def recorded_statuses(path: str) -> dict[str, str]:

@@ -16,7 +16,7 @@ import inspect
 from ..ir import Access, Affine, NkiccError, ops
 from ..ir.nodes import UNRESOLVED_GROUP
 from ..ir.ops import alu
-from ..ir.ops.checks import FREE_MAX, free
+from ..ir.ops.checks import FREE_MAX, distinct_free
 from ..ir.target import TARGET_OF_GENERATION
 from ..ir.ops.enums import nc_version
 from .allocation import require_builder
@@ -46,11 +46,14 @@ def emit_internal(opcode: str, *args, loc=None) -> None:
 
 
 def _free_limits(opcode: str, tensors, loc) -> None:
-    """Engine free-size limits: 64 Ki elements per partition from SBUF, 4 Ki from PSUM."""
+    """Engine free-size limits: 64 Ki distinct elements per partition from SBUF, 4 Ki from PSUM
+    (a broadcast view re-reads its elements: the library reads a [n, 1] PSUM mean broadcast
+    over 8 Ki columns)."""
     for t in tensors:
         limit = FREE_MAX.get(t.buffer)
-        if limit is not None and free(t) > limit:
-            raise NkiValidationError("E134", f"{opcode} accesses {free(t)} elements per partition of {t.shown} in "
+        n = distinct_free(t) if limit is not None else 0
+        if limit is not None and n > limit:
+            raise NkiValidationError("E134", f"{opcode} accesses {n} elements per partition of {t.shown} in "
                                      f"{t.buffer}; one instruction handles at most {limit}", loc,
                              f"split the free dimension into pieces of at most {limit} elements")
 
@@ -61,6 +64,10 @@ def _emit(d: ops.OpDef, emit: ops.Emit, loc) -> NkiInstruction:
     tensors_out = [o for o in emit.outs if isinstance(o, Tensor)]
     if d.free_limited:
         _free_limits(d.name, tensors_out + tensors_in, loc)
+    for t in tensors_out + tensors_in:
+        if t.unusable is not None:  # an .ap() view past its tensor, made at t.unusable.loc
+            made = f" (the view made at line {t.unusable.loc.line})" if t.unusable.loc else ""
+            raise NkiccError("E101", f"{d.name}: {t.unusable.message}{made}", loc, t.unusable.hint)
     for o in tensors_out:
         if o.access.vector_group and o.buffer == "psum":
             raise NkiccError("E160", f"{d.name}: writing an indirect view of a PSUM tile is not supported", loc,

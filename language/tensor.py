@@ -3,6 +3,8 @@ base tensor, affine static offset, optional runtime scalar offset, and
 (step, num) pairs in elements of the base's row-major storage."""
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 
 from ..ir import Access, Affine, NkiccError, ScalarOffset, TensorDecl
@@ -47,7 +49,7 @@ class NkiTensor(TensorOperand):
     tensor with another `Access`; the shape algebra is in views.py."""
     # Its Python operators (`a + b` is `nl.add(a, b)`) are nl operations, which make
     # tensors: operators.py, above ops.py, adds them to this class.
-    __slots__ = ("builder", "decl", "access", "overflow")
+    __slots__ = ("builder", "decl", "access", "overflow", "unusable")
 
     def __init__(self, shape, dtype, storage=None, buffer="sbuf", name="") -> None:
         if isinstance(shape, Builder):  # nkicc's own form: NkiTensor(builder, decl, access|None, overflow=None)
@@ -79,6 +81,10 @@ class NkiTensor(TensorOperand):
         # hardware reads whatever lies next in the partition, so reading is
         # allowed with a warning and writing is an error.
         self.overflow = overflow
+        # The E101 of an .ap() pattern that reaches outside its tensor: making such a
+        # view is free (the library makes one per iteration and uses it only where an
+        # `if` says it is in range); an instruction that uses it raises it.
+        self.unusable: NkiccError | None = None
 
     # properties a kernel reads
     @property
@@ -164,7 +170,8 @@ class NkiTensor(TensorOperand):
         return True
 
     # views
-    def _view(self, access: Access, overflow: str | None = None) -> "NkiTensor":
+    def _view(self, access: Access, overflow: str | None = None,
+              unusable: NkiccError | None = None) -> "NkiTensor":
         old = self.access
         if old.vector_group:
             raise NkiccError("E160", f"re-viewing the indirect view of {self.shown} (NkiTensor.indirect) is not "
@@ -173,7 +180,9 @@ class NkiTensor(TensorOperand):
                                        or access.pattern[:1] != old.pattern[:1]):
             raise NkiccError("E160", f"re-viewing the gathered rows of {self.shown} (a vector_offset view) is not "
                                      "supported", user_loc(3), "make the .ap(..., vector_offset=) view last")
-        return NkiTensor(self.builder, self.decl, access, overflow or self.overflow)
+        view = NkiTensor(self.builder, self.decl, access, overflow or self.overflow)
+        view.unusable = unusable or self.unusable
+        return view
 
     def _pattern(self, pattern, loc=None) -> "NkiTensor":
         a = self.access
@@ -198,6 +207,7 @@ class NkiTensor(TensorOperand):
         new_pattern: list[tuple[int, int]] = []
         trips = self.builder.trips()
         overflow = None
+        dropped_step = None  # the step of the last dimension an integer index dropped
         for dim, (k, (step, num)) in enumerate(zip(key, pattern)):
             if isinstance(k, (slice, DynSlice)):
                 start, size, stride = _slice_bounds(k, num, dim, loc, self)
@@ -220,6 +230,12 @@ class NkiTensor(TensorOperand):
                 offset = offset + idx.scale(step)
                 if dim == 0 and self.decl.on_chip:
                     new_pattern.append((step, 1))
+                else:
+                    dropped_step = step
+        if dropped_step is not None and len(new_pattern) < (2 if self.decl.on_chip else 1):
+            # NKI keeps an on-chip view at least 2-D and an HBM view at least 1-D: the last
+            # dimension an integer dropped stays, at size 1 (t[:n, k] of a [P, F] tile is [n, 1])
+            new_pattern.append((dropped_step, 1))
         access = Access(self.access.tensor, offset, tuple(new_pattern), self.access.scalar, self.access.scalar_scale,
                         self.access.dtype, self.access.vector)
         return self._view(access, overflow)
@@ -253,9 +269,13 @@ class NkiTensor(TensorOperand):
             raise NkiccError("E103", f"scalar_offset must be a (1, 1) tensor or a loop index, "
                                      f"got {type(scalar_offset).__name__}", loc)
         access = Access(self.decl.name, start, pairs, scalar, scalar_scale if scalar else 0, self.access.dtype)
+        unusable = None
         if scalar is None:
-            check_access_bounds(access, self.decl, self.builder.trips(), loc)
-        return self._view(access)
+            try:
+                check_access_bounds(access, self.decl, self.builder.trips(), loc)
+            except NkiccError as err:
+                unusable = err
+        return self._view(access, unusable=unusable)
 
     # --- gathers and scatters: a per-partition offset from an index tile ------------------------
 
@@ -271,10 +291,14 @@ class NkiTensor(TensorOperand):
         if self.decl.on_chip:
             raise NkiccError("E120", f"vector_offset gathers from / scatters to HBM tensors; {self.shown} lives in "
                                      f"{self.buffer}", loc, "gather rows of an HBM tensor with nisa.dma_copy")
+        # one index per partition: (n, 1), or any view of one element per partition, such as the
+        # library's column of a [t, k] tile seen as [[k, t], [1, 1], [1, 1]] (router_topk)
         if not isinstance(vector_offset, NkiTensor) or not vector_offset.decl.on_chip \
-                or len(vector_offset.shape) != 2 or vector_offset.shape[1] != 1 \
+                or len(vector_offset.shape) < 2 or math.prod(vector_offset.shape[1:]) != 1 \
                 or dtypes.is_float(vector_offset.decl.dtype):
-            raise NkiccError("E103", "vector_offset must be an integer SBUF tile of shape (n, 1)", loc,
+            shape = list(vector_offset.shape) if isinstance(vector_offset, NkiTensor) else type(vector_offset).__name__
+            raise NkiccError("E103", f"vector_offset must be an integer SBUF tile of one index per partition, "
+                                     f"shape (n, 1); got {shape}", loc,
                              "copy the indices into an nl.int32 tile of shape (n, 1)")
         pairs = _pattern_pairs(pattern, loc)
         if pairs[0][1] != vector_offset.shape[0]:

@@ -8,7 +8,11 @@ allocated in a block lives from its allocation to its last use in that block
 iterations). Tensors whose live ranges overlap get disjoint bytes in every
 partition; PSUM tiles never straddle a 2 KiB bank.
 
-Over capacity, the allocator first shortens live ranges: straight-line
+Over capacity, the allocator first moves each allocation down to the first
+use of its tensor (alloc_sink.py: tiles made ahead of the loops that use
+them then share bytes, PSUM banks included), then writes element-wise
+results over the input that dies at them (alloc_coalesce.py), then shortens
+live ranges: straight-line
 blocks (the iterations of loops traced concretely, where a kernel keeps tiles
 in Python lists) are reordered demand-first (live_order.py), each load issued
 a few compute steps ahead of its use, and the new order is kept where it
@@ -35,6 +39,8 @@ from nkicc.ir.dtypes import itemsize
 from nkicc.pass_api import Pass, hookimpl
 
 from . import live_order
+from .alloc_coalesce import coalesce
+from .alloc_sink import sink_allocs
 
 ALIGN = 64
 MAX_SPILLS = 64  # rounds of eviction, each as many tensors as the excess needs
@@ -448,13 +454,49 @@ def _shorten(kernel, buffer, capacity, banks):
     return trial, note
 
 
+def _sink(kernel, buffer):
+    """Allocations moved to their tensors' first uses where that lowers the peak of
+    the buffer that overflowed; (kernel, note or None)."""
+    trial, moved = sink_allocs(kernel)
+    if not moved:
+        return kernel, None
+    before, after = _demand(kernel), _demand(trial)
+    if after[buffer] >= before[buffer]:
+        return kernel, None
+    decls = kernel.tensor_map()
+    return trial, {"buffer": buffer, "peak_bytes_per_partition_before": before[buffer],
+                   "peak_bytes_per_partition_after": after[buffer],
+                   "tensors": [decls[t].described() for t in moved]}
+
+
+def _coalesce(kernel, buffer, capacity, banks):
+    """Element-wise results written over the input that dies at them (alloc_coalesce.py),
+    the largest first, until the kernel fits; (kernel, note or None)."""
+    def enough(k) -> bool:
+        return _place_all(k, _Numbering(k), k.tensor_map(), capacity, banks)[1] is None
+    trial, pairs = coalesce(kernel, buffer, enough)
+    if not pairs:
+        return kernel, None
+    before, after = _demand(kernel), _demand(trial)
+    if after[buffer] >= before[buffer]:
+        return kernel, None
+    return trial, {"buffer": buffer, "peak_bytes_per_partition_before": before[buffer],
+                   "peak_bytes_per_partition_after": after[buffer], "pairs": [list(p) for p in pairs]}
+
+
 def allocate(kernel, ctx):
     target = ctx.target
     capacity = {"sbuf": target.sbuf_partition_bytes, "psum": target.psum_partition_bytes}
     banks = {"sbuf": None, "psum": target.psum_bank_bytes}
     spills = []
-    shortened = None
+    shortened = sunk = in_place = None
     placed, overflow, peaks = _place_all(kernel, _Numbering(kernel), kernel.tensor_map(), capacity, banks)
+    if overflow is not None:
+        kernel, sunk = _sink(kernel, overflow[0])
+        placed, overflow, peaks = _place_all(kernel, _Numbering(kernel), kernel.tensor_map(), capacity, banks)
+    if overflow is not None:
+        kernel, in_place = _coalesce(kernel, overflow[0], capacity, banks)
+        placed, overflow, peaks = _place_all(kernel, _Numbering(kernel), kernel.tensor_map(), capacity, banks)
     if overflow is not None:
         kernel, shortened = _shorten(kernel, overflow[0], capacity, banks)
     for _ in range(MAX_SPILLS + 1):
@@ -478,8 +520,10 @@ def allocate(kernel, ctx):
     ctx.note("capacity_bytes_per_partition", capacity)
     ctx.note("largest_tensors", [{"tensor": n, "buffer": b, "bytes_per_partition": s} for s, n, b in sizes[:8]])
     ctx.note("spills", spills)
+    ctx.note("allocations_sunk", sunk)
+    ctx.note("computed_in_place", in_place)
     ctx.note("live_ranges_shortened", shortened)
-    actions = _actions(shortened, spills)
+    actions = _actions(shortened, spills, sunk, in_place)
     ctx.note("what_alloc_did", actions, show=bool(actions))
     ctx.note("memory", f"SBUF {peaks.get('sbuf', 0) / 1024:.1f} of {capacity['sbuf'] // 1024} KiB per partition "
                        f"at peak, PSUM {peaks.get('psum', 0) / 1024:.1f} of {capacity['psum'] // 1024} KiB"
@@ -491,9 +535,21 @@ def _kib(n: int) -> str:
     return f"{n / 1024:.1f} KiB"
 
 
-def _actions(shortened, spills) -> list[str]:
+def _actions(shortened, spills, sunk=None, in_place=None) -> list[str]:
     """What the allocator had to do to fit the kernel, one sentence each."""
     out = []
+    if sunk:
+        n = len(sunk["tensors"])
+        out.append(f"moved {n} allocation{'s' if n > 1 else ''} down to the first use of {'their' if n > 1 else 'its'} "
+                   f"tensor{'s' if n > 1 else ''}, so that tiles made ahead of the loops that use them share bytes: "
+                   f"{sunk['buffer'].upper()} peak {_kib(sunk['peak_bytes_per_partition_before'])} -> "
+                   f"{_kib(sunk['peak_bytes_per_partition_after'])} per partition")
+    if in_place:
+        pairs = "; ".join(f"{y} over {x}" for x, y in in_place["pairs"])
+        out.append(f"computed {len(in_place['pairs'])} element-wise result{'s' if len(in_place['pairs']) > 1 else ''} "
+                   f"in place of an input that dies there ({pairs}): {in_place['buffer'].upper()} peak "
+                   f"{_kib(in_place['peak_bytes_per_partition_before'])} -> "
+                   f"{_kib(in_place['peak_bytes_per_partition_after'])} per partition")
     if shortened:
         where = sorted({b["loc"] or "the kernel body" for b in shortened["blocks"]})
         moved = sum(b["moved"] for b in shortened["blocks"])
@@ -557,4 +613,4 @@ def _spill_some(kernel, buffer, capacity, failed, items, numbering, decls):
 @hookimpl
 def nkicc_passes():
     return [Pass("alloc", allocate, "SBUF/PSUM addresses from liveness on the rolled IR; spills when over capacity",
-                 required=True, scope="kernel", version="2", after=("verify", "dce", "unroll", "global-schedule"))]
+                 required=True, scope="kernel", version="3", after=("verify", "dce", "unroll", "global-schedule"))]

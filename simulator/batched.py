@@ -166,6 +166,8 @@ def plan(sim, loop: Loop, outer: tuple, label: str) -> Nest | None:
                     return f"{s.opcode} has no batched rule"
                 if any(isinstance(a, Access) and (a.vector is not None or a.dtype is not None) for a in s.ins + s.outs):
                     return f"{s.opcode} with a gather or reinterpreted bytes"
+                if p.oob_skip:
+                    return f"{s.opcode} skips what its runtime offset puts out of range (oob_mode.skip)"
                 items.append(_OpItem(p, vars_, len(items), rule=rule))
         return None
 

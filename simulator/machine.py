@@ -35,7 +35,7 @@ from ..ir import ops
 from ..ir.ops import debug
 from ..ir.analysis import engine_of, injective, reads, runtime_guard, tensors_touched, writes, written_args
 from ..ir import numerics
-from . import batched, periodic, semantics
+from . import batched, oob_skip, periodic, semantics
 from .cpushare import CpuShare
 from ._blas import single_threaded_blas
 from .reference import ReferenceMachine, gather_index
@@ -448,7 +448,7 @@ class MachineSimulator(HazardChecks):
         if t.is_psum:
             t.mask_footprint[...] = False
 
-    def _start(self, acc: Acc, op: Op, write: bool) -> int:
+    def _start(self, acc: Acc, op: Op, write: bool, check: bool = True) -> int:
         env = self.env
         e = acc.const
         for v, c in acc.terms:
@@ -463,7 +463,7 @@ class MachineSimulator(HazardChecks):
                                              f"written", op.loc, "initialise the offset tile before using it")
                 e += int(value) * acc.scale
         t = acc.t
-        if e + acc.lo_span < 0 or (e + acc.hi_span >= t.size and (write or not t.onchip)):
+        if check and (e + acc.lo_span < 0 or (e + acc.hi_span >= t.size and (write or not t.onchip))):
             raise NkiccError("E170", f"{op.opcode} accesses elements [{e + acc.lo_span}, {e + acc.hi_span}] of "
                                      f"{t.decl.described()} (size {t.size}) at run time", op.loc,
                              "the runtime scalar offset is out of range: check how it is updated")
@@ -751,11 +751,38 @@ class MachineSimulator(HazardChecks):
             p.count = n
         self.executed = executed
 
+    def _skip_out_of_range(self, p: Plan) -> bool:
+        """oob_mode.skip with a runtime scalar offset (oob_skip.py): move the elements whose
+        indices are in range; False (nothing done) when all are."""
+        op = p.op
+        src, dst = p.by_id[id(op.ins[0])], p.outs[0]
+        si = oob_skip.flat_index(src.access, self._start(src, op, False, check=False))
+        di = oob_skip.flat_index(dst.access, self._start(dst, op, True, check=False))
+        ok = oob_skip.moved(si, src.t.size, di, dst.t.size)
+        if ok is None:
+            return False
+        if self._timed:
+            self._time(p)
+        values = np.full(si.size, src.t.fill, dtype=src.t.dtype)
+        values[ok] = self._at(src.t, si.reshape(-1)[ok])
+        ((_, result),) = semantics.compute(op, lambda a: values.reshape(si.shape))
+        tmp = np.empty(di.shape, dtype=dst.t.dtype)
+        self._store(tmp, np.broadcast_to(result, di.shape) if np.ndim(result) == 0 else
+                    np.asarray(result).reshape(di.shape))
+        at, t = di.reshape(-1)[ok], dst.t
+        if t.onchip:
+            t.footprint[at // t.F, at % t.F] = tmp.reshape(-1)[ok]
+        else:
+            t.footprint[at] = tmp.reshape(-1)[ok]
+        return True
+
     def _op(self, p: Plan) -> None:
         self.executed += 1
         p.count += 1
         op = p.op
         self._cur_op, self._rows = op, None
+        if p.oob_skip and self._skip_out_of_range(p):
+            return
         for acc in p.dyn_accs:
             acc.cur = self._start(acc, op, False)
         by_id = p.by_id

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..ir import Access, Op, TensorDecl, dtypes
 from ..ir.analysis import injective, run_length
-from . import semantics
+from . import oob_skip, semantics
 
 
 def _nested(pairs) -> tuple[int, list] | None:
@@ -159,7 +159,7 @@ class Plan:
     __slots__ = ("op", "id", "opcode", "engine", "queue", "ekey", "tid", "waits", "cost", "accs", "by_id",
                  "outs", "scalars", "hz_reads", "hz_writes", "count", "loc_str", "loop_vars", "dma_dir",
                  "dma_bytes", "fabric_ns", "spill", "mode", "dyn_accs", "is_matmul", "rotate", "collective", "is_print",
-                 "tokens", "hidden", "wait_plain", "wait_rot")
+                 "tokens", "hidden", "wait_plain", "wait_rot", "oob_skip")
 
     def __init__(self, op: Op) -> None:
         self.op = op
@@ -167,6 +167,7 @@ class Plan:
         self.count = 0
         self.loc_str = str(op.loc) if op.loc is not None else "?"
         self.mode = op.attr("accumulate")
+        self.oob_skip = oob_skip.applies(op)  # a skipping DMA with a runtime scalar offset (oob_skip.py)
 
 
 __all__ = ["Acc", "Plan", "Tensor"]

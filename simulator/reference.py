@@ -26,7 +26,7 @@ from .comm import RankComm, single
 from ..ir import dtypes, ops
 from ..ir.ops import debug
 from ..ir import numerics
-from . import semantics
+from . import oob_skip, semantics
 from .returned import returned
 from ._blas import single_threaded_blas
 
@@ -209,7 +209,7 @@ class ReferenceMachine:
         if decl.buffer == "psum":
             self.written[decl.name] = np.zeros(decl.size, dtype=bool)
 
-    def start(self, a: Access, op: Op, read: bool = False) -> int:
+    def start(self, a: Access, op: Op, read: bool = False, check: bool = True) -> int:
         start = a.offset.evaluate(self.env)
         if a.scalar is not None:
             if a.scalar.register:
@@ -225,8 +225,8 @@ class ReferenceMachine:
             else:
                 lo += step * (num - 1)
         size = self.flat(a).size
-        if read and lo >= 0 and self.decls[a.tensor].on_chip:
-            return start  # reading past a tile's end: see view()
+        if not check or (read and lo >= 0 and self.decls[a.tensor].on_chip):
+            return start  # reading past a tile's end: see view(); unchecked: oob_skip
         if lo < 0 or hi >= size:
             raise NkiccError("E170", f"{op.opcode} accesses elements [{lo}, {hi}] of {self.decls[a.tensor].described()} "
                                      f"(size {size}) at run time", op.loc,
@@ -323,8 +323,32 @@ class ReferenceMachine:
         if len(self.undefined_reads) < 64 and (op, tensor, past_end) not in self.undefined_reads:
             self.undefined_reads.append((op, tensor, past_end))
 
+    def _skip_out_of_range(self, op: Op) -> bool:
+        """oob_mode.skip with a runtime scalar offset (oob_skip.py): move the elements whose
+        indices are in range; False (nothing done) when all are."""
+        src, dst = op.ins[0], op.outs[0]
+        sflat, dflat = self.flat(src), self.flat(dst)
+        si = oob_skip.flat_index(src, self.start(src, op, check=False))
+        di = oob_skip.flat_index(dst, self.start(dst, op, check=False))
+        ok = oob_skip.moved(si, sflat.size, di, dflat.size)
+        if ok is None:
+            return False
+        values = np.full(si.size, poison(sflat.dtype, 1)[0], dtype=sflat.dtype)
+        values[ok] = sflat[si.reshape(-1)[ok]]
+        ((_, result),) = semantics.compute(op, lambda a: values.reshape(si.shape))
+        tmp = np.empty(di.shape, dtype=dflat.dtype)
+        semantics.store(tmp, np.broadcast_to(result, di.shape) if np.ndim(result) == 0 else
+                        np.asarray(result).reshape(di.shape))
+        at = di.reshape(-1)[ok]
+        dflat[at] = tmp.reshape(-1)[ok]
+        if self.defined is not None and dst.tensor in self.defined:
+            self.defined[dst.tensor][at] = True
+        return True
+
     def op(self, op: Op) -> None:
         self.executed += 1
+        if oob_skip.applies(op) and self._skip_out_of_range(op):
+            return
         if self.defined is not None and op.attr("accumulate") is True and ops.of(op).accumulates(op):
             a = op.outs[0]
             start = self.start(a, op)

@@ -9,7 +9,9 @@ from ..nodes import Const
 from .core import TensorOperand
 
 PMAX = 128
-# elements per partition one compute instruction may read or write
+# distinct elements per partition one compute instruction may read or write: the reference bounds
+# an operand's elements per partition by the physical size of the partition (PSUM: 16 KiB, 4 Ki
+# float32), so a broadcast (step-0) dimension, which re-reads the same elements, does not count
 FREE_MAX = {"sbuf": 64 * 1024, "psum": 4 * 1024}
 
 
@@ -23,6 +25,16 @@ def free(t) -> int:
     n = 1
     for d in t.shape[1:]:
         n *= d
+    return n
+
+
+def distinct_free(t) -> int:
+    """The distinct elements per partition the view `t` touches: its free size with the
+    broadcast (step-0) dimensions left out."""
+    n = 1
+    for step, num in t.access.pattern[1:]:
+        if step != 0:
+            n *= num
     return n
 
 

@@ -147,8 +147,10 @@ def dma_copy(dst, src, priority=None, oob_mode=enums.oob_mode.error, dge_mode=en
     queue_options(dst.generation, priority, dge_mode, "nisa.dma_copy")
     # a DMA between different dtypes converts through fp32
     attrs = {"cast": "float32"} if dst.decl.dtype != src.decl.dtype else {}
-    if oob == "skip" and (dst.access.vector is not None or src.access.vector is not None):
-        attrs["oob"] = "skip"  # gathered / scattered rows whose index is out of range are not moved
+    if oob == "skip" and any(a.access.vector is not None or a.access.scalar is not None for a in (dst, src)):
+        # gathered / scattered rows whose index is out of range are not moved; with a runtime scalar
+        # offset (scalar indirection), the elements whose index is out of range
+        attrs["oob"] = "skip"
     return Emit([dst], [src], attrs)
 
 

@@ -81,7 +81,8 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
     location overwrites and later writes add. perf_mode=double_row (fp8,
     NeuronCore-v3 and newer) contracts [K, 2, M] with [K, 2, N] over the
     partitions and the first free dimension at twice the rate. dst is float32
-    PSUM (or bfloat16 on NeuronCore-v4)."""
+    PSUM (or bfloat16 on NeuronCore-v4; in transpose mode, is_transpose=True, on
+    NeuronCore-v3 and newer, a bfloat16 or float16 stationary's own dtype)."""
     dst = tensor(dst, "nc_matmul dst")
     st = tensor(stationary, "nc_matmul stationary")
     mv = tensor(moving, "nc_matmul moving")
@@ -133,8 +134,10 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
     if {st.decl.dtype, mv.decl.dtype} == {"float8_e4m3", "float8_e4m3fn"}:
         raise NkiccError("E132", "nc_matmul mixes the legacy float8_e4m3 and the OCP float8_e4m3fn", None,
                          "use one of the two for both operands")
-    if dst.decl.dtype == "bfloat16":
-        require_generation(generation, 4, "nc_matmul into a bfloat16 PSUM tile")
+    if _transpose_passthrough(dst, st, is_transpose, generation):
+        pass  # transpose mode (NeuronCore-v3 and newer) writes a 16-bit input to PSUM as it is
+    elif dst.decl.dtype == "bfloat16":
+        require_generation(generation, 4, "nc_matmul into a bfloat16 PSUM tile (other than in transpose mode)")
     elif dst.decl.dtype != "float32":
         raise NkiccError("E132", f"nc_matmul dst is {dst.decl.dtype}; the Tensor Engine accumulates into float32 "
                                  "PSUM (bfloat16 too on NeuronCore-v4)", None, "declare the PSUM tile nl.float32")
@@ -142,6 +145,14 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
         raise NkiccError("E103", "nc_matmul accumulate must be None, True or False")
     attrs = {"accumulate": accumulate, **({"double_row": True} if double else {})}
     return Emit([dst], [st, mv], attrs)
+
+
+def _transpose_passthrough(dst, st, is_transpose, generation: int) -> bool:
+    """The Tensor Engine's transpose mode (is_transpose=True, NeuronCore-v3 and newer) passes
+    FP16/BF16 data to PSUM in its own dtype instead of float32 (the architecture guide of
+    Trainium2); the NKI Library transposes bfloat16 into bfloat16 PSUM from gen3 on."""
+    return (bool(is_transpose) and generation >= 3 and dst.decl.dtype == st.decl.dtype
+            and dst.decl.dtype in ("bfloat16", "float16"))
 
 
 def _transpose(op: Op, read):

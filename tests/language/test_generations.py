@@ -246,3 +246,40 @@ def test_double_row_matmuls_accumulated_over_a_loop(rng):
                for i in range(4))
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-3)
     np.testing.assert_allclose(next(iter(ref.values())), want, rtol=1e-5, atol=1e-3)
+
+
+def transpose_mode_kernel(psum_dtype):
+    """data[K, M] transposed by the Tensor Engine (an identity moving tile) into a PSUM tile of
+    `psum_dtype`, as the NKI Library's MoE kernels do with bfloat16 activations."""
+    @nkicc.jit
+    def k(x_in):
+        x = nl.load(x_in)
+        ident = nl.shared_identity_matrix(x_in.shape[0], dtype=x_in.dtype)
+        acc = nl.ndarray((x_in.shape[1], x_in.shape[0]), dtype=psum_dtype, buffer=nl.psum)
+        nisa.nc_matmul(dst=acc, stationary=x, moving=ident, is_transpose=True)  # TRANSPOSE
+        res = nl.ndarray(acc.shape, dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=res, src=acc)
+        out = nl.ndarray(acc.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, value=res)
+        return out
+    return k
+
+
+def test_transpose_mode_writes_a_16_bit_input_to_psum_from_v3(rng, monkeypatch):
+    """Transpose mode (NeuronCore-v3 and newer) writes BF16/FP16 data to PSUM in its own dtype;
+    on NeuronCore-v2, and outside transpose mode before v4, a bf16 PSUM result is E135."""
+    x = rng.standard_normal((64, 96)).astype(ml_dtypes.bfloat16)
+    for target in ("trn2", "trn3"):
+        monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", target)
+        got = run_both_simulators(transpose_mode_kernel(nl.bfloat16), x)
+        np.testing.assert_array_equal(got, x.astype(np.float32).T)
+    monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", "trn2")
+    h = rng.standard_normal((32, 16)).astype(np.float16)
+    np.testing.assert_array_equal(run_both_simulators(transpose_mode_kernel(nl.float16), h), h.astype(np.float32).T)
+    with pytest.raises(nkicc.NkiccError) as e:  # fp16 data into a bf16 tile is no pass-through
+        nkicc.compile(transpose_mode_kernel(nl.bfloat16), h)
+    assert e.value.code == "E135", e.value
+    monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", "trn1")
+    with pytest.raises(nkicc.NkiccError) as e:
+        nkicc.compile(transpose_mode_kernel(nl.bfloat16), x)
+    assert e.value.code == "E135" and e.value.loc.file.endswith("test_generations.py"), e.value

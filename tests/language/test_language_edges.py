@@ -209,7 +209,7 @@ MISTAKES = {
     "ap_scalar_shape": (lambda a: a.ap([[1, 4]], scalar_offset=nl.load(a)), "E103"),
     "ap_scalar_hbm": (lambda a: a.ap([[1, 4]], scalar_offset=a[0:1, 0:1]), "E120"),
     "ap_scalar_type": (lambda a: a.ap([[1, 4]], scalar_offset="x"), "E103"),
-    "ap_out_of_bounds": (lambda a: a.ap([[8, 8], [1, 9]]), "E101"),
+    "ap_out_of_bounds": (lambda a: nl.load(a.ap([[8, 8], [1, 9]])), "E101"),  # where it is used (made: free)
     "reshape_count": (lambda a: a.reshape((3, 3)), "E140"),
     "reshape_strided": (lambda a: a[:, :4].reshape((32,)), "E140"),  # rows 8 apart, 4 used: needs a copy
     "buffer": (lambda a: nl.ndarray((2, 2), nl.float32, buffer="l3"), "E160"),

@@ -398,7 +398,7 @@ def test_nki_alias_module(rng, monkeypatch):
 
 # --- what NKI rejects: engine free-size limits ----------------------------------------------
 
-def test_err_free_size_limits(rng):
+def test_err_free_size_limits(rng, monkeypatch):
     @nkicc.jit
     def sbuf_wide(a):
         out = nl.ndarray((1, 4), dtype=nl.float32, buffer=nl.shared_hbm)
@@ -412,17 +412,19 @@ def test_err_free_size_limits(rng):
     check_error(e, "E134", "# SBUF", "test_nki_api.py")
 
     @nkicc.jit
-    def psum_broadcast(a):
+    def psum_wide(a):
         out = nl.ndarray((4, 5000), dtype=nl.float32, buffer=nl.shared_hbm)
-        p = nl.ndarray((4, 1), dtype=nl.float32, buffer=nl.psum)
-        nisa.tensor_copy(p, nl.load(a))
+        p = nl.ndarray((4, 5000), dtype=nl.bfloat16, buffer=nl.psum)
+        nisa.memset(p, 0.0)  # PSUM
         t = nl.ndarray((4, 5000), dtype=nl.float32, buffer=nl.sbuf)
-        nisa.tensor_copy(t, p.broadcast_to((4, 5000)))  # PSUM
+        nisa.tensor_copy(t, p)
         nl.store(out, value=t)
         return out
 
+    monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", "trn3")  # a PSUM tile may span the 8 banks
     with pytest.raises(nkicc.NkiccError) as e:
-        psum_broadcast(rand(rng, (4, 1)))
+        psum_wide(rand(rng, (4, 1)))
+    monkeypatch.delenv("NEURON_PLATFORM_TARGET_OVERRIDE")
     check_error(e, "E134", "# PSUM", "test_nki_api.py")
 
     @nkicc.jit
@@ -438,3 +440,21 @@ def test_err_free_size_limits(rng):
         return out
 
     np.testing.assert_array_equal(at_limit(np.full((1, 4), 2.0, np.float32)), np.full((1, 4), 3.0))
+
+
+def test_free_size_limit_counts_distinct_elements(rng):
+    """A broadcast view re-reads its elements: a [n, 1] PSUM column broadcast over 8 Ki
+    columns is 1 element per partition of PSUM (the library's layernorm_tkg subtracts its PSUM
+    mean so), within the 4 Ki limit the partition's physical size sets."""
+    @nkicc.jit
+    def centre(x, m):
+        out = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+        mean = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.psum)
+        nisa.tensor_copy(mean, nl.load(m))
+        t = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_tensor(t, nl.load(x), mean.broadcast_to(x.shape), nl.subtract)
+        nl.store(out, value=t)
+        return out
+
+    x, m = rand(rng, (8, 8192)), rand(rng, (8, 1))
+    np.testing.assert_allclose(centre(x, m), x - m, rtol=1e-6)

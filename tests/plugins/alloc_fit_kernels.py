@@ -7,6 +7,20 @@ block. Over capacity as written once K is large (on trn2 from K = 6144 with
 two-tile blocks: 2 * 48 stationary tiles of 512 B and 2 * 48 moving tiles of
 2 KiB per partition); fits once live ranges are shortened.
 
+psum_up_front: one PSUM accumulator per output block, all allocated ahead of
+the loops in a Python list as the NKI Library's attention_cte does (16 of
+them, 2 KiB each: twice trn2's 8 banks as written), each used by a loop of
+its own with accumulate=None matmuls; fits once allocations move to their
+first use.
+
+chunked_logsumexp: the NKI Library cross-entropy's online log-sum-exp: a
+chunk tile and its exponentials, both allocated ahead of the chunk loop, the
+second made from the first element by element where the first dies. On the
+tiny target (8 KiB) two [P, 1024] float32 tiles do not fit, one does.
+`keep_chunk` reads the chunk again after the exponentials are made, and
+`partial_load` leaves the chunk's last column to the next iteration: either
+way the two are live at once and may not share bytes.
+
 centered_squares: every tile of x is loaded, summed into a mean, then used
 again after the mean is known, so all tiles are live at once whatever the
 order: over capacity, it must spill.
@@ -115,3 +129,58 @@ def psum_groups(lhsT, rhs):
         for n in range(N // TN):
             nisa.dma_copy(dst=result[m * TM:(m + 1) * TM, n * TN:(n + 1) * TN], src=res[m][n])
     return result
+
+
+@nkicc.jit
+def psum_up_front(lhsT, rhs):
+    K, M = lhsT.shape
+    _, N = rhs.shape
+    out = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.shared_hbm)
+    accs = [nl.ndarray((M, TN), dtype=nl.float32, buffer=nl.psum) for _ in range(N // TN)]
+    for j in range(N // TN):
+        for k in nl.affine_range(K // TK):
+            st = nl.ndarray((TK, M), dtype=lhsT.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=st, src=lhsT[k * TK:(k + 1) * TK, :])
+            mv = nl.ndarray((TK, TN), dtype=rhs.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=mv, src=rhs[k * TK:(k + 1) * TK, j * TN:(j + 1) * TN])
+            nisa.nc_matmul(accs[j], st, mv)
+        res = nl.ndarray((M, TN), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=res, src=accs[j])
+        nisa.dma_copy(dst=out[:, j * TN:(j + 1) * TN], src=res)
+    return out
+
+
+@nkicc.jit
+def chunked_logsumexp(x, chunk=1024, keep_chunk=False, partial_load=False):
+    P, V = x.shape
+    out = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+    m = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
+    d = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
+    c = nl.ndarray((P, chunk), dtype=nl.float32, buffer=nl.sbuf)
+    e = nl.ndarray((P, chunk), dtype=nl.float32, buffer=nl.sbuf)
+    cm = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
+    s = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.memset(m, -1e30)
+    nisa.memset(d, 0.0)
+    for i in range(V // chunk):
+        if partial_load:  # the last column keeps the previous chunk's: c's value crosses iterations
+            nisa.dma_copy(dst=c[:, 0:chunk - 1], src=x[:, i * chunk:(i + 1) * chunk - 1])
+        else:
+            nisa.dma_copy(dst=c, src=x[:, i * chunk:(i + 1) * chunk])
+        nisa.tensor_reduce(dst=cm, op=nl.maximum, data=c, axis=1)
+        nisa.tensor_tensor(dst=cm, data1=cm, data2=m, op=nl.maximum)
+        nisa.tensor_tensor(dst=m, data1=m, data2=cm, op=nl.subtract)
+        nisa.activation(dst=m, op=nl.exp, data=m)
+        nisa.tensor_tensor(dst=d, data1=d, data2=m, op=nl.multiply)
+        nisa.tensor_scalar(dst=e, data=c, op0=nl.subtract, operand0=cm)
+        nisa.activation(dst=e, op=nl.exp, data=e)
+        if keep_chunk:
+            nisa.tensor_tensor(dst=e, data1=e, data2=c, op=nl.multiply)
+            nisa.tensor_tensor(dst=e, data1=e, data2=c, op=nl.divide)
+        nisa.tensor_reduce(dst=s, op=nl.add, data=e, axis=1)
+        nisa.tensor_tensor(dst=d, data1=d, data2=s, op=nl.add)
+        nisa.tensor_copy(dst=m, src=cm)
+    nisa.activation(dst=d, op=nl.log, data=d)
+    nisa.tensor_tensor(dst=d, data1=d, data2=m, op=nl.add)
+    nisa.dma_copy(dst=out, src=d)
+    return out

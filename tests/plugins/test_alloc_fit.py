@@ -93,3 +93,68 @@ def test_kernels_that_fit_are_not_reordered(rng, target):
     if target == "trn2":
         assert alloc["live_ranges_shortened"] is None and alloc["what_alloc_did"] == []
     np.testing.assert_allclose(c.run(lhsT, rhs), _matmul(lhsT, rhs), rtol=1e-4, atol=1e-2)
+
+
+def test_psum_tiles_made_up_front_share_banks_from_their_first_use(rng):
+    """16 accumulators allocated before the loops (32 KiB of PSUM against 16 as written): alloc
+    moves each allocation to the loop that first uses it, the accumulators then share banks, and
+    the accumulate=None matmuls still start each one fresh (the simulator clears PSUM's
+    accumulation state where the allocation now is)."""
+    lhsT = rng.standard_normal((384, 128)).astype(np.float32)
+    rhs = rng.standard_normal((384, 16 * 512)).astype(np.float32)
+    c = nkicc.compile(kernels.psum_up_front, lhsT, rhs, passes={"target": "trn2"})
+    alloc = c.report["notes"]["alloc"]
+    sunk = alloc["allocations_sunk"]
+    assert sunk["buffer"] == "psum" and len(sunk["tensors"]) >= 16
+    assert sunk["peak_bytes_per_partition_before"] == 16 * 2048 > alloc["capacity_bytes_per_partition"]["psum"]
+    assert sunk["peak_bytes_per_partition_after"] <= 2 * 2048
+    assert not alloc["spills"]
+    assert any(a.startswith("moved ") and "first use" in a for a in alloc["what_alloc_did"])
+    want = _matmul(lhsT, rhs)
+    got = c.run(lhsT, rhs)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-2)
+    # the unrolled trace (its own placement; the sums differ in rounding only)
+    unrolled = nkicc.compile(kernels.psum_up_front, lhsT, rhs, unroll=True, passes={"target": "trn2"})
+    np.testing.assert_allclose(unrolled.run(lhsT, rhs), got, rtol=1e-5, atol=1e-4)
+
+
+def _logsumexp(x):
+    x = x.astype(np.float64)
+    mx = x.max(axis=1, keepdims=True)
+    return mx + np.log(np.exp(x - mx).sum(axis=1, keepdims=True))
+
+
+def test_an_element_wise_result_takes_the_bytes_of_the_input_that_dies_there(rng):
+    """The cross-entropy pattern: exponentials made from a chunk where the chunk dies. Two
+    [16, 1024] float32 tiles are 8 KiB, the tiny target's whole partition: alloc writes the
+    exponentials over the chunk (one tile, in a rolled loop), and nothing is spilled."""
+    x = rng.standard_normal((16, 4096)).astype(np.float32) * 3
+    c = nkicc.compile(kernels.chunked_logsumexp, x, passes=TINY)
+    alloc = c.report["notes"]["alloc"]
+    in_place = alloc["computed_in_place"]
+    assert [[p.split(" ")[0] for p in pair] for pair in in_place["pairs"]] == [["c", "e"]]
+    assert in_place["peak_bytes_per_partition_after"] <= 8192 < in_place["peak_bytes_per_partition_before"]
+    assert not alloc["spills"]
+    assert any("in place of an input that dies there" in a for a in alloc["what_alloc_did"])
+    assert any(isinstance(s, nkicc.ir.Loop) for s in c.ir.body.stmts)  # the chunk loop stays rolled
+    got = c.run(x)
+    np.testing.assert_allclose(got, _logsumexp(x), rtol=1e-5, atol=1e-5)
+    # the kernel as written, where it fits (trn2): the same instructions on their own bytes
+    as_written = nkicc.compile(kernels.chunked_logsumexp, x, passes={"target": "trn2"})
+    assert not as_written.report["notes"]["alloc"]["computed_in_place"]
+    np.testing.assert_array_equal(as_written.run(x), got)
+
+
+@pytest.mark.parametrize("option", ["keep_chunk", "partial_load"])
+def test_an_input_still_needed_after_the_result_is_made_keeps_its_bytes(rng, option):
+    """keep_chunk reads the chunk again after the exponentials; partial_load leaves a column of
+    it to the next iteration: the two are live at once and may not share bytes. On the tiny
+    target nothing else frees them, so the kernel does not fit (E400), where a merge would have
+    given wrong values."""
+    x = rng.standard_normal((16, 4096)).astype(np.float32) * 3
+    with pytest.raises(nkicc.NkiccError) as e:
+        nkicc.compile(kernels.chunked_logsumexp, x, **{option: True}, passes=TINY)
+    assert e.value.code == "E400", e.value
+    if option == "keep_chunk":
+        c = nkicc.compile(kernels.chunked_logsumexp, x, keep_chunk=True, passes={"target": "trn2"})
+        np.testing.assert_allclose(c.run(x), _logsumexp(x), rtol=1e-4, atol=1e-4)
