@@ -64,6 +64,9 @@ def _binary(name: str, sym: str):
         return _nl(fn_name)(other, self)
 
     def iop(self, other):
+        into = getattr(other, "accumulate_into", None)  # `psum += nc_matmul(...)` of NKI 0.1 (legacy.py)
+        if into is not None and fn_name == "add":
+            return into(self)
         if not _operand(other):
             return NotImplemented
         _check(self, sym + "=")

@@ -126,6 +126,8 @@ class Builder:
         self._shared_next = 0
         # the target's NeuronCore generation (nisa.get_nc_version); trn2's when the caller names none
         self.nc_version: int = DEFAULT_GENERATION
+        # `t[key] = value` of an NKI 0.1 kernel (language/legacy.py assign); None in 0.2 and later
+        self.setitem = None
 
     # context management
     def __enter__(self) -> "Builder":
@@ -237,6 +239,25 @@ class Builder:
         op = Op(opcode, tuple(outs), tuple(ins), tuple((attrs or {}).items()), loc or user_loc(3))
         self._blocks[-1].append(op)
         return op
+
+    def retarget_last(self, tensor: str, access: Access) -> bool:
+        """Make the last instruction write `access` instead of `tensor`, a tile made
+        in this block that no other statement since its Alloc touches (NKI 0.1's
+        `t[k] = op(...)` is op writing t[k]; language/legacy.py). Whether it did."""
+        block = self._blocks[-1]
+        start = next((i for i in range(len(block) - 1, -1, -1)
+                      if isinstance(block[i], Alloc) and block[i].tensor == tensor), None)
+        if start is None or not isinstance(block[-1], Op) or tuple(a.tensor for a in block[-1].outs) != (tensor,):
+            return False
+        for stmt in block[start + 1:]:
+            if not isinstance(stmt, (Op, Alloc)) or (stmt is not block[-1] and _mentions(stmt, tensor)):
+                return False
+        last = block[-1]
+        if any(_mentions_access(i, tensor) for i in last.ins):
+            return False
+        self.check_live(access, last.loc)
+        block[-1] = Op(last.opcode, (access,), last.ins, last.attrs, last.loc)
+        return True
 
     def check_live(self, access: Access, loc: Loc | None = None) -> None:
         """A tensor or index that outlives the rolled loop piece it was made in
@@ -556,6 +577,8 @@ class SymInt:
     __floor__ = __ceil__ = __trunc__
 
     def _float_or_concrete(self, other, sym):
+        if getattr(other, "_is_index_grid", False):  # `i * 128 + nl.arange(128)`: an index grid (grid.py)
+            return NotImplemented
         self.builder.need_concrete(self.expr, f"`{self} {sym} {other!r}`")
 
     # comparisons: answered over the whole range, or the loop is split
@@ -612,6 +635,19 @@ class SymInt:
 
     def __repr__(self):
         return f"SymInt({self.expr})"
+
+
+def _mentions_access(x, tensor: str) -> bool:
+    if not isinstance(x, Access):
+        return False
+    return (x.tensor == tensor or (x.scalar is not None and x.scalar.tensor == tensor)
+            or (x.vector is not None and _mentions_access(x.vector, tensor)))
+
+
+def _mentions(stmt, tensor: str) -> bool:
+    if isinstance(stmt, Alloc):
+        return stmt.tensor == tensor
+    return any(_mentions_access(a, tensor) for a in stmt.outs + stmt.ins)
 
 
 def _affine(value) -> Affine | None:
