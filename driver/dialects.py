@@ -35,7 +35,7 @@ def chosen(explicit: str | None, option: str | None, fn) -> str | None:
         return None
     from_env = front.check(os.environ.get(ENV) or None, f"{ENV}=")
     if from_env is not None:
-        announce(from_env, f"from {ENV}")
+        announce(from_env, f"from --dialect or {ENV}")
         return from_env
     return None
 

@@ -35,5 +35,9 @@ SECTIONS = {
 }
 
 
+# names of NKI 0.1 that 0.2 removed, and the section that says what replaces them
+REMOVED = {"nl.arange": "mgrid", "nl.mgrid": "mgrid", "nl.loop_reduce": "dst"}
+
+
 def section(key: str) -> str:
     return SECTIONS[key]

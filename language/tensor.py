@@ -12,7 +12,7 @@ from ..ir.ops import TensorOperand, require_generation
 from . import dtypes, views
 from .allocation import allocate, concrete_shape
 from .grid import GridRef, is_grid_key
-from .guide import section
+from .guide import REMOVED, section
 from .tracing import Builder, SymInt, as_affine, user_loc
 
 
@@ -678,6 +678,11 @@ class UnsupportedName(NkiccError, AttributeError):
 
 
 def unsupported_name(module: str, name: str) -> UnsupportedName:
+    rule = REMOVED.get(f"{module}.{name}")
+    if rule is not None:  # NKI 0.1 wrote it (import neuronxcc.nki), later versions removed it
+        return UnsupportedName("E160", f"{module}.{name} is NKI 0.1, removed in 0.2", user_loc(3),
+                               f"import neuronxcc.nki to run the kernel as 0.1, or see the migration guide, "
+                               f"section {section(rule)!r}")
     return UnsupportedName("E160", f"{module}.{name} is not supported by nkicc (or is not NKI)", user_loc(3),
                            "docs/api.md lists the operations nkicc provides")
 
