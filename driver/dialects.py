@@ -43,5 +43,6 @@ def chosen(explicit: str | None, option: str | None, fn) -> str | None:
 @functools.cache
 def announce(version: str, why: str) -> None:
     """The one line (stderr, once per process and dialect) saying which dialect nkicc assumed."""
-    how = "its own front end" if version in (front.LEGACY, front.CURRENT) else "the 0.6 front end"
+    how = ("its own front end" if version in (front.LEGACY, front.CURRENT) else
+           "the 0.6 front end with 0.2's nisa signatures" if version == "0.2" else "the 0.6 front end")
     print(f"nkicc: NKI {version} kernels ({why}), traced by {how}", file=sys.stderr)

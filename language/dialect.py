@@ -3,7 +3,8 @@
 A kernel's dialect is that of the `nl` / `nisa` modules it calls: NKI 0.1's
 (`neuronxcc.nki.language`, language/legacy_nl.py and legacy_isa.py, which say
 so in `__nki_dialect__`) or nkicc's own (0.6; the `nki` namespace of 0.2 to
-0.6). An explicit dialect (`nkicc.compile(..., dialect="0.1")`, `nkicc run
+0.6; 0.2 to 0.5 trace with it too, 0.2 with the four nisa signatures it wrote
+otherwise: nki02_isa.py). An explicit dialect (`nkicc.compile(..., dialect="0.1")`, `nkicc run
 --dialect`, NKICC_DIALECT) overrides that: the kernel's module globals are
 traced with that dialect's modules in place of nkicc's.
 """
@@ -14,11 +15,11 @@ import types
 from ..ir import NkiccError
 from .. import isa
 from .. import language as nl
-from . import legacy, legacy_isa, legacy_nl
+from . import legacy, legacy_isa, legacy_nl, nki02_isa
 
 VERSIONS = ("0.1", "0.2", "0.3", "0.4", "0.5", "0.6")
 CURRENT = "0.6"
-LEGACY = "0.1"  # the dialect with its own front end; 0.2-0.5 are nkicc's nl / nisa (docs/dialects.md)
+LEGACY = "0.1"  # the dialect with its own front end; 0.2-0.5 are nkicc's nl / nisa (0.2: nki02_isa's signatures)
 
 
 def check(version: str | None, where: str) -> str | None:
@@ -57,15 +58,16 @@ def dialect_of(fn) -> str | None:
     return None
 
 
+# the modules a dialect traces with in place of nkicc's own nl and nisa
+MODULES = {LEGACY: {nl: legacy_nl, isa: legacy_isa}, "0.2": {isa: nki02_isa}}
+
+
 def rebind(g: dict, dialect: str | None) -> None:
     """Make the kernel's globals call `dialect`'s nl and nisa."""
-    if dialect != LEGACY:
-        return
+    swap = MODULES.get(dialect, {})
     for name, value in list(g.items()):
-        if value is nl:
-            g[name] = legacy_nl
-        elif value is isa:
-            g[name] = legacy_isa
+        if isinstance(value, types.ModuleType) and value in swap:
+            g[name] = swap[value]
 
 
 def setitem_of(dialect: str | None):

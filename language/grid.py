@@ -31,9 +31,9 @@ def _is_offset(x) -> bool:
     return isinstance(x, SymInt) or (isinstance(x, int) and not isinstance(x, bool))
 
 
-def unsupported(what: str, rule: str, loc=None) -> NkiccError:
-    """The one-line error for an NKI 0.1 form nkicc cannot run, naming the guide's section."""
-    return NkiccError("E161", f"{what} (NKI 0.1) is not supported by nkicc", loc or user_loc(3),
+def unsupported(what: str, rule: str, loc=None, version: str = "0.1") -> NkiccError:
+    """The one-line error for an older dialect's form nkicc cannot run, naming the guide's section."""
+    return NkiccError("E161", f"{what} (NKI {version}) is not supported by nkicc", loc or user_loc(3),
                       f"see the migration guide, section {section(rule)!r}")
 
 
