@@ -209,3 +209,12 @@ def transpose_pe_01(a):
     t = nisa.nc_transpose(nl.load(a))
     nl.store(out, value=nl.copy(t))
     return out
+
+
+@nkicc.jit
+def exp_into_01(a):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray(a.shape, dtype=a.dtype)
+    t[...] = nl.exp(nl.load(a))
+    nl.store(out, value=t)
+    return out

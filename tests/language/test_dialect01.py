@@ -174,3 +174,31 @@ def test_assigning_a_named_result_keeps_its_value(rng):
 
     a = data(rng, 32, 16)
     check(kernel, (a,), 2 * np.exp(a) + 1)
+
+
+@pytest.mark.parametrize("name", ["matmul_blocks", "softmax_rows", "rmsnorm"])
+def test_01_kernel_is_its_06_twin_for_the_compiler(name, rng):
+    """The same instructions, loops and timing estimate as the kernel written in 0.6:
+    the 0.1 front end makes the IR a 0.6 kernel makes, and passes and timing see no difference."""
+    arrays = {"matmul_blocks": (data(rng, 384, 64), data(rng, 384, 256)),
+              "softmax_rows": (data(rng, 256, 96), data(rng, 256, 96)),
+              "rmsnorm": (data(rng, 200, 64), data(rng, 64))}[name]
+    got = []
+    for kernel in (getattr(k, name + "_01"), getattr(k, name + "_06")):
+        c = nkicc.compile(kernel, *arrays, **NO_CACHE)
+        c.run(*arrays)
+        got.append((c.report["instructions_executed"], c.report["loops"], [p["name"] for p in c.report["passes"]],
+                    c.sim.total_ns))
+    assert got[0] == got[1]
+    assert got[0][3] > 0
+
+
+def test_01_kernels_use_the_compile_cache(rng, tmp_path, monkeypatch):
+    monkeypatch.setenv("NKICC_CACHE_DIR", str(tmp_path))
+    arrays = (data(rng, 64, 32),)
+    first = nkicc.compile(k.exp_into_01, *arrays).report["cache"]
+    again = nkicc.compile(k.exp_into_01, *arrays)
+    assert (first["source"], again.report["cache"]["source"]) == ("miss", "hit"), (first, again.report["cache"])
+    np.testing.assert_allclose(again.run(*arrays), np.exp(arrays[0]), rtol=1e-6)
+    other = nkicc.compile(k.exp_into_01, *arrays, dialect="0.1").report["cache"]
+    assert other["source"] == "miss"  # an explicit dialect is part of the key
