@@ -31,7 +31,8 @@ def chosen(explicit: str | None, option: str | None, fn) -> str | None:
                                      f"the NKI {by_import} namespace (neuronxcc.nki)", caller_loc(),
                              "leave dialect= out: the import path says the version")
         return asked
-    if by_import is not None:  # (the import announced it: neuronxcc/nki/__init__.py)
+    if by_import is not None:
+        announce(by_import, "its nl / nisa are neuronxcc.nki's")
         return None
     from_env = front.check(os.environ.get(ENV) or None, f"{ENV}=")
     if from_env is not None:

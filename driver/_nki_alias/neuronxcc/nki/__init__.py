@@ -14,13 +14,11 @@ import nkicc
 import nkicc.language.legacy_isa as isa
 import nkicc.language.legacy_nl as language
 import nkicc.language.typing as typing
-from nkicc.dialects import announce as _announce
 from nkicc.language.tensor import unsupported_name as _unsupported_name
 
 import nki as _nki
 
 __nki_dialect__ = "0.1"
-_announce("0.1", "import neuronxcc.nki")
 
 def jit(fn=None, **options):
     """`@nki.jit`, `@nki.jit(mode="simulation")`, ...: an nkicc jit kernel."""
