@@ -63,3 +63,12 @@ def grid_past_the_end(a: "float32[128,64]"):
     ix, iy = nl.arange(128)[:, None], nl.arange(64)[None, :]
     nl.store(out[ix, iy], value=nl.load(a[ix, iy + 1]))  # EXPECT: E101
     return out
+
+
+@nki.jit
+def grid_next_to_a_tile_index(a: "float32[4,128,64]", idx: "int32[1,1]"):
+    out = nl.ndarray((128, 64), dtype=a.dtype, buffer=nl.shared_hbm)
+    i_p, i_f = nl.mgrid[0:128, 0:64]
+    b = nl.load(idx)
+    nl.store(out, value=nl.load(a[b, i_p, i_f]))  # EXPECT: E161
+    return out

@@ -9,11 +9,13 @@ runtime entry points run on nkicc's simulators: `simulate_kernel` and
 marked as an estimate, in place of a measurement.
 """
 import sys
+import types
 
 import nkicc
 import nkicc.language.legacy_isa as isa
 import nkicc.language.legacy_nl as language
 import nkicc.language.typing as typing
+from nkicc.language.grid import unsupported as _unsupported
 from nkicc.language.tensor import unsupported_name as _unsupported_name
 
 import nki as _nki
@@ -89,12 +91,24 @@ def benchmark(kernel=None, warmup: int = 5, iters: int = 10, **_device_options):
 
 profile = benchmark  # 0.1's profiler writes device traces; nkicc gives the estimate (nkicc run --timeline draws one)
 
+class _Compiler(types.ModuleType):
+    """`neuronxcc.nki.compiler` (`ncc`): 0.1's direct allocation (`buffer=ncc.sbuf.mod_alloc(...)`)
+    and compiler switches. nkicc places tiles itself (the alloc pass): E161, naming the section."""
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        raise _unsupported(f"nki.compiler.{name} (direct allocation and compiler switches)", "allocation")
+
+
+compiler = _Compiler(__name__ + ".compiler")
+sys.modules[__name__ + ".compiler"] = compiler
 sys.modules[__name__ + ".language"] = language
 sys.modules[__name__ + ".isa"] = isa
 sys.modules[__name__ + ".isa.constants"] = _nki.isa.constants
 sys.modules[__name__ + ".typing"] = typing
 
-__all__ = ["jit", "simulate_kernel", "baremetal", "benchmark", "profile", "language", "isa", "typing"]
+__all__ = ["jit", "simulate_kernel", "baremetal", "benchmark", "profile", "language", "isa", "typing", "compiler"]
 
 
 def __getattr__(name: str):
