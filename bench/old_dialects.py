@@ -126,11 +126,59 @@ def ref_tensor_add(mod) -> str:
     return _close(mod.nki_tensor_add(a, b), (a + b).astype(np.float32), 1e-3, 1e-3)
 
 
+def _attention_reference(q, k, v):
+    import numpy as np
+    s = q.T.astype(np.float64) @ k
+    p = np.exp(s - s.max(axis=1, keepdims=True))
+    return (p / p.sum(axis=1, keepdims=True)) @ v.T
+
+
+def ref_attention(mod) -> str:
+    """test_attention.py's numpy attention, softmax(q.T k) v.T, for each version of the kernel."""
+    import numpy as np
+    rng = _rng()
+    fails = []
+    names = sorted((n for n in dir(mod) if n.startswith("attn_fwd_v")), key=lambda n: (len(n), n))
+    for name in names:
+        seq = 128 if name in ("attn_fwd_v1", "attn_fwd_v2") else 1024
+        q, k, v = (rng.uniform(-1, 1, (128, seq)).astype(np.float32) for _ in range(3))
+        try:
+            why = _close(getattr(mod, name)(q, k, v), _attention_reference(q, k, v), 1e-3, 1e-3)
+        except Exception as exc:  # noqa: BLE001 - one version's failure is a row's note, the rest still run
+            why = str(exc).splitlines()[0][:160]
+        if why:
+            fails.append(f"{name}: {why}")
+    print(f"{len(names) - len(fails)} of {len(names)} versions match")
+    return "; ".join(fails)
+
+
+def ref_layernorm(mod) -> str:
+    """layernorm_torch.py's reference, (x - mean) / sqrt(var + eps) * gamma + beta, for both versions."""
+    import numpy as np
+    rng = _rng()
+    x = rng.standard_normal((300, 1024)).astype(np.float32)
+    gamma, beta = rng.standard_normal(1024).astype(np.float32), rng.standard_normal(1024).astype(np.float32)
+    mean, var = x.mean(axis=1, keepdims=True), x.var(axis=1, keepdims=True)
+    want = (x - mean) / np.sqrt(var + 1e-5) * gamma + beta
+    fails = []
+    for name in ("nki_layernorm_kernel_v1", "nki_layernorm_kernel_v2"):
+        why = _close(getattr(mod, name)(x, 1e-5, gamma, beta), want, 1e-3, 1e-3)
+        if why:
+            fails.append(f"{name}: {why}")
+    return "; ".join(fails)
+
+
 REFERENCES = {
     "matrix_multiplication_nki_kernels.py": ref_matmul,
     "mamba_nki_kernels.py": ref_mamba,
     "tensor_addition_nki_kernels.py": ref_tensor_add,
+    "attention_kernels.py": ref_attention,
+    "layernorm_nki_kernel.py": ref_layernorm,
 }
+# the tutorials' other files: kernels with a reference above, or scripts whose own __main__ runs on CPU
+OTHER_KERNELS = ("attention_kernels.py", "layernorm_nki_kernel.py")
+CPU_SCRIPTS = ("getting_started_baremetal.py", "getting_started_jax.py", "prof-kernel-benchmark.py",
+               "prof-kernel-profile.py", "layernorm_nki_kernel.py")
 # files whose own __main__ is a device benchmark at full size, not an accuracy check
 NOT_ACCURACY = {"matrix_multiplication_nki_kernels.py"}
 
@@ -161,7 +209,7 @@ def plan(root: str, commit: str) -> list[tuple[Run, list[str], str]]:
     base = os.path.join(root, "nki", "examples")
     for folder, _, files in sorted(os.walk(base)):
         for f in sorted(files):
-            if not f.endswith("_nki_kernels.py"):
+            if not f.endswith("_nki_kernels.py") and f not in OTHER_KERNELS + CPU_SCRIPTS:
                 continue
             path = os.path.join(folder, f)
             rel = os.path.relpath(path, base)
@@ -172,7 +220,7 @@ def plan(root: str, commit: str) -> list[tuple[Run, list[str], str]]:
             if os.path.isfile(jax):
                 runs.append((Run(commit, rel, dialect, f"jax: {os.path.basename(jax)}"),
                              [sys.executable, "-m", "nkicc", "run", os.path.basename(jax)], folder))
-            if "__main__" in text and f not in NOT_ACCURACY:
+            if "__main__" in text and f not in NOT_ACCURACY and (f.endswith("_nki_kernels.py") or f in CPU_SCRIPTS):
                 runs.append((Run(commit, rel, dialect, "numpy: __main__"),
                              [sys.executable, "-m", "nkicc", "run", f], folder))
             if f in REFERENCES:

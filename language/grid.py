@@ -212,6 +212,13 @@ class Window:
         s = ndim - self.ndim
         return {a + s: (lo, hi, n) for a, lo, hi, n in self.axes}
 
+    def fit(self, shape: tuple[int, ...]) -> "Window":
+        """The window on the axes a result of `shape` still spans: an instruction whose
+        result has other sizes than its masked operands (bn_stats: 6 per 512) keeps the rest whole."""
+        s = len(shape) - self.ndim
+        keep = tuple(ax for ax in self.axes if 0 <= ax[0] + s < len(shape) and shape[ax[0] + s] == ax[3])
+        return Window(self.ndim, keep, self.empty)
+
 
 def _ceil_div(num, den: int):
     return -((-num) // den)

@@ -17,7 +17,6 @@ then see an ordinary tile).
 """
 from __future__ import annotations
 
-import math
 import sys
 from dataclasses import dataclass, field
 from numbers import Number
@@ -55,13 +54,19 @@ WRITTEN = _Written()
 
 @dataclass(eq=False)
 class Masked:
-    """A result computed on a mask's window only: the assignment that stores it
-    stores that window (its other rows were never computed)."""
+    """A result computed on a mask's window only, in a tile of the whole grid (the other
+    rows never written, as in 0.1): the assignment that stores it stores that window."""
     tile: Tensor
     win: Window
 
     def __getattr__(self, name):
         return getattr(self.tile, name)
+
+    def __getitem__(self, key):
+        return self.tile[key]
+
+    def __setitem__(self, key, value) -> None:
+        self.tile[key] = value
 
 
 @dataclass(eq=False)
@@ -175,8 +180,8 @@ def operand(x, win: Window | None, loc=None):
     pending matmuls as their PSUM tile, masked results as their tile."""
     if isinstance(x, GridRef):
         return x.view(win)
-    if isinstance(x, Masked):
-        return x.tile if win is None or win == x.win else _cut(x.tile, win, loc)
+    if isinstance(x, Masked):  # (a tile of the whole grid: an unmasked statement reads all of it)
+        return x.tile if win is None else _cut(x.tile, win, loc)
     if isinstance(x, PendingMatmul):
         x = x.materialize()
     if isinstance(x, BlockTensor):
@@ -199,8 +204,28 @@ def masked_call(fn, args, kwargs, mask, loc, prepare=None):
     if win is not None and win.empty:
         return SKIPPED
     args = [operand(a, win, loc) for a in args]
-    out = fn(*(prepare(args) if prepare else args), **{k: operand(v, win, loc) for k, v in kwargs.items()})
-    return Masked(out, win) if win is not None and isinstance(out, Tensor) else out
+    kwargs = {k: operand(v, win, loc) for k, v in kwargs.items()}
+    out = fn(*(prepare(args) if prepare else args), **kwargs)
+    if win is None or not isinstance(out, Tensor):
+        return out
+    return Masked(_widened(out, win, [*args, *kwargs.values()], loc), win)
+
+
+def _widened(out: Tensor, win: Window, operands: list, loc) -> Tensor:
+    """The result of a masked statement as 0.1 has it: a tile of the whole grid, the
+    window's part computed (the rest never written), so that it meets unmasked tiles of
+    the whole grid. The instruction that made `out` writes the window itself where it may."""
+    bounds = win.bounds(out.ndim)
+    shape = tuple(bounds[d][2] if d in bounds and size == bounds[d][1] - bounds[d][0] else size
+                  for d, size in enumerate(out.shape))
+    if shape == tuple(out.shape):
+        return out
+    whole = new_tensor(shape, out.decl.dtype, out.buffer, "", loc)
+    part = _cut(whole, win, loc)
+    mine = all(not (isinstance(t, Tensor) and t.decl.name == out.decl.name) for t in operands)
+    if not (mine and _writes_in_place(part, out) and out.builder.retarget_last(out.decl.name, part.access)):
+        _copy(part, out, loc)
+    return whole
 
 
 # --- t[key] = value ----------------------------------------------------------------------
@@ -237,7 +262,7 @@ _TEMPORARY = 4
 
 def _writes_in_place(dst: Tensor, value: Tensor) -> bool:
     """Whether the instruction that made `value` (a whole fresh tile) may write `dst` instead:
-    same dtype, buffer and shape, and dst starts at partition 0 (compute engines' rule)."""
+    same dtype, buffer and shape (the partition start: Builder.retarget_last)."""
     a, d = value.access, value.decl
     if not (a.offset.is_const and a.offset.const == 0 and a.pattern == row_major(tuple(d.shape))
             and a.scalar is None and a.vector is None and a.dtype is None):
@@ -246,10 +271,7 @@ def _writes_in_place(dst: Tensor, value: Tensor) -> bool:
     if (dst.decl.dtype, dst.buffer, tuple(dst.shape)) != (d.dtype, value.buffer, tuple(value.shape)) \
             or b.scalar is not None or b.vector is not None or b.dtype is not None or dst.overflow:
         return False
-    if not dst.decl.on_chip:
-        return True
-    lo, hi = b.offset.bounds(dst.builder.trips())
-    return 0 <= lo and hi < math.prod(dst.decl.shape[1:])
+    return True
 
 
 def _same(a: Tensor, b: Tensor) -> bool:
@@ -262,7 +284,7 @@ def assign(t: Tensor, key, value) -> None:
     if value is SKIPPED or value is WRITTEN:
         return
     dst = t[key]
-    win = value.win if isinstance(value, Masked) else None
+    win = value.win.fit(tuple(dst.shape)) if isinstance(value, Masked) else None
     dst = dst.view(win) if isinstance(dst, GridRef) else (_cut(dst, win, loc) if win is not None else dst)
     if isinstance(value, PendingMatmul):
         value.into(dst, False)

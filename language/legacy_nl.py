@@ -56,7 +56,7 @@ def _wrap(fn):
     @functools.wraps(fn)
     def call(*args, mask=None, **kwargs):
         out = masked_call(fn, args, kwargs, mask, user_loc(2), _expand_partition)
-        return out if isinstance(out, Masked) else _keep_partition(out, args)
+        return out if isinstance(out, Masked) else _keep_partition(out, [getattr(a, "tile", a) for a in args])
     call.__module__ = __name__
     return call
 

@@ -10,12 +10,14 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 import itertools
+import math
 import operator
 import sys
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Protocol
 
 from ..ir import Access, Affine, Alloc, Block, Kernel, Loc, Loop, NkiccError, Op, Stmt, TensorDecl
+from ..ir import ops
 from ..ir.origin import is_nkicc
 from ..ir.rewrite import map_stmts
 
@@ -247,16 +249,27 @@ class Builder:
         block = self._blocks[-1]
         start = next((i for i in range(len(block) - 1, -1, -1)
                       if isinstance(block[i], Alloc) and block[i].tensor == tensor), None)
-        if start is None or not isinstance(block[-1], Op) or tuple(a.tensor for a in block[-1].outs) != (tensor,):
+        at = next((i for i in range(len(block) - 1, -1, -1) if not isinstance(block[i], Alloc)), None)
+        # (allocations may follow it: the tile it is to write now)
+        if start is None or at is None or at < start or not isinstance(block[at], Op) \
+                or tuple(a.tensor for a in block[at].outs) != (tensor,):
             return False
-        for stmt in block[start + 1:]:
-            if not isinstance(stmt, (Op, Alloc)) or (stmt is not block[-1] and _mentions(stmt, tensor)):
+        for stmt in block[start + 1:at]:
+            if not isinstance(stmt, (Op, Alloc)) or _mentions(stmt, tensor):
                 return False
-        last = block[-1]
+        last = block[at]
         if any(_mentions_access(i, tensor) for i in last.ins):
             return False
+        decl = self.decls[access.tensor]
+        if decl.on_chip and ops.get(last.opcode).engine != "dma":  # compute engines start at partition 0
+            lo, hi = access.offset.bounds(self.trips())
+            if not (0 <= lo and hi < math.prod(decl.shape[1:])):
+                return False
         self.check_live(access, last.loc)
-        block[-1] = Op(last.opcode, (access,), last.ins, last.attrs, last.loc)
+        block[at] = Op(last.opcode, (access,), last.ins, last.attrs, last.loc)
+        later = [i for i in range(at + 1, len(block)) if block[i].tensor == access.tensor]
+        if later:  # the tile it now writes was allocated after it: allocate it before
+            block.insert(at, block.pop(later[0]))
         return True
 
     def check_live(self, access: Access, loc: Loc | None = None) -> None:

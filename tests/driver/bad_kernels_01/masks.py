@@ -41,10 +41,10 @@ def ragged_rows_without_a_mask(a: "float32[200,64]"):
 
 
 @nki.jit
-def store_masks_fewer_rows_than_it_loads(a: "float32[200,64]"):
+def store_of_another_grid(a: "float32[200,64]"):
     out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
-    ix, iy = nl.arange(128)[:, None], nl.arange(64)[None, :]
+    ix, iy, iz = nl.arange(128)[:, None], nl.arange(64)[None, :], nl.arange(32)[None, :]
     for i in nl.affine_range(2):
-        t = nl.load(a[i * 128 + ix, iy], mask=(i * 128 + ix < 200))
-        nl.store(out[i * 128 + ix, iy], value=t, mask=(i * 128 + ix < 150))  # EXPECT: E140
+        t = nl.load(a[i * 128 + ix, iz], mask=(i * 128 + ix < 200))
+        nl.store(out[i * 128 + ix, iy], value=t, mask=(i * 128 + ix < 200))  # EXPECT: E140
     return out

@@ -17,6 +17,17 @@ def ragged_rows_masked(a: "float32[200,64]"):
 
 
 @nki.jit
+def store_masks_fewer_rows_than_it_loads(a: "float32[200,64]"):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    ix, iy = nl.arange(128)[:, None], nl.arange(64)[None, :]
+    nl.store(out[ix, iy], value=nl.load(a[ix, iy]))
+    nl.store(out[128 + ix, iy], value=nl.load(a[128 + ix, iy], mask=(128 + ix < 200)), mask=(128 + ix < 200))
+    t = nl.load(a[128 + ix, iy], mask=(128 + ix < 200))
+    nl.store(out[128 + ix, iy], value=nl.exp(t), mask=(128 + ix < 150))  # each statement its own mask
+    return out
+
+
+@nki.jit
 def grid_strides_within_a_partition(a: "float32[64,64]"):
     out = nl.ndarray((64, 32), dtype=a.dtype, buffer=nl.shared_hbm)
     i_p, i_f = nl.mgrid[0:64, 0:32]

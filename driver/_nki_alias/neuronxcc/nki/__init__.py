@@ -10,11 +10,15 @@ marked as an estimate, in place of a measurement.
 """
 import sys
 import types
+import zlib
+
+import numpy as np
 
 import nkicc
 import nkicc.language.legacy_isa as isa
 import nkicc.language.legacy_nl as language
 import nkicc.language.typing as typing
+from nkicc.ir import dtypes as _dtypes
 from nkicc.language.grid import unsupported as _unsupported
 from nkicc.language.tensor import unsupported_name as _unsupported_name
 
@@ -70,16 +74,28 @@ class Benchmarked:
         self.benchmark_result = None
 
     def __call__(self, *args, **kwargs):
+        args, kwargs = [_input(a, n) for n, a in enumerate(args)], {k: _input(v, k) for k, v in kwargs.items()}
         compiled = self.kernel.compile(*args, **kwargs)
         compiled.timing = True
-        out = compiled.run(*[a for a in args if hasattr(a, "shape")],
-                           **{k: v for k, v in kwargs.items() if hasattr(v, "shape")})
+        out = compiled.run(*[a for a in args if isinstance(a, np.ndarray)],
+                           **{k: v for k, v in kwargs.items() if isinstance(v, np.ndarray)})
         total = compiled.sim.total_ns / 1000.0
         self.benchmark_result = BenchmarkResult(total)
         print(f"nkicc: {compiled.name}: {total:.3f} us estimated by the timing model (nki.benchmark: "
               f"not a measurement; warmup={self.warmup}, iters={self.iters} have nothing to repeat)",
               file=sys.stderr)
         return out
+
+
+def _input(x, which):
+    """0.1's benchmark takes tensor types (`nt.tensor[[250, 512], nl.float32]`) and makes the
+    inputs itself: random ones here (never all-ones), the same for every run."""
+    spec = x.spec if isinstance(x, typing.TensorType) else None
+    if spec is None:
+        return x
+    seed = zlib.crc32(str(which).encode())
+    values = np.random.default_rng(seed).uniform(-1.0, 1.0, spec[0]).astype(np.float32)
+    return values.astype(_dtypes.storage(spec[1]))
 
 
 def benchmark(kernel=None, warmup: int = 5, iters: int = 10, **_device_options):
@@ -91,14 +107,39 @@ def benchmark(kernel=None, warmup: int = 5, iters: int = 10, **_device_options):
 
 profile = benchmark  # 0.1's profiler writes device traces; nkicc gives the estimate (nkicc run --timeline draws one)
 
-class _Compiler(types.ModuleType):
-    """`neuronxcc.nki.compiler` (`ncc`): 0.1's direct allocation (`buffer=ncc.sbuf.mod_alloc(...)`)
-    and compiler switches. nkicc places tiles itself (the alloc pass): E161, naming the section."""
+def _switch(fn=None, **_options):
+    """A compiler switch of 0.1 (`@nki.compiler.skip_middle_end_transformations`, ...): it
+    changes how the vendor's compiler optimises, not what the kernel computes; nkicc's passes
+    run as they always do."""
+    return fn if fn is not None else (lambda f: f)
+
+
+class _Buffer:
+    """`ncc.sbuf` / `ncc.psum`: automatic allocation is nkicc's own; addresses are not."""
+
+    def __init__(self, buffer: str) -> None:
+        self.buffer = buffer
+
+    def auto_alloc(self, *_args, **_kwargs):
+        return getattr(language, self.buffer)
 
     def __getattr__(self, name: str):
         if name.startswith("_"):
             raise AttributeError(name)
-        raise _unsupported(f"nki.compiler.{name} (direct allocation and compiler switches)", "allocation")
+        raise _unsupported(f"nki.compiler.{self.buffer}.{name} (direct allocation)", "allocation")
+
+
+class _Compiler(types.ModuleType):
+    """`neuronxcc.nki.compiler` (`ncc`): 0.1's compiler switches, ignored, and its direct
+    allocation (`buffer=ncc.sbuf.mod_alloc(...)`): nkicc places tiles itself (the alloc pass),
+    so an address is E161, naming the section."""
+    skip_middle_end_transformations = enable_stack_allocator = force_auto_alloc = staticmethod(_switch)
+    sbuf, psum = _Buffer("sbuf"), _Buffer("psum")
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        raise _unsupported(f"nki.compiler.{name}", "allocation")
 
 
 compiler = _Compiler(__name__ + ".compiler")
