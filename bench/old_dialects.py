@@ -143,7 +143,8 @@ def ref_attention(mod) -> str:
         seq = 128 if name in ("attn_fwd_v1", "attn_fwd_v2") else 1024
         q, k, v = (rng.uniform(-1, 1, (128, seq)).astype(np.float32) for _ in range(3))
         try:
-            why = _close(getattr(mod, name)(q, k, v), _attention_reference(q, k, v), 1e-3, 1e-3)
+            # (versions 6 and later compute exp and the scores in bf16, as the tutorial says)
+            why = _close(getattr(mod, name)(q, k, v), _attention_reference(q, k, v), 1e-2, 1e-2)
         except Exception as exc:  # noqa: BLE001 - one version's failure is a row's note, the rest still run
             why = str(exc).splitlines()[0][:160]
         if why:

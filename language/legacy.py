@@ -17,6 +17,8 @@ then see an ordinary tile).
 """
 from __future__ import annotations
 
+import math
+import operator
 import sys
 from dataclasses import dataclass, field
 from numbers import Number
@@ -141,6 +143,57 @@ class BlockTensor:
     def __setitem__(self, key, value) -> None:
         assign(self.inner, self._key(key), value)
 
+    def tiles(self) -> list[Tensor]:
+        return [self.inner]
+
+
+class BlockList(BlockTensor):
+    """A PSUM tensor with block dimensions: one tile per block (a PSUM tile lies in one
+    2 KiB bank, so blocks cannot sit side by side), the migration guide's "list of
+    tensors". A block index must be known when traced: a loop that indexes blocks is
+    traced iteration by iteration."""
+
+    def __init__(self, tiles: list[Tensor], blocks: tuple[int, ...]) -> None:
+        super().__init__(tiles[0], len(blocks))
+        self._tiles, self.blocks = tiles, blocks
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.blocks + tuple(self.inner.shape)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.blocks) + self.inner.ndim
+
+    def _tile_key(self, key):
+        key = key if isinstance(key, tuple) else (key,)
+        if Ellipsis in [k for k in key if isinstance(k, type(Ellipsis))]:
+            i = key.index(Ellipsis)
+            key = key[:i] + (slice(None),) * (self.ndim - len(key) + 1) + key[i + 1:]
+        key = key + (slice(None),) * (self.ndim - len(key))
+        flat = 0
+        for k, n in zip(key[:self.nblock], self.blocks):
+            try:
+                k = operator.index(k)  # (a loop index: that loop is traced concretely)
+            except TypeError:
+                raise unsupported("a PSUM block dimension indexed by other than one integer", "block-dims",
+                                  user_loc(4)) from None
+            if not 0 <= k < n:
+                raise NkiccError("E101", f"block {k} of a dimension of {n} blocks", user_loc(4))
+            flat = flat * n + k
+        return self._tiles[flat], key[self.nblock:]
+
+    def __getitem__(self, key):
+        tile, rest = self._tile_key(key)
+        return tile[rest]
+
+    def __setitem__(self, key, value) -> None:
+        tile, rest = self._tile_key(key)
+        assign(tile, rest, value)
+
+    def tiles(self) -> list[Tensor]:
+        return self._tiles
+
 
 def allocate(shape, dtype, buffer, name, loc) -> Tensor | BlockTensor:
     """`nl.ndarray` and friends: a tile, or a BlockTensor where par_dim is not first."""
@@ -151,6 +204,9 @@ def allocate(shape, dtype, buffer, name, loc) -> Tensor | BlockTensor:
     p = marks[0]
     if buffer in HBM:
         raise unsupported("nl.par_dim in an HBM tensor's shape", "block-dims", loc)
+    if buffer == "psum":
+        tiles = [new_tensor(shape[p:], dtype, buffer, name, loc) for _ in range(math.prod(shape[:p]))]
+        return BlockList(tiles, tuple(shape[:p]))
     inner = new_tensor((shape[p],) + shape[:p] + shape[p + 1:], dtype, buffer, name, loc)
     return BlockTensor(inner, p)
 
@@ -237,7 +293,10 @@ def _copy(dst: Tensor, src, loc) -> None:
     if not isinstance(src, Tensor):
         raise NkiccError("E103", f"cannot store a {type(src).__name__} into a tensor", loc)
     if tuple(src.shape) != tuple(dst.shape):
-        src = broadcast_view(partition_first(src, dst.ndim), tuple(dst.shape), loc)
+        if src.ndim > dst.ndim and [s for s in src.shape if s != 1] == [s for s in dst.shape if s != 1]:
+            src = src.reshape(tuple(dst.shape))  # (P, 1) into t[:, j], which is (P,)
+        else:
+            src = broadcast_view(partition_first(src, dst.ndim), tuple(dst.shape), loc)
     if dst.buffer in HBM or src.buffer in HBM:
         isa.dma_copy(dst, src)
     else:

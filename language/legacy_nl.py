@@ -89,11 +89,11 @@ def ndarray(shape, dtype, buffer=None, name="", **_hints):
 
 def _filled(shape, dtype, buffer, name, value, loc):
     t = legacy.allocate(_shape(shape), dtype, buffer or _nl.sbuf, name, loc)
-    tile = t.inner if isinstance(t, BlockTensor) else t
-    if tile.buffer not in ("sbuf", "psum"):
-        raise NkiccError("E120", f"nl.zeros/ones/full on {tile.buffer} is not supported", loc,
-                         "fill an SBUF tile and store it")
-    isa.memset(tile, value)
+    for tile in t.tiles() if isinstance(t, BlockTensor) else [t]:
+        if tile.buffer not in ("sbuf", "psum"):
+            raise NkiccError("E120", f"nl.zeros/ones/full on {tile.buffer} is not supported", loc,
+                             "fill an SBUF tile and store it")
+        isa.memset(tile, value)
     return t
 
 
@@ -110,6 +110,28 @@ def ones(shape, dtype, buffer=None, name="", **_hints):
 def full(shape, fill_value, dtype, buffer=None, name="", **_hints):
     """ndarray filled with `fill_value`."""
     return _filled(shape, dtype, buffer, name, fill_value, user_loc(2))
+
+
+def store(dst, value, mask=None, **hints):
+    """Write the tile `value` into `dst` (HBM); a PSUM tile goes through SBUF, as 0.1's
+    compiler took it there (a DMA cannot read PSUM)."""
+    def run(dst, value):
+        if isinstance(value, Tensor) and value.buffer == "psum":
+            value = _nl.copy(value)
+        return _nl.store(dst, value, **hints)
+    return masked_call(run, [dst, value], {}, mask, user_loc(2))
+
+
+def _without_directives(loop):
+    def make(*args, directives=None, **kwargs):
+        return loop(*args, **kwargs)
+    make.__name__, make.__doc__ = loop.__name__, f"{loop.__doc__}\n(0.1's `directives=` are scheduling hints: ignored.)"
+    return make
+
+
+affine_range = _without_directives(_nl.affine_range)
+sequential_range = _without_directives(_nl.sequential_range)
+static_range = _without_directives(_nl.static_range)
 
 
 # --- matmul ---------------------------------------------------------------------------------

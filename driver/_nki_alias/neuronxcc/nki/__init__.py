@@ -126,7 +126,10 @@ class _Buffer:
     def __getattr__(self, name: str):
         if name.startswith("_"):
             raise AttributeError(name)
-        raise _unsupported(f"nki.compiler.{self.buffer}.{name} (direct allocation)", "allocation")
+
+        def allocator(*_args, **_kwargs):  # (a module may name it, `sb_mod = ncc.sbuf.mod_alloc`; using it fails)
+            raise _unsupported(f"nki.compiler.{self.buffer}.{name} (direct allocation)", "allocation")
+        return allocator
 
 
 class _Compiler(types.ModuleType):
@@ -134,6 +137,7 @@ class _Compiler(types.ModuleType):
     allocation (`buffer=ncc.sbuf.mod_alloc(...)`): nkicc places tiles itself (the alloc pass),
     so an address is E161, naming the section."""
     skip_middle_end_transformations = enable_stack_allocator = force_auto_alloc = staticmethod(_switch)
+    no_reorder = staticmethod(lambda *_a, **_k: None)  # a loop directive: nkicc keeps program order anyway
     sbuf, psum = _Buffer("sbuf"), _Buffer("psum")
 
     def __getattr__(self, name: str):
