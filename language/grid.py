@@ -274,9 +274,10 @@ class GridRef:
 
     def _grid(self):
         for k in self.key:
+            if isinstance(k, slice) or k is Ellipsis:
+                raise unsupported(f"an index grid next to a {type(k).__name__} index", "mgrid", user_loc(4))
             if not (isinstance(k, GridIndex) or _is_offset(k)):
-                rule = "mgrid" if isinstance(k, slice) or k is Ellipsis else "dynamic-access"
-                raise unsupported(f"an index grid next to a {type(k).__name__} index", rule, user_loc(4))
+                raise unsupported(f"an index grid next to a {type(k).__name__} index", "dynamic-access", user_loc(4))
         grids = [k for k in self.key if isinstance(k, GridIndex)]
         n = max(g.ndim for g in grids)
         keys = [k._aligned(n) if isinstance(k, GridIndex) else GridIndex(n, k, (), ()) for k in self.key]

@@ -202,3 +202,22 @@ def test_01_kernels_use_the_compile_cache(rng, tmp_path, monkeypatch):
     np.testing.assert_allclose(again.run(*arrays), np.exp(arrays[0]), rtol=1e-6)
     other = nkicc.compile(k.exp_into_01, *arrays, dialect="0.1").report["cache"]
     assert other["source"] == "miss"  # an explicit dialect is part of the key
+
+
+def test_every_section_an_e161_names_is_in_the_docs():
+    """docs/dialects.md lists each guide section an E161 can name (language/guide.py)."""
+    import ast
+
+    from nkicc.language.guide import SECTIONS
+    from tests.support.paths import REPO
+
+    keys = set()
+    for path in [*(REPO / "language").glob("*.py"), *(REPO / "driver" / "_nki_alias").rglob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", "") in ("unsupported", "_unsupported") \
+                    and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant):
+                keys.add(node.args[1].value)
+    assert keys >= {"mask", "mgrid", "block-dims", "allocation", "dynamic-access"}, keys
+    doc = (REPO / "docs" / "dialects.md").read_text()
+    missing = [SECTIONS[k] for k in sorted(keys) if SECTIONS[k].split(": ", 1)[-1] not in doc]
+    assert not missing, missing
