@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from numbers import Number
 
 from .. import isa
-from ..ir import NkiccError
+from ..ir import Access, Affine, NkiccError
 from .creation import new_tensor
 from .grid import GridRef, Window, unsupported, window
 from .tensor import Tensor, broadcast_view, row_major
@@ -87,6 +87,9 @@ class PendingMatmul:
         return (self.stationary.shape[1], self.moving.shape[1])
 
     def into(self, dst: Tensor, accumulate: bool) -> None:
+        if accumulate and dst.buffer == "psum":  # a fresh PSUM tile: the accumulation group starts at zero
+            whole = Access(dst.decl.name, Affine(), row_major(tuple(dst.decl.shape)))
+            dst.builder.zero_if_unwritten(whole)
         isa.nc_matmul(dst, self.stationary, self.moving, accumulate=accumulate, **self.options)
 
     def materialize(self) -> Tensor:
@@ -357,7 +360,7 @@ def assign(t: Tensor, key, value) -> None:
     if isinstance(value, Tensor) and sys.getrefcount(value) <= _TEMPORARY and _writes_in_place(dst, value) \
             and t.builder.retarget_last(value.decl.name, dst.access):
         return  # `t[k] = op(...)`: op writes t[k], as 0.1 compiles it (no copy)
-    _copy(dst, operand(value, None, loc), loc)
+    _copy(dst, operand(value, win, loc) if isinstance(value, Masked) else operand(value, None, loc), loc)
 
 
 def _accumulate(acc, value, op: str):

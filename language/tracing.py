@@ -272,6 +272,22 @@ class Builder:
             block.insert(at, block.pop(later[0]))
         return True
 
+    def zero_if_unwritten(self, whole: Access, loc: Loc | None = None) -> bool:
+        """Zero the tile `whole` right after its Alloc if nothing has written it yet: NKI 0.1's
+        `psum[...] += nc_matmul(...)` into a fresh PSUM tile starts an accumulation group,
+        which the hardware begins from zero (language/legacy.py). Whether it did."""
+        tensor = whole.tensor
+        for depth, block in enumerate(self._blocks):
+            at = next((i for i, s in enumerate(block) if isinstance(s, Alloc) and s.tensor == tensor), None)
+            if at is None:
+                continue
+            later = Block(tuple(block[at + 1:]) + tuple(s for b in self._blocks[depth + 1:] for s in b))
+            if any(isinstance(s, Op) and any(a.tensor == tensor for a in s.outs) for s in later.walk()):
+                return False
+            block.insert(at + 1, Op("memset", (whole,), (), (("value", 0.0),), loc or user_loc(3)))
+            return True
+        return False
+
     def check_live(self, access: Access, loc: Loc | None = None) -> None:
         """A tensor or index that outlives the rolled loop piece it was made in
         would behave differently rolled and unrolled: trace that loop concretely."""

@@ -221,3 +221,27 @@ def test_every_section_an_e161_names_is_in_the_docs():
     doc = (REPO / "docs" / "dialects.md").read_text()
     missing = [SECTIONS[k] for k in sorted(keys) if SECTIONS[k].split(": ", 1)[-1] not in doc]
     assert not missing, missing
+
+
+def test_accumulating_into_a_fresh_psum_tile_starts_from_zero(rng):
+    """`psum[...] += nc_matmul(...)` into a PSUM tile nothing wrote starts an accumulation
+    group, which the hardware begins from zero (the attention tutorial's v8a and v11)."""
+    import nkicc.language.legacy_isa as nisa
+    import nkicc.language.legacy_nl as nl
+
+    def kernel(x, y):
+        out = nl.ndarray((64, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+        for m in nl.affine_range(2):
+            acc = nl.ndarray((64, 512), dtype=nl.float32, buffer=nl.psum)
+            for k in nl.affine_range(3):
+                acc[...] += nisa.nc_matmul(nl.load(x[m, k * 128:(k + 1) * 128, :]),
+                                           nl.load(y[k * 128:(k + 1) * 128, :]))
+            nl.store(out[m * 32:(m + 1) * 32, :], value=nl.copy(acc[0:32, :]))
+        return out
+
+    # small random integers: every sum is exact in fp32, whatever order the simulator adds in
+    x = rng.integers(-3, 4, (2, 384, 64)).astype(np.float32)
+    y = rng.integers(-3, 4, (384, 512)).astype(np.float32)
+    want = np.concatenate([(x[m].T @ y)[0:32] for m in range(2)])
+    c = check(kernel, (x, y), want)
+    assert loops(c)["rolled"] == 2
