@@ -418,7 +418,7 @@ def run_cmd(
     Options go before the script; everything after it is the script's own arguments."""
     if dialect is not None:
         try:
-            _set_env(ctx, dialects.ENV, dialects.front.check(dialect, "--dialect "))  # the script's kernels read it
+            _set_dialect(ctx, dialects.front.check(dialect, "--dialect "))  # the script's kernels read it
         except NkiccError as err:
             _fail(err)
     if not os.path.isfile(script):
@@ -457,11 +457,17 @@ def run_cmd(
                 json.dump(settings.records, f, indent=1, default=str)
 
 
-def _set_env(ctx: typer.Context, name: str, value: str) -> None:
-    """Set an environment variable for this command (its shards inherit it), restored after it."""
-    old = os.environ.get(name)
-    os.environ[name] = value
-    ctx.call_on_close(lambda: os.environ.pop(name, None) if old is None else os.environ.__setitem__(name, old))
+def _set_dialect(ctx: typer.Context, value: str) -> None:
+    """`--dialect` as NKICC_DIALECT for this command (its shards inherit it), restored after it."""
+    old = os.environ.get("NKICC_DIALECT")
+    os.environ["NKICC_DIALECT"] = value
+
+    def restore() -> None:
+        if old is None:
+            os.environ.pop("NKICC_DIALECT", None)
+        else:
+            os.environ["NKICC_DIALECT"] = old
+    ctx.call_on_close(restore)
 
 
 def _run_shards(script, args, shards, timing, workers, cluster, timeout, report, undefined=None) -> None:

@@ -34,7 +34,7 @@ def chosen(explicit: str | None, option: str | None, fn) -> str | None:
     if by_import is not None:
         announce(by_import, "its nl / nisa are neuronxcc.nki's")
         return None
-    from_env = front.check(os.environ.get(ENV) or None, f"{ENV}=")
+    from_env = front.check(os.environ.get("NKICC_DIALECT") or None, f"{ENV}=")
     if from_env is not None:
         announce(from_env, f"from --dialect or {ENV}")
         return from_env
