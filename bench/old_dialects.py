@@ -30,7 +30,7 @@ ROOT = os.path.dirname(HERE)
 DEFAULT_SDK = "/work/.mirror/aws-neuron+aws-neuron-sdk/repo"
 # commit -> (SDK release, the NKI version of its `import nki` namespace; neuronxcc.nki is always 0.1)
 COMMITS = {
-    "1db4d74e": ("2.26", None),
+    "1db4d74e": ("before 2.27", None),
     "337e6041": ("2.27", "0.2"),
     "86a92868": ("2.28", "0.2"),
     "539a73c5": ("2.29", "0.3"),
@@ -146,11 +146,11 @@ def ref_attention(mod) -> str:
             # (versions 6 and later compute exp and the scores in bf16, as the tutorial says)
             why = _close(getattr(mod, name)(q, k, v), _attention_reference(q, k, v), 1e-2, 1e-2)
         except Exception as exc:  # noqa: BLE001 - one version's failure is a row's note, the rest still run
-            why = str(exc).splitlines()[0][:160]
+            why = f"{getattr(exc, 'code', type(exc).__name__)} {getattr(exc, 'message', str(exc))[:70]}"
         if why:
             fails.append(f"{name}: {why}")
     print(f"{len(names) - len(fails)} of {len(names)} versions match")
-    return "; ".join(fails)
+    return (f"{len(names) - len(fails)} of {len(names)} versions match; " + "; ".join(fails)) if fails else ""
 
 
 def ref_layernorm(mod) -> str:
