@@ -79,8 +79,8 @@ CODES: dict[str, tuple[str, str]] = {
              "axes compared with each other), an index grid that is not affine (`//`, `%`, a product of two "
              "indices), a partition index that moves along a free grid axis, a tensor with block dimensions "
              "used whole, nisa.dma_copy(dst_rmw_op=), nl.loop_reduce's result not assigned into its "
-             "accumulator. The message names the section of the vendor's migration guide that rewrites it; "
-             "`nkicc migrate` applies that rewrite."),
+             "accumulator. The message names the section of the vendor's migration guide that rewrites it and "
+             "the `nkicc migrate` rule (M0204, ...) that applies that rewrite."),
     "E170": ("runtime access out of bounds",
              "During simulation an access with a runtime scalar offset left its tensor. The offset tensor was "
              "probably advanced too far; check the tensor_scalar that updates it."),

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..ir import NkiccError
-from .guide import section
+from .guide import hint
 from .tracing import SymInt, user_loc
 
 _FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}
@@ -33,8 +33,7 @@ def _is_offset(x) -> bool:
 
 def unsupported(what: str, rule: str, loc=None, version: str = "0.1") -> NkiccError:
     """The one-line error for an older dialect's form nkicc cannot run, naming the guide's section."""
-    return NkiccError("E161", f"{what} (NKI {version}) is not supported by nkicc", loc or user_loc(3),
-                      f"see the migration guide, section {section(rule)!r}")
+    return NkiccError("E161", f"{what} (NKI {version}) is not supported by nkicc", loc or user_loc(3), hint(rule))
 
 
 @dataclass(frozen=True, eq=False)

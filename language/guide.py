@@ -11,6 +11,7 @@ SECTIONS = {
     "mgrid": "0.1 -> 0.2: Update indexing syntax for mgrid and arange",
     "mask": "0.1 -> 0.2: Deprecation of masking",
     "dst": "0.1 -> 0.2: All ISA functions require a destination parameter",
+    "loop-reduce": "0.1 -> 0.2: All ISA functions require a destination parameter",
     "control-flow": "0.1 -> 0.2: Consistent control flow behavior",
     "allocation": "0.1 -> 0.2: Translate from the NKI 0.1.0 direct allocation API",
     "sub-kernels": "0.1 -> 0.2: Remove nki.jit decorator on sub-kernels",
@@ -35,9 +36,23 @@ SECTIONS = {
 }
 
 
+# the rule of `nkicc migrate` (driver/migrate_rules.py, docs/migration.md) that rewrites each form
+RULES = {
+    "mgrid": "M0203", "mask": "M0204", "dst": "M0202", "loop-reduce": "M0214", "control-flow": "M0209",
+    "allocation": "M0210", "sub-kernels": "M0207", "dynamic-access": "M0206", "block-dims": "M0252",
+    "dma-rmw": "M0307", "int-enums": "M0316", "str-buffers": "M0317", "register-move": "M0313",
+    "affine-select": "M0312", "dma-compute": "M0310", "shared-hbm": "M0315", "copy-dynamic": "M0403",
+    "neuronxcc-in-kernel": "M0402", "rsqrt-psum": "M0501", "reshape-count": "M0502", "dynamic-loops": "M0601",
+}
+
 # names of NKI 0.1 that 0.2 removed, and the section that says what replaces them
-REMOVED = {"nl.arange": "mgrid", "nl.mgrid": "mgrid", "nl.loop_reduce": "dst"}
+REMOVED = {"nl.arange": "mgrid", "nl.mgrid": "mgrid", "nl.loop_reduce": "loop-reduce"}
 
 
 def section(key: str) -> str:
     return SECTIONS[key]
+
+
+def hint(key: str) -> str:
+    """What an error about an older form says: the guide's section, and the migrate rule."""
+    return f"see the migration guide, section {SECTIONS[key]!r}; `nkicc migrate` rule {RULES[key]}"

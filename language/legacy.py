@@ -246,7 +246,8 @@ def operand(x, win: Window | None, loc=None):
     if isinstance(x, BlockTensor):
         raise unsupported("a tensor with block dimensions used whole (index its blocks)", "block-dims", loc)
     if hasattr(x, "store_into"):
-        raise unsupported("nl.loop_reduce's result used other than assigned into its accumulator", "dst", loc)
+        raise unsupported("nl.loop_reduce's result used other than assigned into its accumulator", "loop-reduce",
+                          loc)
     if x is SKIPPED:
         raise NkiccError("E161", "a result its mask= left empty is used by an unmasked statement", loc,
                          "give the statement the same mask")

@@ -12,7 +12,7 @@ from ..ir.ops import TensorOperand, require_generation
 from . import dtypes, views
 from .allocation import allocate, concrete_shape
 from .grid import GridRef, is_grid_key
-from .guide import REMOVED, section
+from .guide import REMOVED, hint
 from .tracing import Builder, SymInt, as_affine, user_loc
 
 
@@ -234,8 +234,7 @@ class NkiTensor(TensorOperand):
         if self.builder.setitem is None:
             raise NkiccError("E160", f"`{self.name}[...] = value` (NKI 0.1) in a kernel of NKI 0.6", user_loc(2),
                              "write the destination first, nisa.tensor_copy(dst=t[...], src=value), or import "
-                             "neuronxcc.nki for 0.1 (see the migration guide, section "
-                             f"{section('dst')!r})")
+                             f"neuronxcc.nki for 0.1 ({hint('dst')})")
         self.builder.setitem(self, key, value)
 
     def ap(self, pattern, offset=None, scalar_offset=None, vector_offset=None, indirect_dim=0,
@@ -681,8 +680,7 @@ def unsupported_name(module: str, name: str) -> UnsupportedName:
     rule = REMOVED.get(f"{module}.{name}")
     if rule is not None:  # NKI 0.1 wrote it (import neuronxcc.nki), later versions removed it
         return UnsupportedName("E160", f"{module}.{name} is NKI 0.1, removed in 0.2", user_loc(3),
-                               f"import neuronxcc.nki to run the kernel as 0.1, or see the migration guide, "
-                               f"section {section(rule)!r}")
+                               f"import neuronxcc.nki to run the kernel as 0.1, or {hint(rule)}")
     return UnsupportedName("E160", f"{module}.{name} is not supported by nkicc (or is not NKI)", user_loc(3),
                            "docs/api.md lists the operations nkicc provides")
 
