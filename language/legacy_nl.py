@@ -61,8 +61,7 @@ def _wrap(fn):
     return call
 
 
-for _name in dir(_nl):
-    _value = getattr(_nl, _name)
+for _name, _value in list(vars(_nl).items()):  # (not dir(): that would make the lazy dtypes, and import ml_dtypes)
     if _name.startswith("_") or _name in _NOT_OPS or isinstance(_value, _PLAIN) or not callable(_value) \
             or not getattr(_value, "__module__", "").startswith("nkicc.language"):
         if not _name.startswith("_"):
