@@ -35,6 +35,8 @@ ENV: dict[str, tuple[str, str]] = {
     "NKICC_UNDEFINED": (NEUTRAL, "what a kernel call does with never-written memory in an output (error or "
                                  "poison): decided after the simulation, from its outputs, never in a compiled "
                                  "program"),
+    "NKICC_DIALECT": (NEUTRAL, "the NKI version of `import nki` kernels (nkicc run --dialect): in the key "
+                               "through the dialect the compile was given (CachePlan.dialect)"),
     "NKICC_TEST_SEED": (NEUTRAL, "tests only: seed of random test inputs"),
     "NKICC_TIME_SLACK": (NEUTRAL, "tests only: slack on timing assertions"),
     "NKICC_E190_LOG": (NEUTRAL, "debugging: a file that E190 errors are appended to"),

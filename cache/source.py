@@ -120,7 +120,7 @@ class _Walk:
         if depth > 50:
             raise Incomplete("a value nested too deeply")
         t = type(v)
-        if v is None or t in (bool, int, float, complex, str, bytes):
+        if v is None or v is Ellipsis or t in (bool, int, float, complex, str, bytes):  # (`t[...]`: Ellipsis)
             return [t.__name__, repr(v)]
         if t in (tuple, list):
             return [t.__name__, [self.value(x, depth + 1) for x in v]]

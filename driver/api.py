@@ -20,7 +20,7 @@ from .simulator import run_reference
 from .simulator.reference import check_defined
 from .simulator.returned import returned_values
 from .ir.analysis import written_args
-from . import frameworks
+from . import dialects, frameworks
 from .simulator.machine import MachineSimulator
 from .ir.numerics import precise_from_env
 from .simulator.plot import plot_timeline
@@ -273,7 +273,7 @@ def check_array(name: str, array, spec: TensorSpec, loc=None) -> None:
 
 
 def compile(kernel, *args, name: str | None = None, unroll: bool = False, passes=None,  # noqa: A001
-            cache: bool | None = None, **named) -> CompiledKernel:
+            cache: bool | None = None, dialect: str | None = None, **named) -> CompiledKernel:
     """Trace `kernel` for the given arguments: numpy arrays, TensorSpecs or
     strings like "float32[128,512]" for tensors; anything else is a constant.
     `unroll=True` traces every static loop iteration by iteration (NKI's own
@@ -281,20 +281,25 @@ def compile(kernel, *args, name: str | None = None, unroll: bool = False, passes
     chooses the pipeline: a PassOptions, a dict of its fields
     ({"enable": ["unroll"], "disable": ["licm"], "opt_level": 2}), or a list
     of passes to enable. `cache=False` compiles without the compile cache
-    (as does NKICC_CACHE=0)."""
+    (as does NKICC_CACHE=0). `dialect="0.1"` traces the kernel as NKI 0.1
+    (by default: the dialect its imports say, NKICC_DIALECT, else 0.6;
+    docs/dialects.md)."""
     fn = inspect_unwrap(getattr(kernel, "fn", kernel))
     specs, constants, _ = bind_call(fn, args, named, allow_specs=True)
     return _compile(fn, specs, constants, name, unroll=unroll, passes=passes, cache=cache,
-                    grid=getattr(kernel, "grid", None))
+                    grid=getattr(kernel, "grid", None),
+                    dialect=dialects.chosen(dialect, getattr(kernel, "options", {}).get("dialect"), fn))
 
 
 def _compile(fn, specs: dict[str, TensorSpec], constants: dict, name: str | None,
              unroll: bool = False, passes=None, printer=print, cache: bool | None = None,
-             grid: tuple[int, ...] | None = None, program: tuple[int, ...] | None = None) -> CompiledKernel:
+             grid: tuple[int, ...] | None = None, program: tuple[int, ...] | None = None,
+             dialect: str | None = None) -> CompiledKernel:
     options = PassOptions.coerce(passes)
     reg = registry(options.no_plugins, options.plugins)
     target = resolve_target(options.target, reg)
     plan = CachePlan.prepare(options, reg, target, cache=cache, unroll=unroll)
+    plan.dialect = dialect
     t0 = time.perf_counter()
     warm = plan.warm(fn, specs, constants, name, grid, program)  # a source-level hit: no trace
     compile_s = time.perf_counter() - t0
@@ -302,7 +307,7 @@ def _compile(fn, specs: dict[str, TensorSpec], constants: dict, name: str | None
         pipeline, result = warm
     else:
         result = trace_kernel(fn, specs, constants, name, unroll=unroll, grid=grid, program=program,
-                              nc_version=target.nc_version)
+                              nc_version=target.nc_version, dialect=dialect)
         t0 = time.perf_counter()
         try:
             pipeline = plan.pipeline(result.kernel, printer, trace=result)
@@ -313,7 +318,7 @@ def _compile(fn, specs: dict[str, TensorSpec], constants: dict, name: str | None
                               constants, result, compile_s, _traced_ir=result.kernel, target=target.name)
     if warm is not None:
         compiled._retrace = lambda: trace_kernel(fn, specs, constants, name, unroll=unroll, grid=grid,
-                                                 program=program, nc_version=target.nc_version)
+                                                 program=program, nc_version=target.nc_version, dialect=dialect)
     compiled.target_spec = target
     compiled.report = build_report(compiled, pipeline)
     compiled.report["cache"] = plan.finish()
@@ -321,7 +326,7 @@ def _compile(fn, specs: dict[str, TensorSpec], constants: dict, name: str | None
         compiled.report["grid"] = list(grid)
     if grid and program is None and _meets_other_cores(pipeline.kernel):
         # programs that meet (sendrecv, core_barrier, collectives) run at once, one core each
-        compiled.cores = [_compile(fn, specs, constants, name, unroll, passes, printer, cache, grid, p)
+        compiled.cores = [_compile(fn, specs, constants, name, unroll, passes, printer, cache, grid, p, dialect)
                           for p in itertools.product(*(range(g) for g in grid))]
         compiled.report["cores"] = len(compiled.cores)
     reg.manager.hook.nkicc_compile_finished(report=compiled.report)
@@ -381,11 +386,12 @@ class JitKernel:
     once per argument signature (shapes, dtypes and constant values).
     Options: enable_passes=[...], disable_passes=[...], opt_level=N,
     target="trn2", passes=PassOptions(...), unroll=False, cache=None (False: no compile cache),
+    dialect=None (the NKI version the kernel is written in: docs/dialects.md),
     undefined=None ("poison": an output that never-written memory reached comes back holding NaN
     there, as from the vendor's simulator, instead of E173/E174; None: NKICC_UNDEFINED, else "error")."""
 
     def __init__(self, fn, enable_passes=(), disable_passes=(), opt_level=None, target=None, passes=None,
-                 unroll=False, cache=None, undefined=None) -> None:
+                 unroll=False, cache=None, undefined=None, dialect=None) -> None:
         self.fn = fn
         self.undefined = None if undefined is None else undefined_mode(undefined)
         base = PassOptions.coerce(passes)
@@ -398,7 +404,8 @@ class JitKernel:
             changes["opt_level"] = opt_level
         if target is not None:
             changes["target"] = target
-        self.options = {"passes": dataclasses.replace(base, **changes), "unroll": unroll, "cache": cache}
+        self.options = {"passes": dataclasses.replace(base, **changes), "unroll": unroll, "cache": cache,
+                        "dialect": dialect}
         self._compiled: dict[tuple, CompiledKernel] = {}
         self.grid: tuple[int, ...] | None = None
         functools.update_wrapper(self, fn)
@@ -426,8 +433,9 @@ class JitKernel:
         compiled = self._compiled.get(key)
         if compiled is not None:
             return compiled, False
-        compiled = self._compiled[key] = _compile(inspect_unwrap(self.fn), specs, constants, None, grid=self.grid,
-                                                  **self.options)
+        fn = inspect_unwrap(self.fn)
+        options = {**self.options, "dialect": dialects.chosen(None, self.options["dialect"], fn)}
+        compiled = self._compiled[key] = _compile(fn, specs, constants, None, grid=self.grid, **options)
         compiled.undefined = self.undefined  # (what its own run() does, as a call of the jit kernel would)
         return compiled, True
 

@@ -84,6 +84,7 @@ class CachePlan:
         self.store = store
         self.why_not = why_not        # a kernel-level bypass reason, or None
         self.unroll = unroll
+        self.dialect: str | None = None  # an NKI dialect chosen for the trace (api.compile(dialect=))
         self.kernel = "bypass"
         self.tier: str | None = None  # the tier a kernel hit came from
         self.saved_s = 0.0
@@ -247,9 +248,12 @@ class CachePlan:
 
     def _compile_parts(self, base: dict) -> dict:
         """What both the source and the kernel key hold besides the kernel."""
-        return {**base, "options": self.options.cache_key(), "unroll": bool(self.unroll),
-                "passes": [[p.name, str(p.version), p.scope, self.reg.provider.get(p.name, "?")]
-                           for p in select(self.options, self.reg)]}
+        parts = {**base, "options": self.options.cache_key(), "unroll": bool(self.unroll),
+                 "passes": [[p.name, str(p.version), p.scope, self.reg.provider.get(p.name, "?")]
+                            for p in select(self.options, self.reg)]}
+        if self.dialect is not None:
+            parts["dialect"] = self.dialect
+        return parts
 
     def _costs(self) -> dict:
         """The counters (the region level reads the passes' measured costs from them)."""

@@ -18,6 +18,7 @@ from typing import List, Optional
 import numpy as np
 import typer
 
+from . import dialects
 from .api import RUN_SETTINGS, UNDEFINED_MODES, BudgetError, RunSettings, _compile, check_array
 from .cache.keys import compiler_version
 from .diagnostics import explain
@@ -409,9 +410,17 @@ def run_cmd(
                                                                   "tcp://HOST:PORT"),
     timeout: Optional[float] = typer.Option(None, "--timeout", help="With --shards: seconds per shard"),
     undefined: Optional[str] = UNDEFINED,
+    dialect: Optional[str] = typer.Option(None, "--dialect", help="The NKI version (0.1 ... 0.6) of the script's "
+                                          "`import nki` kernels; `import neuronxcc.nki` is always 0.1 "
+                                          "(docs/dialects.md)"),
 ):
     """Run an NKI script unchanged, with nkicc behind `import nki` (a real installed nki is never shadowed).
     Options go before the script; everything after it is the script's own arguments."""
+    if dialect is not None:
+        try:
+            _set_dialect(ctx, dialects.front.check(dialect, "--dialect "))  # the script's kernels read it
+        except NkiccError as err:
+            _fail(err)
     if not os.path.isfile(script):
         _fail(NkiccError("E200", f"no such script: {script}", None, "give the path to a .py file"))
     try:
@@ -446,6 +455,19 @@ def run_cmd(
         if report:
             with _writing(report, "--report") as f:
                 json.dump(settings.records, f, indent=1, default=str)
+
+
+def _set_dialect(ctx: typer.Context, value: str) -> None:
+    """`--dialect` as NKICC_DIALECT for this command (its shards inherit it), restored after it."""
+    old = os.environ.get("NKICC_DIALECT")
+    os.environ["NKICC_DIALECT"] = value
+
+    def restore() -> None:
+        if old is None:
+            os.environ.pop("NKICC_DIALECT", None)
+        else:
+            os.environ["NKICC_DIALECT"] = old
+    ctx.call_on_close(restore)
 
 
 def _run_shards(script, args, shards, timing, workers, cluster, timeout, report, undefined=None) -> None:

@@ -73,6 +73,14 @@ CODES: dict[str, tuple[str, str]] = {
     "E160": ("not supported",
              "The operation, argument or dtype is not supported by nkicc yet, or is not NKI. This includes "
              "importing such a name (`from nki.isa import X`, `import nki.isa.X`): the error names the import."),
+    "E161": ("an NKI 0.1 form nkicc cannot run",
+             "The kernel is written in NKI 0.1 (`import neuronxcc.nki`), which nkicc runs as written "
+             "(docs/dialects.md), but this form has no counterpart in nkicc: a mask= that is not a box (two grid "
+             "axes compared with each other), an index grid that is not affine (`//`, `%`, a product of two "
+             "indices), a partition index that moves along a free grid axis, a tensor with block dimensions "
+             "used whole, nisa.dma_copy(dst_rmw_op=), nl.loop_reduce's result not assigned into its "
+             "accumulator. The message names the section of the vendor's migration guide that rewrites it and "
+             "the `nkicc migrate` rule (M0204, ...) that applies that rewrite."),
     "E170": ("runtime access out of bounds",
              "During simulation an access with a runtime scalar offset left its tensor. The offset tensor was "
              "probably advanced too far; check the tensor_scalar that updates it."),

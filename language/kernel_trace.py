@@ -21,6 +21,7 @@ from . import ranges
 from .argspec import TensorSpec
 from .tensor import Tensor, row_major
 from .tracing import GRID, Builder, LoopPlan, LoopSite, TraceRetry
+from .dialect import dialect_of, rebind, setitem_of
 from .loop_effects import EffectChecker
 from .sources import function_node, source_file
 from .usererrors import user_error
@@ -106,11 +107,13 @@ class TraceResult:
     counts: list | None = None  # [rolled, unrolled, executed] of the traced kernel, kept by a cache hit
 
 
-def _traced_function(fn: types.FunctionType) -> types.FunctionType:
+def _traced_function(fn: types.FunctionType, dialect: str | None = None) -> types.FunctionType:
     """The kernel with the builtin `range` replaced by nkicc's rolling one, in
-    the kernel's own module namespace only."""
+    the kernel's own module namespace only (and, for an explicit `dialect`,
+    its nl and nisa modules by that dialect's: dialect.py)."""
     g = dict(fn.__globals__)
     g["range"] = ranges.range
+    rebind(g, dialect)
     clone = types.FunctionType(fn.__code__, g, fn.__name__, fn.__defaults__, fn.__closure__)
     clone.__kwdefaults__ = fn.__kwdefaults__
     return clone
@@ -118,20 +121,23 @@ def _traced_function(fn: types.FunctionType) -> types.FunctionType:
 
 def trace_kernel(fn, tensor_args: dict[str, TensorSpec], constants: dict, name: str | None = None,
                  unroll: bool = False, grid: tuple[int, ...] | None = None,
-                 program: tuple[int, ...] | None = None, nc_version: int | None = None) -> TraceResult:
+                 program: tuple[int, ...] | None = None, nc_version: int | None = None,
+                 dialect: str | None = None) -> TraceResult:
     """Trace `fn` with HBM tensors for `tensor_args` and Python values for
     `constants` (both keyed by parameter name). With `unroll`, every static
     loop runs once per iteration, as NKI itself traces. With a launch `grid`
     the body runs once per program id, as rolled loops (language/spmd.py)."""
     start = time.perf_counter()
     fn = inspect_unwrap(fn)
-    traced = _traced_function(fn)
+    dialect = dialect or dialect_of(fn)
+    traced = _traced_function(fn, dialect)
     policy = RetryPolicy(unroll=unroll)
     kernel_loc = Loc(fn.__code__.co_filename, _source_lines(fn)[0])
     for attempt in range(1, MAX_ATTEMPTS + 1):
         builder = Builder(name or fn.__name__, policy)
         if nc_version is not None:
             builder.nc_version = nc_version
+        builder.setitem = setitem_of(dialect)
         with builder:
             kwargs = dict(constants)
             for pname, spec in tensor_args.items():

@@ -298,8 +298,14 @@ class _Scan(ast.NodeVisitor):
             self.visit(target.value)
             if isinstance(target, ast.Subscript):
                 self.visit(target.slice)
-            if not self._mine(base):
+            if not self._mine(base) and not self._device_store(target):
                 self.fail(target, f"stores into `{ast.unparse(target)}`, which outlives one iteration")
+
+    def _device_store(self, target) -> bool:
+        """`t[k] = v` into a tensor (NKI 0.1) emits an instruction; no Python object changes."""
+        if not isinstance(target, ast.Subscript) or self.env is None:
+            return False
+        return getattr(type(self.env.lookup(target.value)), "_device_store", False)
 
     # reads
     def visit_Name(self, node):

@@ -48,6 +48,18 @@ def _check(t, sym: str) -> None:
                          user_loc(3), "compute on registers with nisa.register_* instructions")
 
 
+def _partition_first(a, b):
+    """NKI 0.1 (a kernel whose builder has its `t[k] = v`) lines tiles up by the partition
+    dimension first: (P,) meets (P, F) as (P, 1). Later versions broadcast as numpy does."""
+    if a.builder.setitem is None or not isinstance(b, NkiTensor) or a.ndim == b.ndim or not (a.ndim and b.ndim):
+        return a, b
+    while a.ndim < b.ndim:
+        a = a.expand_dim(a.ndim)
+    while b.ndim < a.ndim:
+        b = b.expand_dim(b.ndim)
+    return a, b
+
+
 def _binary(name: str, sym: str):
     fn_name = BINARY[name]
 
@@ -55,15 +67,19 @@ def _binary(name: str, sym: str):
         if not _operand(other):
             return NotImplemented
         _check(self, sym)
-        return _nl(fn_name)(self, other)
+        return _nl(fn_name)(*_partition_first(self, other))
 
     def rop(self, other):
         if not _operand(other):
             return NotImplemented
         _check(self, sym)
-        return _nl(fn_name)(other, self)
+        b, a = _partition_first(self, other)
+        return _nl(fn_name)(a, b)
 
     def iop(self, other):
+        into = getattr(other, "accumulate_into", None)  # `psum += nc_matmul(...)` of NKI 0.1 (legacy.py)
+        if into is not None and fn_name == "add":
+            return into(self)
         if not _operand(other):
             return NotImplemented
         _check(self, sym + "=")

@@ -13,6 +13,8 @@ from ..ir.nodes import UNRESOLVED_GROUP
 from ..ir.ops import TensorOperand, require_generation
 from . import dtypes, views
 from .allocation import allocate, concrete_shape
+from .grid import GridRef, is_grid_key
+from .guide import REMOVED, hint
 from .tracing import Builder, SymInt, as_affine, user_loc
 
 
@@ -50,6 +52,7 @@ class NkiTensor(TensorOperand):
     # Its Python operators (`a + b` is `nl.add(a, b)`) are nl operations, which make
     # tensors: operators.py, above ops.py, adds them to this class.
     __slots__ = ("builder", "decl", "access", "overflow", "unusable")
+    _device_store = True  # `t[k] = v` (NKI 0.1) is an instruction, not Python state (loop_effects.py)
 
     def __init__(self, shape, dtype, storage=None, buffer="sbuf", name="") -> None:
         if isinstance(shape, Builder):  # nkicc's own form: NkiTensor(builder, decl, access|None, overflow=None)
@@ -192,6 +195,8 @@ class NkiTensor(TensorOperand):
         loc = user_loc(2)
         if not isinstance(key, tuple):
             key = (key,)
+        if is_grid_key(key):  # NKI 0.1's nl.arange / nl.mgrid index: a view once the mask is known
+            return GridRef(self, key)
         pattern = self.access.pattern
         if sum(1 for k in key if k is Ellipsis) > 1:
             raise NkiccError("E103", "an index can hold at most one `...`", loc)
@@ -239,6 +244,14 @@ class NkiTensor(TensorOperand):
         access = Access(self.access.tensor, offset, tuple(new_pattern), self.access.scalar, self.access.scalar_scale,
                         self.access.dtype, self.access.vector)
         return self._view(access, overflow)
+
+    def __setitem__(self, key, value) -> None:
+        """`t[key] = value` is NKI 0.1 (language/legacy.py); 0.2 and later write the destination first."""
+        if self.builder.setitem is None:
+            raise NkiccError("E160", f"`{self.name}[...] = value` (NKI 0.1) in a kernel of NKI 0.6", user_loc(2),
+                             "write the destination first, nisa.tensor_copy(dst=t[...], src=value), or import "
+                             f"neuronxcc.nki for 0.1 ({hint('dst')})")
+        self.builder.setitem(self, key, value)
 
     def ap(self, pattern, offset=None, scalar_offset=None, vector_offset=None, indirect_dim=0,
            dtype=None) -> "NkiTensor":
@@ -688,6 +701,10 @@ class UnsupportedName(NkiccError, AttributeError):
 
 
 def unsupported_name(module: str, name: str) -> UnsupportedName:
+    rule = REMOVED.get(f"{module}.{name}")
+    if rule is not None:  # NKI 0.1 wrote it (import neuronxcc.nki), later versions removed it
+        return UnsupportedName("E160", f"{module}.{name} is NKI 0.1, removed in 0.2", user_loc(3),
+                               f"import neuronxcc.nki to run the kernel as 0.1, or {hint(rule)}")
     return UnsupportedName("E160", f"{module}.{name} is not supported by nkicc (or is not NKI)", user_loc(3),
                            "docs/api.md lists the operations nkicc provides")
 

@@ -10,12 +10,14 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 import itertools
+import math
 import operator
 import sys
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Protocol
 
 from ..ir import Access, Affine, Alloc, Block, Kernel, Loc, Loop, NkiccError, Op, Stmt, TensorDecl
+from ..ir import ops
 from ..ir.origin import is_nkicc
 from ..ir.rewrite import map_stmts
 
@@ -126,6 +128,8 @@ class Builder:
         self._shared_next = 0
         # the target's NeuronCore generation (nisa.get_nc_version); trn2's when the caller names none
         self.nc_version: int = DEFAULT_GENERATION
+        # `t[key] = value` of an NKI 0.1 kernel (language/legacy.py assign); None in 0.2 and later
+        self.setitem = None
 
     # context management
     def __enter__(self) -> "Builder":
@@ -237,6 +241,52 @@ class Builder:
         op = Op(opcode, tuple(outs), tuple(ins), tuple((attrs or {}).items()), loc or user_loc(3))
         self._blocks[-1].append(op)
         return op
+
+    def retarget_last(self, tensor: str, access: Access) -> bool:
+        """Make the last instruction write `access` instead of `tensor`, a tile made
+        in this block that no other statement since its Alloc touches (NKI 0.1's
+        `t[k] = op(...)` is op writing t[k]; language/legacy.py). Whether it did."""
+        block = self._blocks[-1]
+        start = next((i for i in range(len(block) - 1, -1, -1)
+                      if isinstance(block[i], Alloc) and block[i].tensor == tensor), None)
+        at = next((i for i in range(len(block) - 1, -1, -1) if not isinstance(block[i], Alloc)), None)
+        # (allocations may follow it: the tile it is to write now)
+        if start is None or at is None or at < start or not isinstance(block[at], Op) \
+                or tuple(a.tensor for a in block[at].outs) != (tensor,):
+            return False
+        for stmt in block[start + 1:at]:
+            if not isinstance(stmt, (Op, Alloc)) or _mentions(stmt, tensor):
+                return False
+        last = block[at]
+        if any(_mentions_access(i, tensor) for i in last.ins):
+            return False
+        decl = self.decls[access.tensor]
+        if decl.on_chip and ops.get(last.opcode).engine != "dma":  # compute engines start at partition 0
+            lo, hi = access.offset.bounds(self.trips())
+            if not (0 <= lo and hi < math.prod(decl.shape[1:])):
+                return False
+        self.check_live(access, last.loc)
+        block[at] = Op(last.opcode, (access,), last.ins, last.attrs, last.loc)
+        later = [i for i in range(at + 1, len(block)) if block[i].tensor == access.tensor]
+        if later:  # the tile it now writes was allocated after it: allocate it before
+            block.insert(at, block.pop(later[0]))
+        return True
+
+    def zero_if_unwritten(self, whole: Access, loc: Loc | None = None) -> bool:
+        """Zero the tile `whole` right after its Alloc if nothing has written it yet: NKI 0.1's
+        `psum[...] += nc_matmul(...)` into a fresh PSUM tile starts an accumulation group,
+        which the hardware begins from zero (language/legacy.py). Whether it did."""
+        tensor = whole.tensor
+        for depth, block in enumerate(self._blocks):
+            at = next((i for i, s in enumerate(block) if isinstance(s, Alloc) and s.tensor == tensor), None)
+            if at is None:
+                continue
+            later = Block(tuple(block[at + 1:]) + tuple(s for b in self._blocks[depth + 1:] for s in b))
+            if any(isinstance(s, Op) and any(a.tensor == tensor for a in s.outs) for s in later.walk()):
+                return False
+            block.insert(at + 1, Op("memset", (whole,), (), (("value", 0.0),), loc or user_loc(3)))
+            return True
+        return False
 
     def check_live(self, access: Access, loc: Loc | None = None) -> None:
         """A tensor or index that outlives the rolled loop piece it was made in
@@ -558,6 +608,8 @@ class SymInt:
     __floor__ = __ceil__ = __trunc__
 
     def _float_or_concrete(self, other, sym):
+        if getattr(other, "_is_index_grid", False):  # `i * 128 + nl.arange(128)`: an index grid (grid.py)
+            return NotImplemented
         self.builder.need_concrete(self.expr, f"`{self} {sym} {other!r}`")
 
     # comparisons: answered over the whole range, or the loop is split
@@ -614,6 +666,19 @@ class SymInt:
 
     def __repr__(self):
         return f"SymInt({self.expr})"
+
+
+def _mentions_access(x, tensor: str) -> bool:
+    if not isinstance(x, Access):
+        return False
+    return (x.tensor == tensor or (x.scalar is not None and x.scalar.tensor == tensor)
+            or (x.vector is not None and _mentions_access(x.vector, tensor)))
+
+
+def _mentions(stmt, tensor: str) -> bool:
+    if isinstance(stmt, Alloc):
+        return stmt.tensor == tensor
+    return any(_mentions_access(a, tensor) for a in stmt.outs + stmt.ins)
 
 
 def _affine(value) -> Affine | None:

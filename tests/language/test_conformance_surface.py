@@ -178,7 +178,9 @@ def test_neuronxcc_paths_serve_nkicc(tmp_path):
         from nki.isa.constants import dge_mode, oob_mode
         from neuronxcc.nki.isa.constants import matmul_perf_mode
 
-        assert nxnki is nki and nxl is nl and nxisa is nisa and nt is nki.typing
+        # neuronxcc.nki is NKI 0.1 (docs/dialects.md): its own nl and nisa, the same typing and constants
+        assert nxl.__nki_dialect__ == nxisa.__nki_dialect__ == nxnki.__nki_dialect__ == "0.1"
+        assert nt is nki.typing and nxnki.typing is nki.typing
         assert dge_mode is nisa.dge_mode and oob_mode.skip.value == 1 and matmul_perf_mode is nisa.matmul_perf_mode
 
         @nxnki.jit

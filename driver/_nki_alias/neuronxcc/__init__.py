@@ -1,11 +1,3 @@
-"""`import neuronxcc.nki...`, the package path NKI had inside the Neuron
-compiler before it became `nki`, served by the same alias as `import nki`
-(only on the alias path, so a real neuronxcc is never shadowed)."""
-import sys
-
-import nki
-
-for _sub in ("", ".language", ".isa", ".isa.constants", ".typing", ".collectives"):
-    sys.modules[__name__ + ".nki" + _sub] = sys.modules["nki" + _sub]
-
-__all__ = ["nki"]
+"""`import neuronxcc.nki...`, the package path of NKI 0.1 inside the Neuron
+compiler 2.x, served by nkicc's NKI 0.1 front end (only on the alias path, so
+a real neuronxcc is never shadowed): see neuronxcc/nki/__init__.py."""

@@ -15,7 +15,7 @@ from nkicc.language.userframes import caller_loc as _caller_loc
 _VENDOR_OPTIONS = ("mode", "show_compiler_tool_output", "show_compiler_tb", "additional_compile_opt",
                    "debug_kernel", "experimental_flags", "save_neff_name", "save_trace_name", "artifacts_dir")
 # nkicc's own jit options, also accepted under `import nki`
-_NKICC_OPTIONS = ("enable_passes", "disable_passes", "opt_level", "target", "passes", "unroll", "cache")
+_NKICC_OPTIONS = ("enable_passes", "disable_passes", "opt_level", "target", "passes", "unroll", "cache", "dialect")
 
 
 def jit(fn=None, **options):
