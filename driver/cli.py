@@ -552,6 +552,7 @@ def migrate_cmd(
     kernel: Optional[str] = typer.Option(None, "--kernel", help="With --check: the kernel, when the file has several"),
     arg: List[str] = ARG, const: List[str] = CONST, target: Optional[str] = TARGET,
     seed: int = typer.Option(0, "--seed", help="Seed of --check's random inputs"),
+    grid: Optional[str] = typer.Option(None, "--grid", help="With --check: an SPMD launch grid, e.g. 2,2"),
 ):
     """Rewrite a kernel to a newer NKI version, rule by rule of the migration guide (docs/migration.md).
     What cannot be rewritten stays, with a `# nkicc-migrate: RULE` comment and a warning."""
@@ -563,10 +564,13 @@ def migrate_cmd(
         m = migrate.migrate_file(file, from_, to)
         typer.echo(f"nkicc migrate: {file}: NKI {m.start} -> {m.stop}" + (f" ({m.assumed})" if m.assumed else ""),
                    err=True)
+        for line in m.infos:
+            typer.echo(line, err=True)
         for note in m.notes:
             typer.echo(note.warning(file), err=True)
         if check:
-            typer.echo(migrate.check(m, kernel, arg, const, seed=seed, target=target).line(), err=True)
+            launch = tuple(int(g) for g in grid.split(",")) if grid else None
+            typer.echo(migrate.check(m, kernel, arg, const, seed=seed, target=target, grid=launch).line(), err=True)
         if write:
             if m.changed:
                 migrate.write_atomically(file, m.after)

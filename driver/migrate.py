@@ -48,6 +48,7 @@ class Migration:
     assumed: str = ""                      # why `start` was assumed, when --from was not given
     applied: set[str] = field(default_factory=set)
     notes: list[Note] = field(default_factory=list)
+    infos: list[str] = field(default_factory=list)   # what a rewrite asks of the user, not of the code
 
     @property
     def changed(self) -> bool:
@@ -113,7 +114,8 @@ def migrate_source(source: str, path: str = "<string>", start: str | None = None
         if any(r in ctx.enabled for r in p.rules):
             module = module.visit(p(ctx))
     after = module.code
-    return Migration(path, source, after, start, stop, assumed, set(ctx.applied), notes_of(after))
+    return Migration(path, source, after, start, stop, assumed, set(ctx.applied), notes_of(after),
+                     [f"{path}: note[{r}] {BY_ID[r].heading}: {t}" for r, t in ctx.infos])
 
 
 def notes_of(text: str) -> list[Note]:
@@ -127,6 +129,36 @@ def notes_of(text: str) -> list[Note]:
         elif s and pending:
             out += [Note(i, r, n) for r, n in pending if r in BY_ID]
             pending = []
+    return out
+
+
+def nki_names(text: str) -> set[str]:
+    """Every NKI name the file uses, canonical and whole (`nl.tile_size.pmax` ->
+    nki.language.tile_size.pmax), for the census against the API reference."""
+    module = cst.parse_module(text)
+    names = Names(module)
+    out: set[str] = set()
+
+    class Uses(cst.CSTVisitor):
+        def visit_Import(self, node):
+            return False
+
+        def visit_ImportFrom(self, node):
+            return False
+
+        def visit_Attribute(self, node):
+            q = names.qual(node)
+            if q is not None:
+                out.add(q)
+                return False
+            return True
+
+        def visit_Name(self, node):
+            q = names.qual(node)
+            if q is not None and q.count(".") > 1:  # `from nki.language import par_dim`
+                out.add(q)
+
+    module.visit(Uses())
     return out
 
 
@@ -163,8 +195,8 @@ class CheckResult:
     tolerance: str      # "exact" or "DTYPE rounding"
 
     def line(self) -> str:
-        return (f"check: {self.kernel}: {self.outputs} output(s) of the migrated kernel equal the original's "
-                f"({self.tolerance}; max |diff| {self.max_abs_diff:.3g})")
+        return (f"check: {self.kernel}: the migrated kernel's {self.outputs} output(s) equal the original's, "
+                f"{self.tolerance} (max |diff| {self.max_abs_diff:.3g})")
 
 
 def _outputs(result) -> tuple:
@@ -183,8 +215,22 @@ def _kernel_name(fn) -> str:
     return fn.__name__
 
 
+def _simulate(which: str, fn, specs, constants, passes, grid, inputs, shown: tuple[str, str] = ("", "")) -> tuple:
+    """One side of --check; its error says which side failed (and a line of the
+    migrated text as `FILE (migrated):LINE`, its scratch copy being gone by then)."""
+    try:
+        compiled = _compile(fn, specs, constants, None, passes=passes, cache=False, grid=grid, printer=lambda *_: None)
+        return _outputs(compiled.run(**inputs))
+    except NkiccError as err:
+        loc = err.loc
+        if loc is not None and shown[0] and loc.file == shown[0]:
+            loc = Loc(shown[1], loc.line)
+        raise NkiccError(err.code, f"--check: the kernel {which} does not run: {err.message}", loc,
+                         err.hint) from None
+
+
 def check(migration: Migration, kernel: str | None = None, args: list[str] = (), consts: list[str] = (),
-          seed: int = 0, target: str | None = None) -> CheckResult:
+          seed: int = 0, target: str | None = None, grid: tuple[int, ...] | None = None) -> CheckResult:
     """Compile and simulate the file's kernel as written and as migrated, on the
     same random inputs; raise E215 unless the outputs agree (exactly, or within
     the output dtype's rounding where a documented numerics change lies between)."""
@@ -203,15 +249,14 @@ def check(migration: Migration, kernel: str | None = None, args: list[str] = (),
         passes = {"target": target} if target else None
         rng = np.random.default_rng(seed)
         inputs = {k: random_values(rng, s.dtype, s.shape) for k, s in specs.items()}
-        before = _outputs(_compile(before_fn, specs, constants, None, passes=passes, cache=False,
-                                   printer=lambda *_: None).run(**inputs))
-        after = _outputs(_compile(after_fn, after_specs, after_consts, None, passes=passes, cache=False,
-                                  printer=lambda *_: None).run(**inputs))
+        before = _simulate("as written", before_fn, specs, constants, passes, grid, inputs)
+        after = _simulate(f"as migrated to {migration.stop}", after_fn, after_specs, after_consts, passes, grid,
+                          inputs, (after_path, f"{migration.path} (migrated)"))
     loc = Loc(migration.path, 0)
     if len(before) != len(after):
         raise NkiccError("E215", f"the migrated {name} returns {len(after)} output(s), the original {len(before)}",
                          loc, "see the diff (nkicc migrate FILE --diff)")
-    worst, tolerance = 0.0, "exact"
+    worst, tolerance = 0.0, "exactly"
     for i, (b, a) in enumerate(zip(before, after)):
         b, a = np.asarray(b), np.asarray(a)
         if b.shape != a.shape or b.dtype != a.dtype:
@@ -223,10 +268,10 @@ def check(migration: Migration, kernel: str | None = None, args: list[str] = (),
         allowed = 0.0
         if migration.numerics and b.dtype.kind in "fV":  # floats, and ml_dtypes' bf16/fp8
             allowed = _rounding(b.dtype)
-        if allowed:
-            tolerance = f"{b.dtype} rounding"
         bad = ~same | (diff > allowed * np.maximum(np.abs(b64), np.abs(a64)))
         worst = max(worst, float(diff.max()) if diff.size else 0.0)
+        if allowed and worst > 0:
+            tolerance = f"within {b.dtype} rounding (a documented numerics change)"
         if bad.any():
             where = tuple(int(x) for x in np.argwhere(bad)[0])
             raise NkiccError("E215", f"output {i} of the migrated {name} differs from the original at {list(where)}:"

@@ -111,6 +111,7 @@ class Context:
     kernel_scope: set[str] = field(default_factory=set)  # kernels and the file's functions they call
     applied: set[str] = field(default_factory=set)       # rules that rewrote something
     taken: set[str] = field(default_factory=set)         # names in use (fresh names avoid them)
+    infos: list[tuple[str, str]] = field(default_factory=list)  # (rule, what the user must do outside the code)
 
     def fresh(self, stem: str) -> str:
         n = 0
@@ -369,8 +370,8 @@ class EntryPoints(Pass):
             target = _kw(updated, "platform_target")
             if target is not None and self.on("M0303"):
                 self.did("M0303")
-                self.flag("M0303", f"platform_target= removed: set NEURON_PLATFORM_TARGET_OVERRIDE={code(target.value)}"
-                                   " when running it")
+                self.ctx.infos.append(("M0303", f"platform_target= removed: set NEURON_PLATFORM_TARGET_OVERRIDE="
+                                                f"{code(target.value)} when running it"))
                 updated = _without(updated, "platform_target")
         return updated
 
@@ -741,14 +742,14 @@ def _used_names(node, skip: set[str] = frozenset()) -> set[str]:
 
 def _drop_statements(block, dead: set[str]):
     """The block without the statements in `dead` (squashed code); their comments
-    move to the next statement."""
+    and blank lines move to the next statement."""
 
     class Drop(cst.CSTTransformer):
         def leave_IndentedBlock(self, original, updated):
             body, carry = [], []
             for s in updated.body:
                 if isinstance(s, cst.SimpleStatementLine) and squash(s) in dead:
-                    carry += [line for line in s.leading_lines if line.comment is not None]
+                    carry += list(s.leading_lines)
                     if s.trailing_whitespace.comment is not None:
                         carry.append(cst.EmptyLine(comment=s.trailing_whitespace.comment))
                     continue

@@ -194,6 +194,15 @@ RULES: tuple[Rule, ...] = (
 )
 BY_ID = {r.id: r for r in RULES}
 
+# names the guide deprecates or removes, still listed in the current API reference or
+# not: migrated code must use none of them (the census of bench/migrate_tutorials.py)
+DEPRECATED = frozenset({
+    "nki.language.dynamic_range", "nki.language.tile_size.total_available_sbuf_size", "nki.language.mgrid",
+    "nki.language.arange", "nki.language.par_dim", "nki.language.loop_reduce", "nki.simulate_kernel",
+    "nki.baremetal", "nki.benchmark", "nki.profile", "nki.isa.tensor_copy_dynamic_src",
+    "nki.isa.tensor_copy_dynamic_dst",
+})
+
 
 def sections_between(start: str, stop: str) -> list[str]:
     """The guide sections that take code written for `start` to `stop`, in order."""
