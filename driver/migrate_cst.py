@@ -955,6 +955,10 @@ class BlockDims(Pass):
 
 # --- 0.2 -> 0.3 calls (M0302, M0307, M0310-M0317, M0403, M0404, M0210, M0214, M0205, M0208) ----
 
+# nki calls whose result is no tile (an index, a range, a register, a shape): not a dynamic access
+NOT_TENSORS = {"program_id", "num_programs", "program_ndim", "ds", "arange", "mgrid", "par_dim", "affine_range",
+               "sequential_range", "static_range", "dynamic_range", "register_alloc", "ndarray", "zeros", "ones",
+               "full", "shared_constant", "tile_size"}
 STRING_BUFFERS = {"sbuf", "psum", "hbm", "private_hbm", "shared_hbm"}
 INT_ENUMS = {"dge_mode": dge_mode, "engine": engine, "oob_mode": oob_mode, "reduce_cmd": reduce_cmd,
              "nc_version": nc_version}
@@ -1002,7 +1006,25 @@ class Calls(Pass):
             self.flag("M0208", "dictionaries in kernels take string keys only")
         return updated
 
+    def visit_FunctionDef(self, node):
+        runtime: set[str] = set()
+        names = self.ctx.names
+
+        class V(cst.CSTVisitor):
+            def visit_Assign(self, a):
+                q = names.qual(a.value.func) if isinstance(a.value, cst.Call) else None
+                if q and q.startswith(("nki.language.", "nki.isa.")) and q.split(".")[-1] not in NOT_TENSORS:
+                    for t in a.targets:
+                        runtime.update(_target_names(t.target))
+
+        node.body.visit(V())
+        self.runtime = runtime
+
     def leave_Subscript(self, original, updated):
+        if self.in_kernel() and any(isinstance(e.slice, cst.Index) and isinstance(e.slice.value, cst.Name) and
+                                    e.slice.value.value in getattr(self, "runtime", ()) for e in updated.slice):
+            self.flag("M0206", "a tensor's value as an index: a dynamic access, "
+                               ".ap(pattern, scalar_offset=tile, indirect_dim=d) in 0.2+")
         if isinstance(updated.value, cst.Subscript) and self.in_kernel():
             inner_slices = any(isinstance(e.slice, cst.Slice) for e in updated.value.slice)
             outer_slices = any(isinstance(e.slice, cst.Slice) for e in updated.slice)
@@ -1223,6 +1245,22 @@ def _escapes(body) -> bool:
     return bool(found)
 
 
+def _arithmetic_on(body, name: str) -> bool:
+    found = []
+
+    class V(cst.CSTVisitor):
+        def visit_BinaryOperation(self, n):
+            if any(isinstance(x, cst.Name) and x.value == name for x in (n.left, n.right)):
+                found.append(n)
+
+        def visit_UnaryOperation(self, n):
+            if isinstance(n.expression, cst.Name) and n.expression.value == name:
+                found.append(n)
+
+    body.visit(V())
+    return bool(found)
+
+
 def _assigned(body) -> set[str]:
     out: set[str] = set()
 
@@ -1285,6 +1323,8 @@ class RuntimeLoops(Pass):
             why = "keyword arguments to dynamic_range"
         elif _escapes(updated.body):
             why = "break/continue/return in the body"
+        elif _arithmetic_on(updated.body, updated.target.value):
+            why = f"Python arithmetic on {updated.target.value}, a register in 0.6: read it with .ap(scalar_offset=)"
         else:
             carried = self._carried(original, original.body)
             if carried:
