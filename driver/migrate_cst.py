@@ -795,7 +795,26 @@ class IsaDst(Pass):
     """0.1 ISA calls that return their result -> destination first (M0202)."""
     rules = ("M0202",)
 
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        self.top: list[cst.CSTNode | None] = []
+
+    def visit_SimpleStatementLine(self, node):
+        s = node.body[0] if len(node.body) == 1 else None
+        self.top.append(s.value if isinstance(s, (cst.Assign, cst.AugAssign, cst.Expr)) else None)
+
+    def leave_Call(self, original, updated):
+        q = self.qual(updated.func)
+        if not (q and q.startswith(ISA + ".")) or (self.top and original is self.top[-1]):
+            return updated
+        fn = _isa_names.get(q.split(".", 2)[2])
+        if fn is not None and "dst" in inspect.signature(fn).parameters and _kw(updated, "dst") is None:
+            self.flag("M0202", f"nisa.{q.split('.', 2)[2]} inside an expression returns no tile in 0.2+: "
+                               "call it on its own line with a destination tile")
+        return updated
+
     def leave_SimpleStatementLine(self, original, updated):
+        self.top.pop()
         if len(updated.body) != 1:
             return updated
         s = updated.body[0]
