@@ -574,7 +574,7 @@ def migrate_cmd(
         if write:
             if m.changed:
                 migrate.write_atomically(file, m.after)
-            typer.echo(f"wrote {file}: {len(m.applied)} rule(s) applied, {len(m.notes)} left to finish", err=True)
+            typer.echo(f"wrote {file}: {len(m.rules_applied)} rule(s) applied, {len(m.notes)} left to finish", err=True)
         else:
             typer.echo(m.diff(), nl=False)
     except NkiccError as err:

@@ -109,7 +109,8 @@ class Context:
     enabled: set[str]
     kernels: set[str] = field(default_factory=set)       # functions decorated as kernels
     kernel_scope: set[str] = field(default_factory=set)  # kernels and the file's functions they call
-    applied: set[str] = field(default_factory=set)       # rules that rewrote something
+    applied: set[str] = field(default_factory=set)       # rules that rewrote something (RULE.numerics: a
+    #                                                      rewrite of that rule that rounds otherwise)
     taken: set[str] = field(default_factory=set)         # names in use (fresh names avoid them)
     infos: list[tuple[str, str]] = field(default_factory=list)  # (rule, what the user must do outside the code)
 
@@ -793,11 +794,23 @@ def _plain(node) -> bool:
 
 class IsaDst(Pass):
     """0.1 ISA calls that return their result -> destination first (M0202)."""
-    rules = ("M0202",)
+    rules = ("M0202", "M0215")
 
     def __init__(self, ctx):
         super().__init__(ctx)
         self.top: list[cst.CSTNode | None] = []
+        self.lists: set[str] = set()   # names bound to Python lists (of tiles) in the kernel
+
+    def visit_FunctionDef(self, node):
+        lists = self.lists
+
+        class V(cst.CSTVisitor):
+            def visit_Assign(self, a):
+                if isinstance(a.value, (cst.List, cst.ListComp)):
+                    for t in a.targets:
+                        lists.update(_target_names(t.target))
+
+        node.body.visit(V())
 
     def visit_SimpleStatementLine(self, node):
         s = node.body[0] if len(node.body) == 1 else None
@@ -821,8 +834,14 @@ class IsaDst(Pass):
         if isinstance(s, (cst.Assign, cst.AugAssign)) and isinstance(s.value, cst.Call):
             q = self.qual(s.value.func)
         else:
+            q = None
+        if not (q and q.startswith(ISA + ".")):
+            target = (s.targets[0].target if isinstance(s, cst.Assign) and len(s.targets) == 1 else
+                      s.target if isinstance(s, cst.AugAssign) else None)
+            if self.on("M0215") and self.in_kernel() and self._is_tile_target(target):
+                return self._tile_write(updated, s)
             return updated
-        if not (q and q.startswith(ISA + ".")) or _kw(s.value, "dst") is not None:
+        if _kw(s.value, "dst") is not None:
             return updated
         name = q.split(".", 2)[2]
         fn = _isa_names.get(name)
@@ -857,6 +876,50 @@ class IsaDst(Pass):
             return cst.FlattenSentinel([first, second])
         self.flag("M0202", f"nisa.{name} returns no tile in 0.2+: pass the destination as its first argument")
         return updated
+
+    def _tile_write(self, updated, s):
+        """M0215: `t[...] = value` / `t[...] += value` writes a tile in 0.1; in 0.2+ an instruction does."""
+        target = s.targets[0].target if isinstance(s, cst.Assign) else s.target
+        nl, isa = self.local(NL), self.local(ISA)
+        dst, value = code(target), s.value
+        if isinstance(s, cst.Assign):
+            q = self.qual(value.func) if isinstance(value, cst.Call) else None
+            if q == f"{NL}.load" and len(value.args) == 1 and (value.args[0].keyword is None or
+                    value.args[0].keyword.value == "src"):
+                text = f"{isa}.dma_copy(dst={dst}, src={code(value.args[0].value)})"
+            elif isinstance(value, (cst.Integer, cst.Float)) or (
+                    isinstance(value, cst.UnaryOperation) and isinstance(value.expression, (cst.Integer, cst.Float))):
+                text = f"{isa}.memset(dst={dst}, value={code(value)})"
+            else:
+                text = f"{isa}.tensor_copy(dst={dst}, src={code(value)})"
+        else:
+            ops = {cst.AddAssign: "add", cst.SubtractAssign: "subtract", cst.MultiplyAssign: "multiply"}
+            op = ops.get(type(s.operator))
+            if op is None:
+                self.flag("M0215", "an in-place tile update: write it as an instruction with dst=")
+                return updated
+            q = self.qual(value.func) if isinstance(value, cst.Call) else None
+            pos = _positional(value) if q else []
+            tx = _kw(value, "transpose_x") if q else None
+            if q == f"{NL}.matmul" and op == "add" and len(pos) == 2 and tx is not None and \
+                    isinstance(tx.value, cst.Name) and tx.value.value == "True" and len(value.args) == 3:
+                text = f"{isa}.nc_matmul({dst}, {code(pos[0].value)}, {code(pos[1].value)}, accumulate=True)"
+                self.did("M0215.numerics")  # PSUM accumulation rounds otherwise than add-after-matmul
+            else:
+                text = f"{isa}.tensor_tensor(dst={dst}, data1={dst}, data2={code(value)}, op={nl}.{op})"
+        self.did("M0215")
+        return updated.with_changes(body=[cst.Expr(expr(text))])
+
+    def _is_tile_target(self, target) -> bool:
+        """A subscript of a tile, not of a Python list of tiles (`tiles[i] = ...` stays Python)."""
+        if not isinstance(target, cst.Subscript):
+            return False
+        node, plain = target, True   # plain: every subscript in the chain one index, no slice
+        while isinstance(node, cst.Subscript):
+            plain = plain and len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index) and \
+                not isinstance(node.slice[0].slice.value, cst.Ellipsis)
+            node = node.value
+        return not (plain and isinstance(node, cst.Name) and node.value in self.lists)
 
     def _declaration(self, name, call, dtype_arg) -> str | None:
         nl = self.local(NL)
@@ -986,7 +1049,7 @@ INT_ENUMS = {"dge_mode": dge_mode, "engine": engine, "oob_mode": oob_mode, "redu
 class Calls(Pass):
     """Argument-level rewrites of the 0.2 -> 0.3 and 0.3 -> 0.4 sections, and
     the 0.1 constructs that are flagged where they occur."""
-    rules = ("M0302", "M0307", "M0310", "M0311", "M0312", "M0313", "M0314", "M0316", "M0317", "M0403",
+    rules = ("M0216", "M0302", "M0307", "M0310", "M0311", "M0312", "M0313", "M0314", "M0316", "M0317", "M0403",
              "M0404", "M0210", "M0214", "M0205", "M0208", "M0206")
 
     def leave_Arg(self, original, updated):
@@ -1009,6 +1072,9 @@ class Calls(Pass):
         return updated
 
     def leave_Attribute(self, original, updated):
+        if self.qual(updated) in (f"{NL}.fp32.min", f"{NL}.fp32.max") and self.on("M0216"):
+            self.did("M0216")
+            return expr(("-" if updated.attr.value == "min" else "") + "3.4028234663852886e+38")
         if self.qual(updated) == f"{NL}.tile_size.total_available_sbuf_size" and self.on("M0404"):
             self.did("M0404")
             return updated.with_changes(attr=cst.Name("sbuf_fmax_bytes"))

@@ -37,6 +37,7 @@ class Rule:
     rewrite: str      # what nkicc does
     why: str = ""     # for partial/flag/none: what it leaves to the author, and why
     numerics: bool = False  # a documented numerics change: --check allows the output dtype's rounding
+    #                         (a "none" rule whenever it lies in range; another rule when it rewrote something)
 
     @property
     def test(self) -> str:
@@ -54,6 +55,15 @@ RULES: tuple[Rule, ...] = (
       "dtype of its data operand (nc_matmul: float32 PSUM, stationary.shape[1] x moving.shape[1]; "
       "nc_transpose: the data's shape reversed) and passes it as `dst`",
       "other result shapes (reductions, iota, selects) are the trace's to know: those calls get a comment"),
+    R("M0215", "0.1-0.2", "All ISA functions require a destination parameter (writing a tile by assignment)",
+      "partial",
+      "`t[...] = nl.load(x)` becomes `nisa.dma_copy(dst=t[...], src=x)`; `t[...] = 0` becomes `nisa.memset`; "
+      "`t[...] = value` becomes `nisa.tensor_copy(dst=t[...], src=value)`; `t[...] += nl.matmul(x, y, "
+      "transpose_x=True)` becomes `nisa.nc_matmul(t[...], x, y, accumulate=True)`; `t[...] += / -= / *= v` "
+      "becomes `nisa.tensor_tensor(dst=t[...], data1=t[...], data2=v, op=nl.add / subtract / multiply)`",
+      "other in-place operators (`/=`, `**=` ...) get a comment; `tiles[i] = ...` on a Python list stays. "
+      "The matmul form accumulates in PSUM as the 0.3 guide documents (M0325), rounding once per partial "
+      "sum: --check allows the dtype's rounding when it was made", numerics=True),
     R("M0203", "0.1-0.2", "Update indexing syntax for mgrid and arange", "partial",
       "an index `E + i` with `i` from `nl.mgrid[lo:hi, ...]`, `nl.arange(n)[:, None]` or `grid.p/.x` "
       "becomes the slice `E+lo:E+hi`; a scalar beside grid indices becomes `e:e+1` (the rank stays); the "
@@ -92,6 +102,9 @@ RULES: tuple[Rule, ...] = (
     R("M0214", "0.1-0.2", "0.1 reductions over loops: nl.loop_reduce", "flag",
       "`nl.loop_reduce` gets a comment",
       "0.6 writes the accumulation into an SBUF tile in the loop body; its shape is the trace's"),
+    R("M0216", "0.1-0.2", "0.1 dtype limits: nl.fp32.min (and .max)", "rewrite",
+      "`nl.fp32.min` / `.max` become the float32 limits as literals (-3.4028234663852886e+38 / "
+      "3.4028234663852886e+38); 0.6 has no `nl.fp32`"),
     # --- block dimensions ---------------------------------------------------------
     R("M0251", "blockdim", "What are block dimensions? (a leading nl.par_dim)", "rewrite",
       "`nl.par_dim(P)` as the first dimension of a shape becomes `P`"),

@@ -141,6 +141,51 @@ def test_m0202_check(tmp_path):
     assert check_runs(tmp_path, src, None, A, needs_01=True).outputs == 1
 
 
+def test_m0215():
+    b = rewritten("""
+        t = nl.ndarray((128, 64), dtype=a.dtype, buffer=nl.sbuf)
+        tiles = [t, t]
+        t[...] = nl.load(a)
+        t[0:128, 0:64] = 0
+        t[...] = nl.exp(t)
+        p = nl.zeros((64, 64), dtype=nl.float32, buffer=nl.psum)
+        p[...] += nl.matmul(t[0:128, 0:64], t[0:128, 0:64], transpose_x=True)
+        t[...] *= t
+        t[...] /= t
+        tiles[1] = nl.exp(t)
+    """)
+    assert b.splitlines() == [
+        "t = nl.ndarray((128, 64), dtype=a.dtype, buffer=nl.sbuf)",
+        "tiles = [t, t]",
+        "nisa.dma_copy(dst=t[...], src=a)",
+        "nisa.memset(dst=t[0:128, 0:64], value=0)",
+        "nisa.tensor_copy(dst=t[...], src=nl.exp(t))",
+        "p = nl.zeros((64, 64), dtype=nl.float32, buffer=nl.psum)",
+        "nisa.nc_matmul(p[...], t[0:128, 0:64], t[0:128, 0:64], accumulate=True)",
+        "nisa.tensor_tensor(dst=t[...], data1=t[...], data2=t, op=nl.multiply)",
+        "# nkicc-migrate: M0215 an in-place tile update: write it as an instruction with dst=",
+        "t[...] /= t",
+        "tiles[1] = nl.exp(t)",
+    ]
+
+
+def test_m0215_check(tmp_path):
+    src = kernel("""
+        out = nl.ndarray((64, 64), dtype=a.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray((128, 64), dtype=a.dtype, buffer=nl.sbuf)
+        t[...] = nl.load(a)
+        p = nl.zeros((64, 64), dtype=nl.float32, buffer=nl.psum)
+        for k in nl.affine_range(2):
+            p[...] += nl.matmul(t[0:128, 0:64], t[0:128, 0:64], transpose_x=True)
+        s = nl.ndarray((64, 64), dtype=a.dtype, buffer=nl.sbuf)
+        s[...] = nl.copy(p)
+        s[...] += s
+        nl.store(out, value=s)
+        return out
+    """)
+    assert check_runs(tmp_path, src, None, A, needs_01=True).outputs == 1
+
+
 def test_m0203():
     b = rewritten("""
         i_p, i_f = nl.mgrid[0:128, 0:64]   # the grid
@@ -192,7 +237,7 @@ def test_m0204():
         "    # nkicc-migrate: M0204 mask= bounds an index this statement does not use as a grid slice (e.g. t[...]): "
         "bound the computed region by hand",
         "    # nkicc-migrate: M0203 index grid used outside a subscript: rewrite with slices or .ap()",
-        "    t[...] = nl.multiply(t, 2.0, mask=(i * 128 + ix < 300))",
+        "    nisa.tensor_copy(dst=t[...], src=nl.multiply(t, 2.0, mask=(i * 128 + ix < 300)))",
     ]
 
 
@@ -297,6 +342,13 @@ def test_m0214():
     assert notes(mig(kernel("s = nl.loop_reduce(a, op=nl.add, loop_indices=[0])"))) == ["M0214"]
 
 
+def test_m0216():
+    b = rewritten("x = nisa.affine_select(pred, a, nl.fp32.min)\ny = nl.fp32.max", params="a, pred")
+    assert "nl.fp32.min" not in b and "-3.4028234663852886e+38" in b and "y = 3.4028234663852886e+38" in b
+    import numpy as np
+    assert float(np.finfo(np.float32).min) == -3.4028234663852886e+38
+
+
 # --- block dimensions ------------------------------------------------------------------
 
 def test_m0251(tmp_path):
@@ -320,7 +372,7 @@ def test_m0252(tmp_path):
     """)
     assert b.splitlines() == [
         "t = [[nl.ndarray((128, 64), dtype=a.dtype, buffer=nl.sbuf) for _ in range(3)] for _ in range(2)]",
-        "t[1][2][0:128, 0:64] = nl.load(a)",
+        "nisa.dma_copy(dst=t[1][2][0:128, 0:64], src=a)",
         "u = t[1][2]",
         "# nkicc-migrate: M0252 a block dimension sliced or used whole: index each block, or fold the blocks "
         "into the free dimension",
