@@ -767,6 +767,10 @@ def _drop_statements(block, dead: set[str]):
 
 # --- ISA destinations (M0202) -----------------------------------------------------------
 
+# nl calls that make no tile (indices, ranges, registers, sizes)
+RANGES = {"program_id", "num_programs", "program_ndim", "ds", "arange", "mgrid", "par_dim", "affine_range",
+          "sequential_range", "static_range", "dynamic_range", "register_alloc", "tile_size"}
+
 # instruction -> the 0.6 parameter whose shape (and dtype) the result has
 ELEMENTWISE = {"activation": "data", "tensor_tensor": "data1", "tensor_scalar": "data", "tensor_copy": "src",
                "reciprocal": "data", "exponential": "src", "scalar_tensor_tensor": "data",
@@ -800,6 +804,7 @@ class IsaDst(Pass):
         super().__init__(ctx)
         self.top: list[cst.CSTNode | None] = []
         self.lists: set[str] = set()   # names bound to Python lists (of tiles) in the kernel
+        self.tiles: set[str] = set()   # names bound to what an nl/nisa call made (`acc += t` updates a tile)
 
     def visit_FunctionDef(self, node):
         lists = self.lists
@@ -811,6 +816,16 @@ class IsaDst(Pass):
                         lists.update(_target_names(t.target))
 
         node.body.visit(V())
+        tiles, names = self.tiles, self.ctx.names
+
+        class T(cst.CSTVisitor):
+            def visit_Assign(self, a):
+                q = names.qual(a.value.func) if isinstance(a.value, cst.Call) else None
+                if q and q.startswith(("nki.language.", "nki.isa.")) and q.split(".")[-1] not in RANGES:
+                    for t in a.targets:
+                        tiles.update(_target_names(t.target))
+
+        node.body.visit(T())
 
     def visit_SimpleStatementLine(self, node):
         s = node.body[0] if len(node.body) == 1 else None
@@ -838,7 +853,8 @@ class IsaDst(Pass):
         if not (q and q.startswith(ISA + ".")):
             target = (s.targets[0].target if isinstance(s, cst.Assign) and len(s.targets) == 1 else
                       s.target if isinstance(s, cst.AugAssign) else None)
-            if self.on("M0215") and self.in_kernel() and self._is_tile_target(target):
+            if self.on("M0215") and self.in_kernel() and (self._is_tile_target(target) or (
+                    isinstance(s, cst.AugAssign) and isinstance(target, cst.Name) and target.value in self.tiles)):
                 return self._tile_write(updated, s)
             return updated
         if _kw(s.value, "dst") is not None:

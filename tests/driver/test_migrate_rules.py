@@ -153,6 +153,9 @@ def test_m0215():
         t[...] *= t
         t[...] /= t
         tiles[1] = nl.exp(t)
+        p += nl.matmul(t, t, transpose_x=True)
+        n = 0
+        n += 1
     """)
     assert b.splitlines() == [
         "t = nl.ndarray((128, 64), dtype=a.dtype, buffer=nl.sbuf)",
@@ -166,6 +169,9 @@ def test_m0215():
         "# nkicc-migrate: M0215 an in-place tile update: write it as an instruction with dst=",
         "t[...] /= t",
         "tiles[1] = nl.exp(t)",
+        "nisa.nc_matmul(p, t, t, accumulate=True)",
+        "n = 0",
+        "n += 1",
     ]
 
 
