@@ -141,14 +141,29 @@ def notes_of(text: str) -> list[Note]:
     return out
 
 
-def nki_names(text: str) -> set[str]:
+def nki_names(text: str, kernel_code: bool = False) -> set[str]:
     """Every NKI name the file uses, canonical and whole (`nl.tile_size.pmax` ->
-    nki.language.tile_size.pmax), for the census against the API reference."""
+    nki.language.tile_size.pmax), for the census against the API reference;
+    `kernel_code`: only in its kernels and the functions they call (with their
+    decorators), not in the script around them."""
     module = cst.parse_module(text)
     names = Names(module)
     out: set[str] = set()
+    scope: set[str] | None = None
+    if kernel_code:
+        ctx = Context(names, set())
+        scan_kernels(module, ctx)
+        scope = ctx.kernel_scope
 
     class Uses(cst.CSTVisitor):
+        def visit_Module(self, node):
+            if scope is not None:
+                for stmt in node.body:
+                    if isinstance(stmt, cst.FunctionDef) and stmt.name.value in scope:
+                        stmt.visit(self)
+                return False
+            return True
+
         def visit_Import(self, node):
             return False
 

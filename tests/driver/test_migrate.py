@@ -148,6 +148,14 @@ def test_bad_input_is_one_line(tmp_path, args, code, text):
         assert "bad.py:2:" in lines[0]
 
 
+def test_nki_names_of_kernel_code_leave_the_script_out():
+    src = COMMENTED + "\n\ndef bench(x):\n    return nki.benchmark(scale, warmup=1)(x, x)\n"
+    assert "nki.benchmark" in nki_names(src) and "nki.benchmark" not in nki_names(src, kernel_code=True)
+    assert "nki.language.mgrid" in nki_names(src, kernel_code=True)
+    nested = "import nki\nimport nki.language as nl\n\n@nki.jit\ndef k(a):\n    def body(i):\n        nl.exp(a)\n"
+    assert nki_names(nested, kernel_code=True) == {"nki.jit", "nki.language.exp"}
+
+
 def test_nki_names_are_canonical_and_whole():
     m = migrate_source(COMMENTED, "k.py")
     assert nki_names(COMMENTED) >= {"nki.language.mgrid", "nki.isa.tensor_tensor", "nki.jit"}
