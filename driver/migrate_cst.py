@@ -906,6 +906,8 @@ class IsaDst(Pass):
             elif isinstance(value, (cst.Integer, cst.Float)) or (
                     isinstance(value, cst.UnaryOperation) and isinstance(value.expression, (cst.Integer, cst.Float))):
                 text = f"{isa}.memset(dst={dst}, value={code(value)})"
+            elif q == f"{NL}.copy" and len(value.args) == 1 and value.args[0].keyword is None:
+                text = f"{isa}.tensor_copy(dst={dst}, src={code(value.args[0].value)})"
             else:
                 text = f"{isa}.tensor_copy(dst={dst}, src={code(value)})"
         else:
@@ -1047,7 +1049,13 @@ class BlockDims(Pass):
             node = cst.Subscript(node, rest)
         return node
 
-    def leave_Name(self, original, updated):
+    def leave_Attribute(self, original, updated):
+        if not self.blocks or not isinstance(updated.value, cst.Name) or updated.value.value not in self.blocks[-1]:
+            return updated
+        if updated.attr.value == "dtype":  # every block has the tensor's dtype
+            return updated.with_changes(value=expr(updated.value.value + "[0]" * self.blocks[-1][updated.value.value]))
+        self.flag("M0252", f"`.{updated.attr.value}` of a tensor with block dimensions, now a list of tiles: "
+                           "use one block's, or the list's length")
         return updated
 
 

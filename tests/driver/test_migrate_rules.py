@@ -148,6 +148,7 @@ def test_m0215():
         t[...] = nl.load(a)
         t[0:128, 0:64] = 0
         t[...] = nl.exp(t)
+        t[...] = nl.copy(t)
         p = nl.zeros((64, 64), dtype=nl.float32, buffer=nl.psum)
         p[...] += nl.matmul(t[0:128, 0:64], t[0:128, 0:64], transpose_x=True)
         t[...] *= t
@@ -163,6 +164,7 @@ def test_m0215():
         "nisa.dma_copy(dst=t[...], src=a)",
         "nisa.memset(dst=t[0:128, 0:64], value=0)",
         "nisa.tensor_copy(dst=t[...], src=nl.exp(t))",
+        "nisa.tensor_copy(dst=t[...], src=t)",
         "p = nl.zeros((64, 64), dtype=nl.float32, buffer=nl.psum)",
         "nisa.nc_matmul(p[...], t[0:128, 0:64], t[0:128, 0:64], accumulate=True)",
         "nisa.tensor_tensor(dst=t[...], data1=t[...], data2=t, op=nl.multiply)",
@@ -375,6 +377,8 @@ def test_m0252(tmp_path):
         t[1, 2, 0:128, 0:64] = nl.load(a)
         u = t[1, 2]
         v = t[0:1]
+        w = nl.ndarray((128, 64), dtype=t.dtype, buffer=nl.sbuf)
+        n = t.shape
     """)
     assert b.splitlines() == [
         "t = [[nl.ndarray((128, 64), dtype=a.dtype, buffer=nl.sbuf) for _ in range(3)] for _ in range(2)]",
@@ -383,6 +387,10 @@ def test_m0252(tmp_path):
         "# nkicc-migrate: M0252 a block dimension sliced or used whole: index each block, or fold the blocks "
         "into the free dimension",
         "v = t[0:1]",
+        "w = nl.ndarray((128, 64), dtype=t[0][0].dtype, buffer=nl.sbuf)",
+        "# nkicc-migrate: M0252 `.shape` of a tensor with block dimensions, now a list of tiles: use one "
+        "block's, or the list's length",
+        "n = t.shape",
     ]
     src = kernel("""
         out = nl.ndarray((128, 128), dtype=a.dtype, buffer=nl.shared_hbm)
