@@ -108,9 +108,12 @@ def migrate_source(source: str, path: str = "<string>", start: str | None = None
     if detected is None:
         raise NkiccError("E200", f"{path} imports no NKI module (nki, neuronxcc.nki)", None,
                          "give a kernel file written for NKI")
-    assumed = ""
+    assumed, infos = "", []
     if start is None:
         start, assumed = detected, why
+    elif detected == "0.1" and start != "0.1":
+        infos.append(f"{path}: note: it imports neuronxcc.nki (NKI 0.1), yet --from {start}: the rules of the "
+                     f"sections before {start} are not applied")
     if VERSIONS.index(start) > VERSIONS.index(stop):
         raise NkiccError("E201", f"--from {start} is newer than --to {stop}", None, "migrations go forward only")
     ctx = Context(names, {r.id for r in rules_between(start, stop)})
@@ -124,7 +127,7 @@ def migrate_source(source: str, path: str = "<string>", start: str | None = None
             module = module.visit(p(ctx))
     after = module.code
     return Migration(path, source, after, start, stop, assumed, set(ctx.applied), notes_of(after),
-                     [f"{path}: note[{r}] {BY_ID[r].heading}: {t}" for r, t in ctx.infos])
+                     infos + [f"{path}: note[{r}] {BY_ID[r].heading}: {t}" for r, t in ctx.infos])
 
 
 def notes_of(text: str) -> list[Note]:

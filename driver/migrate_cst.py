@@ -280,7 +280,8 @@ class Namespace(Pass):
     def leave_ImportAlias(self, original, updated):
         # `import neuronxcc.nki.language` binds `neuronxcc`; its dotted uses are fixed in leave_Attribute
         new = updated.with_changes(name=self._fix(updated.name))
-        if new.asname is not None and _module_name(new.name) == new.asname.name.value:  # `import nki as nki`
+        if _module_name(original.name).startswith("neuronxcc") and new.asname is not None and \
+                _module_name(new.name) == new.asname.name.value:  # `import neuronxcc.nki as nki` -> `import nki`
             new = new.with_changes(asname=None)
         return new
 

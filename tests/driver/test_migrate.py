@@ -61,6 +61,14 @@ def test_round_trip_keeps_comments_and_formatting():
     assert same.after == m.after and not same.changed and same.diff() == ""
 
 
+def test_an_nki_file_keeps_its_imports_and_a_contradicting_from_is_noted():
+    src = "import nki as nki\nimport nki.language as nl\n\n\n@nki.jit\ndef k(a):\n    return a\n"
+    assert migrate_source(src, "k.py", "0.3").after == src
+    m = migrate_source(src.replace("import nki as nki", "import neuronxcc.nki as nki"), "k.py", "0.3")
+    assert m.infos == ["k.py: note: it imports neuronxcc.nki (NKI 0.1), yet --from 0.3: the rules of the sections "
+                       "before 0.3 are not applied"]
+
+
 def test_second_run_changes_nothing():
     src = COMMENTED.replace("x, x, op", "x, nisa.iota(x), op")  # an ISA call it must leave a comment on
     once = migrate_source(src, "k.py")
