@@ -523,6 +523,7 @@ class GridIndex(Pass):
         super().__init__(ctx)
         self.grids: list[Grids] = []
         self.clip: list[dict[str, tuple[str, bool]]] = []    # per statement: squashed index -> (bound, used)
+        self.targets: dict = {}   # the statement's assignment target -> may it become an .ap() view
 
     def visit_FunctionDef(self, node):
         grids = Grids(self.ctx.names)
@@ -564,6 +565,15 @@ class GridIndex(Pass):
 
     def visit_SimpleStatementLine(self, node):
         self.clip.append({})
+        s = node.body[0] if len(node.body) == 1 else None
+        # assignment targets -> whether M0215 will turn the statement into an instruction
+        if isinstance(s, cst.Assign) and len(s.targets) == 1:
+            self.targets = {s.targets[0].target: self.on("M0215")}
+        elif isinstance(s, cst.AugAssign):
+            self.targets = {s.target: self.on("M0215") and isinstance(
+                s.operator, (cst.AddAssign, cst.SubtractAssign, cst.MultiplyAssign))}
+        else:
+            self.targets = {}
         g = self.g
         if g is None or not (g.vars or g.objects) or squash(node) in g.defs:
             return
@@ -616,11 +626,54 @@ class GridIndex(Pass):
             return updated
         new = self._slices(updated)
         if new is None:
+            ap = self._access_pattern(updated, original)
+            if ap is not None:
+                self.did("M0203")
+                return ap
             self.flag("M0203", "index grid is not a plain slice (strided, permuted or broadcast): "
                                "write it with slices or .ap()")
             return updated
         self.did("M0203")
         return updated.with_changes(slice=new)
+
+    def _access_pattern(self, sub: cst.Subscript, original) -> cst.BaseExpression | None:
+        """`t[i_p, c*i_1 + i_2]` over a whole grid -> `t.ap(pattern=[[step, num], ...], offset=...)`:
+        one [step, num] pair per grid axis, in axis order, each step the axis's coefficient times
+        the stride of the dimension it indexes (t.shape[k+1] * ...); an assignment target only
+        where M0215 turns the assignment into an instruction."""
+        g = self.g
+        target_ok = original not in self.targets or self.targets[original]
+        if not target_ok or self.clip[-1] or not isinstance(sub.value, (cst.Name, cst.Attribute)):
+            return None
+        elems = list(sub.slice)
+        if any(not isinstance(e.slice, cst.Index) or e.slice.star is not None or
+               isinstance(e.slice.value, cst.Ellipsis) for e in elems):
+            return None
+        base = code(sub.value)
+        axes: dict[int, tuple[Axis, str]] = {}     # grid axis -> (Axis, step code)
+        offset: list[str] = []
+        rank = None
+        for j, e in enumerate(elems):
+            stride = " * ".join(f"{base}.shape[{k}]" for k in range(j + 1, len(elems))) or "1"
+            for sign, term in _terms(e.slice.value):
+                coef, v = _scaled_axis(term, g)
+                if v is None:
+                    if g.refers(term):
+                        return None
+                    offset.append(("-" if sign < 0 else "") + _mul(_atom(code(term)), stride))
+                    continue
+                if sign < 0 or v.axis in axes or (rank is not None and v.rank != rank) or v.base:
+                    return None
+                rank = v.rank
+                step = _mul(_mul(coef, v.step), stride)
+                axes[v.axis] = (v, step)
+                if v.lo != "0":
+                    offset.append(_mul(_mul(coef, _atom(v.lo)), stride))
+        if rank is None or sorted(axes) != list(range(rank)):
+            return None
+        pairs = ", ".join(f"[{step}, {_count(a)}]" for a, step in (axes[k] for k in range(rank)))
+        off = " + ".join(offset) if offset else "0"
+        return expr(f"{base}.ap(pattern=[{pairs}], offset={off})")
 
     def _slices(self, sub: cst.Subscript):
         g = self.g
@@ -703,6 +756,32 @@ class GridIndex(Pass):
             if not any(r == "M0203" for r, _ in self._marks[-1]):
                 self.flag("M0203", "index grid used outside a subscript: rewrite with slices or .ap()")
         return updated
+
+
+def _scaled_axis(term, g: Grids) -> tuple[str, Axis | None]:
+    """`v`, `c * v`, `v * c` (c free of grids) -> (c, v's Axis)."""
+    ax = g.axis_of(term)
+    if ax is not None:
+        return "1", ax
+    if isinstance(term, cst.BinaryOperation) and isinstance(term.operator, cst.Multiply):
+        for a, b in ((term.left, term.right), (term.right, term.left)):
+            ax = g.axis_of(a)
+            if ax is not None and not g.refers(b):
+                return _atom(code(b)), ax
+    return "1", None
+
+
+def _mul(a: str, b: str) -> str:
+    if a == "1":
+        return b
+    if b == "1":
+        return a
+    return f"{a} * {b}"
+
+
+def _count(ax: Axis) -> str:
+    n = ax.hi if ax.lo == "0" else f"{_atom(ax.hi)} - {_atom(ax.lo)}"
+    return n if ax.step == "1" else f"({n} + {ax.step} - 1) // {ax.step}"
 
 
 def _has_arange(node, g: Grids) -> bool:
@@ -931,6 +1010,8 @@ class IsaDst(Pass):
 
     def _is_tile_target(self, target) -> bool:
         """A subscript of a tile, not of a Python list of tiles (`tiles[i] = ...` stays Python)."""
+        if isinstance(target, cst.Call) and isinstance(target.func, cst.Attribute) and target.func.attr.value == "ap":
+            return True   # an access pattern M0203 made of a 0.1 index grid
         if not isinstance(target, cst.Subscript):
             return False
         node, plain = target, True   # plain: every subscript in the chain one index, no slice

@@ -66,10 +66,12 @@ RULES: tuple[Rule, ...] = (
       "sum: --check allows the dtype's rounding when it was made", numerics=True),
     R("M0203", "0.1-0.2", "Update indexing syntax for mgrid and arange", "partial",
       "an index `E + i` with `i` from `nl.mgrid[lo:hi, ...]`, `nl.arange(n)[:, None]` or `grid.p/.x` "
-      "becomes the slice `E+lo:E+hi`; a scalar beside grid indices becomes `e:e+1` (the rank stays); the "
+      "becomes the slice `E+lo:E+hi`; a scalar beside grid indices becomes `e:e+1` (the rank stays); an "
+      "index that is linear in the grid's axes, each used once (`t[i_p, c*i_1 + i_2]`, a transpose "
+      "`t[i_f, i_p]`), becomes `t.ap(pattern=[[step, num], ...], offset=...)`, one pair per grid axis; the "
       "grid's definition goes once nothing uses it",
-      "strided or permuted grids (`c*i + j`, `t[i_f, i_p]`) make gathers and transposes, not slices: "
-      "they need an access pattern (`.ap`), written by the author"),
+      "a grid axis used twice or not at all, or non-linearly (`i*i`), and grids in a mask the statement "
+      "does not bound, get a comment"),
     R("M0204", "0.1-0.2", "Deprecation of masking", "partial",
       "`mask=(E + i < B) & ...` whose terms bound the statement's own grid indices becomes slices that "
       "stop at `min(B, E+hi)`; the mask argument goes",

@@ -205,6 +205,8 @@ def test_m0203():
         v = nl.load(a[iy, ix])
         w = nl.load(a[3, ix])
         y = nl.load(a[i_f, i_p])
+        z = nl.load(a[i_p, 2 * i_f + 1])
+        q = nl.load(a[i_p, i_f * i_f])
     """)
     assert b.splitlines() == [
         "i_p, i_f = nl.mgrid[0:128, 0:64]   # the grid",
@@ -212,9 +214,11 @@ def test_m0203():
         "u = nl.load(a[0:128, 32:32 + 32])",
         "v = nl.load(a[2:2 + 16, 0:64])",
         "w = nl.load(a[3:3 + 1, 0:64])",
+        "y = nl.load(a.ap(pattern=[[1, 128], [a.shape[1], 64]], offset=0))",
+        "z = nl.load(a.ap(pattern=[[a.shape[1], 128], [2, 64]], offset=1))",
         "# nkicc-migrate: M0203 index grid is not a plain slice (strided, permuted or broadcast): write it with "
         "slices or .ap()",
-        "y = nl.load(a[i_f, i_p])",
+        "q = nl.load(a[i_p, i_f * i_f])",
     ]
 
 
@@ -227,6 +231,24 @@ def test_m0203_check(tmp_path):
             nl.store(out[i * 64 + i_p, i_f], value=nl.multiply(t, 2.0))
         return out
     """)
+    assert check_runs(tmp_path, src, None, A, needs_01=True).outputs == 1
+
+
+def test_m0203_access_pattern_check(tmp_path):
+    """A transpose and a strided pool, as the tutorials write them with grids, become .ap() views."""
+    src = kernel("""
+        out = nl.ndarray((128, 64), dtype=a.dtype, buffer=nl.shared_hbm)
+        t = nl.load(a)
+        i_p, i_x, i_y = nl.mgrid[0:128, 0:8, 0:8]
+        u = nl.ndarray((128, 64), dtype=a.dtype, buffer=nl.sbuf)
+        u[i_p, i_y * 8 + i_x] = nl.copy(t[i_p, i_x * 8 + i_y])
+        j_p, j_1, j_2, j_3, j_4 = nl.mgrid[0:128, 0:4, 0:2, 0:4, 0:2]
+        s = nl.sum(u[j_p, 16 * j_1 + 8 * j_2 + 2 * j_3 + j_4], axis=[2, 4])
+        nl.store(out[0:128, 0:16], value=s)
+        nl.store(out[0:128, 16:64], value=u[0:128, 16:64])
+        return out
+    """)
+    assert "nl.mgrid" not in mig(src).after
     assert check_runs(tmp_path, src, None, A, needs_01=True).outputs == 1
 
 
