@@ -5,6 +5,7 @@ rewrite kept the kernel's meaning by simulating both on the same random inputs.
 """
 from __future__ import annotations
 
+import ast
 import difflib
 import os
 import sys
@@ -126,6 +127,10 @@ def migrate_source(source: str, path: str = "<string>", start: str | None = None
         if any(r in ctx.enabled for r in p.rules):
             module = module.visit(p(ctx))
     after = module.code
+    try:
+        ast.parse(after)
+    except SyntaxError as exc:  # a rewrite made invalid Python: nkicc's bug, never the user's
+        raise RuntimeError(f"nkicc migrate produced invalid Python at line {exc.lineno} of {path}") from exc
     return Migration(path, source, after, start, stop, assumed, set(ctx.applied), notes_of(after),
                      infos + [f"{path}: note[{r}] {BY_ID[r].heading}: {t}" for r, t in ctx.infos])
 

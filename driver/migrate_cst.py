@@ -567,11 +567,13 @@ class GridIndex(Pass):
         self.clip.append({})
         s = node.body[0] if len(node.body) == 1 else None
         # assignment targets -> whether M0215 will turn the statement into an instruction
-        if isinstance(s, cst.Assign) and len(s.targets) == 1:
-            self.targets = {s.targets[0].target: self.on("M0215")}
+        isa = isinstance(getattr(s, "value", None), cst.Call) and (self.qual(s.value.func) or "").startswith(ISA + ".")
+        if isinstance(s, cst.Assign) and len(s.targets) == 1:   # M0202 or M0215 makes it an instruction's dst
+            self.targets = {s.targets[0].target: self.on("M0202") if isa else self.on("M0215")}
         elif isinstance(s, cst.AugAssign):
-            self.targets = {s.target: self.on("M0215") and isinstance(
-                s.operator, (cst.AddAssign, cst.SubtractAssign, cst.MultiplyAssign))}
+            matmul = isa and self.qual(s.value.func) == f"{ISA}.nc_matmul" and isinstance(s.operator, cst.AddAssign)
+            self.targets = {s.target: self.on("M0202") if matmul else (not isa and self.on("M0215") and isinstance(
+                s.operator, (cst.AddAssign, cst.SubtractAssign, cst.MultiplyAssign)))}
         else:
             self.targets = {}
         g = self.g
@@ -756,6 +758,10 @@ class GridIndex(Pass):
             if not any(r == "M0203" for r, _ in self._marks[-1]):
                 self.flag("M0203", "index grid used outside a subscript: rewrite with slices or .ap()")
         return updated
+
+
+def _is_ap(node) -> bool:
+    return isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "ap"
 
 
 def _scaled_axis(term, g: Grids) -> tuple[str, Axis | None]:
@@ -950,7 +956,8 @@ class IsaDst(Pass):
             call = _without(call, "dtype")
         else:
             dtype_arg = None
-        if isinstance(s, cst.Assign) and len(s.targets) == 1 and isinstance(s.targets[0].target, cst.Subscript):
+        if isinstance(s, cst.Assign) and len(s.targets) == 1 and (
+                isinstance(s.targets[0].target, cst.Subscript) or _is_ap(s.targets[0].target)):
             self.did("M0202")
             return updated.with_changes(body=[cst.Expr(_add_args(call, front=[_arg(s.targets[0].target)]))])
         if isinstance(s, cst.AugAssign) and isinstance(s.operator, cst.AddAssign) and name == "nc_matmul":
@@ -1010,7 +1017,7 @@ class IsaDst(Pass):
 
     def _is_tile_target(self, target) -> bool:
         """A subscript of a tile, not of a Python list of tiles (`tiles[i] = ...` stays Python)."""
-        if isinstance(target, cst.Call) and isinstance(target.func, cst.Attribute) and target.func.attr.value == "ap":
+        if _is_ap(target):
             return True   # an access pattern M0203 made of a 0.1 index grid
         if not isinstance(target, cst.Subscript):
             return False

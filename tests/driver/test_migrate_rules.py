@@ -207,6 +207,8 @@ def test_m0203():
         y = nl.load(a[i_f, i_p])
         z = nl.load(a[i_p, 2 * i_f + 1])
         q = nl.load(a[i_p, i_f * i_f])
+        t[i_f, i_p] = nisa.nc_transpose(y)
+        t[i_f, i_p] /= y
     """)
     assert b.splitlines() == [
         "i_p, i_f = nl.mgrid[0:128, 0:64]   # the grid",
@@ -219,6 +221,11 @@ def test_m0203():
         "# nkicc-migrate: M0203 index grid is not a plain slice (strided, permuted or broadcast): write it with "
         "slices or .ap()",
         "q = nl.load(a[i_p, i_f * i_f])",
+        "nisa.nc_transpose(t.ap(pattern=[[1, 128], [t.shape[1], 64]], offset=0), y)",
+        "# nkicc-migrate: M0203 index grid is not a plain slice (strided, permuted or broadcast): write it with "
+        "slices or .ap()",
+        "# nkicc-migrate: M0215 an in-place tile update: write it as an instruction with dst=",
+        "t[i_f, i_p] /= y",
     ]
 
 
