@@ -19,10 +19,15 @@ from .api import _compile
 from .ir import Loc, NkiccError
 from .ir.numerics import random_values
 from .loader import resolve_kernel
-from .migrate_cst import MARK, PASSES, Context, LoadStoreAt02, Names, scan_kernels
+from .migrate_calls import Calls, EntryPoints, Kernels, LoadStoreAt02, Namespace, RuntimeLoops
+from .migrate_cst import MARK, Context, Names, scan_kernels
+from .migrate_grids import GridIndex
+from .migrate_tiles import BlockDims, IsaDst
 from .migrate_rules import BY_ID, VERSIONS, rules_between
 
 LATEST = VERSIONS[-1]
+# the passes in the order they run; a pass runs when one of its rules is in force
+PASSES = (Namespace, EntryPoints, BlockDims, GridIndex, IsaDst, Calls, Kernels, RuntimeLoops)
 # a file that imports plain `nki` is written for 0.2 or later; without --from the
 # earliest is assumed: every rule of a later version only rewrites what that version removed
 NKI_DEFAULT = "0.2"
