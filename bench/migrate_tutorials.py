@@ -186,11 +186,12 @@ def main(argv: list[str]) -> int:
 
 
 def render(rows, command: str) -> str:
-    ok = sum(r["check"].startswith("ok") for r in rows)
-    clean = sum(not r["census"] for r in rows)
+    kernels = [r for r in rows if r["kernel"] != "-"]   # "-": a file with no kernel of its own
+    ok = sum(r["check"].startswith("ok") for r in kernels)
+    clean = sum(not r["census"] for r in kernels)
     script = sorted({q for r in rows for q in r.get("script", [])})
-    lines = [BEGIN, "", f"Made by `{command}`: {ok} of {len(rows)} kernels pass --check; the migrated kernel "
-                        f"code of {clean} of {len(rows)} uses no name outside the 0.6 reference. Outside the kernels, "
+    lines = [BEGIN, "", f"Made by `{command}`: {ok} of {len(kernels)} kernels pass --check; the migrated kernel "
+                        f"code of {clean} of {len(kernels)} uses no name outside the 0.6 reference. Outside the kernels, "
                         f"the tutorials' scripts still use: {', '.join(script) or 'nothing'} (M0213: no 0.6 "
                         "counterpart).", "",
              "| commit | file | kernel | from | rules applied | left to the author | --check | census of the kernel code |",
