@@ -125,6 +125,7 @@ class EntryPoints(Pass):
 
 # --- 0.2 -> 0.3 calls (M0302, M0307, M0310-M0317, M0403, M0404, M0210, M0214, M0205, M0208) ----
 
+REDUCTIONS = {f"{NL}.{n}" for n in ("sum", "max", "min", "mean", "prod", "var")}
 # nki calls whose result is no tile (an index, a range, a register, a shape): not a dynamic access
 NOT_TENSORS = {"program_id", "num_programs", "program_ndim", "ds", "arange", "mgrid", "par_dim", "affine_range",
                "sequential_range", "static_range", "dynamic_range", "register_alloc", "ndarray", "zeros", "ones",
@@ -137,7 +138,7 @@ INT_ENUMS = {"dge_mode": dge_mode, "engine": engine, "oob_mode": oob_mode, "redu
 class Calls(Pass):
     """Argument-level rewrites of the 0.2 -> 0.3 and 0.3 -> 0.4 sections, and
     the 0.1 constructs that are flagged where they occur."""
-    rules = ("M0216", "M0302", "M0307", "M0310", "M0311", "M0312", "M0313", "M0314", "M0316", "M0317", "M0403",
+    rules = ("M0216", "M0217", "M0302", "M0307", "M0310", "M0311", "M0312", "M0313", "M0314", "M0316", "M0317", "M0403",
              "M0404", "M0210", "M0214", "M0205", "M0208", "M0206")
 
     def leave_Arg(self, original, updated):
@@ -205,9 +206,30 @@ class Calls(Pass):
                 self.flag("M0205", "nested slicing: write one subscript with the combined bounds")
         return updated
 
+    def _keep_partition(self, call: cst.Call) -> cst.Call:
+        """M0217: 0.1 keeps a reduction over every free axis (P, 1), so it broadcasts by partition."""
+        pos = _positional(call)
+        data = _kw(call, "x") or (pos[0] if pos else None)
+        axis = _kw(call, "axis") or (pos[1] if len(pos) > 1 else None)
+        if data is None or axis is None:
+            return call
+        v = axis.value
+        items = [e.value for e in v.elements] if isinstance(v, (cst.List, cst.Tuple)) else [v]
+        if not all(isinstance(i, cst.Integer) for i in items) or not isinstance(data.value, (cst.Name, cst.Attribute,
+                                                                                                 cst.Subscript)):
+            self.flag("M0217", "a 0.1 reduction over every free axis is (P, 1): add keepdims=True where it is")
+            return call
+        if any(int(i.value) == 0 for i in items):
+            return call   # over the partitions: no partition to keep
+        self.did("M0217")
+        keep = expr(f"{code(data.value)}.ndim == {len(items) + 1}")
+        return _add_args(call, back=[_arg(keep, "keepdims")])
+
     def leave_Call(self, original, updated):
         q = self.qual(updated.func) or ""
         name = q.split(".")[-1]
+        if q in REDUCTIONS and _kw(updated, "keepdims") is None and self.on("M0217"):
+            updated = self._keep_partition(updated)
         if q in (f"{ISA}.tensor_copy_dynamic_src", f"{ISA}.tensor_copy_dynamic_dst"):
             self.flag("M0403" if "M0403" in self.ctx.enabled and "M0302" not in self.ctx.enabled else "M0302",
                       "removed in 0.4: nisa.tensor_copy with src/dst .ap(pattern, scalar_offset=...)")

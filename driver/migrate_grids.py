@@ -149,6 +149,8 @@ class GridIndex(Pass):
         self.grids: list[Grids] = []
         self.clip: list[dict[str, tuple[str, bool]]] = []    # per statement: squashed index -> (bound, used)
         self.targets: dict = {}   # the statement's assignment target -> may it become an .ap() view
+        self.mask_left: list[dict[str, cst.BaseExpression]] = []   # per statement: squashed index -> its node
+        self.tiles: list[set[str]] = []   # per function: names bound to tiles
 
     def visit_FunctionDef(self, node):
         grids = Grids(self.ctx.names)
@@ -175,9 +177,11 @@ class GridIndex(Pass):
 
         node.body.visit(Defs())
         self.grids.append(grids)
+        self.tiles.append(_tile_names(node.body, self.ctx.names))
 
     def leave_FunctionDef(self, original, updated):
         grids = self.grids.pop()
+        self.tiles.pop()
         if not grids.defs:
             return updated
         used = _used_names(updated.body, skip=set(grids.defs))
@@ -190,6 +194,7 @@ class GridIndex(Pass):
 
     def visit_SimpleStatementLine(self, node):
         self.clip.append({})
+        self.mask_left.append({})
         s = node.body[0] if len(node.body) == 1 else None
         # assignment targets -> whether M0215 will turn the statement into an instruction
         isa = isinstance(getattr(s, "value", None), cst.Call) and (self.qual(s.value.func) or "").startswith(ISA + ".")
@@ -214,9 +219,46 @@ class GridIndex(Pass):
             else:
                 for k, v in terms.items():
                     self.clip[-1][k] = (v, False)
+                self.mask_left[-1] = dict(self._lefts)
+
+    def _rows(self, stmt, terms, lefts):
+        """`t[...] = nl.OP(a, b, mask=(E + i_p < B))`, OP element-wise and i_p a partition index
+        from 0: the instruction computes rows p < B - E of whole tiles, so it becomes
+        `t[0:K] = nl.OP(a[0:K], b[0:K])`, K = min(B - E, n) (a, b: the function's tiles)."""
+        s = stmt.body[0] if len(stmt.body) == 1 else None
+        if not (isinstance(s, cst.Assign) and len(s.targets) == 1 and _whole(s.targets[0].target)
+                and isinstance(s.value, cst.Call) and len(terms) == 1):
+            return None
+        call = s.value
+        if (self.qual(call.func) or "").split(".")[-1] not in ROW_WISE or not (self.qual(call.func) or "").startswith(NL):
+            return None
+        (key, (bound, used)), = terms.items()
+        parsed = self._element(lefts[key])
+        if used or parsed is None:
+            return None
+        offset, ax = parsed
+        if ax.axis != 0 or ax.lo != "0" or ax.step != "1":
+            return None
+        start = _plus(offset, ax.base)
+        rows = f"min({bound}, {ax.hi})" if start == "0" else f"min({bound} - ({start}), {ax.hi})"
+        tiles = self.tiles[-1] if self.tiles else set()
+
+        def cut(node):
+            if _whole(node) or (isinstance(node, cst.Name) and node.value in tiles):
+                base = node.value if isinstance(node, cst.Subscript) else node
+                return expr(f"{code(base)}[0:{rows}]")
+            return node
+
+        args = [a.with_changes(value=cut(a.value)) for a in _without(call, "mask").args]
+        if not any(a.value is not b.value for a, b in zip(args, _without(call, "mask").args)):
+            return None
+        new = s.with_changes(targets=[s.targets[0].with_changes(target=cut(s.targets[0].target))],
+                             value=call.with_changes(args=args))
+        return stmt.with_changes(body=[new])
 
     def _mask_terms(self, node) -> dict[str, str] | None:
         parts: list = []
+        self._lefts = {}
 
         def split(n):
             if isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.BitAnd):
@@ -243,6 +285,7 @@ class GridIndex(Pass):
                 return None
             bound = code(right)
             out[squash(left)] = _plus(bound, "1") if inclusive else bound
+            self._lefts[squash(left)] = left
         return out
 
     def leave_Subscript(self, original, updated):
@@ -371,18 +414,65 @@ class GridIndex(Pass):
         if terms and all(used for _, used in terms.values()) and self.on("M0204"):
             self.did("M0204")
             return _without(updated, "mask")
-        if terms:
-            self.flag("M0204", "mask= bounds an index this statement does not use as a grid slice "
-                               "(e.g. t[...]): bound the computed region by hand")
-        return updated
+        return updated   # the statement decides (leave_SimpleStatementLine): rows of whole tiles, or a comment
 
     def leave_SimpleStatementLine(self, original, updated):
-        self.clip.pop()
+        terms, lefts = self.clip.pop(), self.mask_left.pop()
+        if terms and not all(used for _, used in terms.values()) and self.on("M0204"):
+            rows = self._rows(updated, terms, lefts)
+            if rows is None:
+                self.flag("M0204", "mask= bounds an index this statement does not use as a grid slice "
+                                   "(e.g. t[...]): bound the computed region by hand")
+            else:
+                self.did("M0204")
+                updated = rows
         g = self.g
         if g is not None and (g.vars or g.objects) and squash(original) not in g.defs and g.refers(updated):
             if not any(r == "M0203" for r, _ in self._marks[-1]):
                 self.flag("M0203", "index grid used outside a subscript: rewrite with slices or .ap()")
         return updated
+
+
+# nl operations that compute each partition row from the same row of their operands
+ROW_WISE = {"add", "subtract", "multiply", "divide", "maximum", "minimum", "power", "exp", "log", "sqrt", "rsqrt",
+            "square", "abs", "negative", "reciprocal", "tanh", "sigmoid", "relu", "gelu", "silu", "erf", "sin", "cos",
+            "copy", "sign", "floor", "ceil", "equal", "not_equal", "greater", "greater_equal", "less", "less_equal"}
+
+
+def _whole(node) -> bool:
+    """`t[...]`."""
+    return isinstance(node, cst.Subscript) and len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index) \
+        and isinstance(node.slice[0].slice.value, cst.Ellipsis)
+
+
+def _tile_names(body, names: Names) -> set[str]:
+    """Names the function binds to tiles: results of nl/nisa calls, and views of tiles
+    (`t.broadcast_to(...)`, `t[...]`), in statement order."""
+    tiles: set[str] = set()
+
+    def makes_tile(v) -> bool:
+        if isinstance(v, cst.Call):
+            q = names.qual(v.func)
+            if q is not None:
+                return q.startswith(("nki.language.", "nki.isa.")) and q.split(".")[-1] not in (
+                    "program_id", "num_programs", "ds", "arange", "mgrid", "affine_range", "sequential_range",
+                    "static_range", "dynamic_range", "register_alloc")
+            f = v.func
+            return isinstance(f, cst.Attribute) and isinstance(f.value, cst.Name) and f.value.value in tiles
+        return isinstance(v, cst.Subscript) and isinstance(v.value, cst.Name) and v.value.value in tiles
+
+    class V(cst.CSTVisitor):
+        def visit_Assign(self, a):
+            if makes_tile(a.value):
+                for t in a.targets:
+                    tiles.update(_target_names(t.target))
+
+        def visit_AnnAssign(self, a):
+            if a.value is not None and makes_tile(a.value):
+                tiles.update(_target_names(a.target))
+
+    body.visit(V())
+    return tiles
 
 
 def _scaled_axis(term, g: Grids) -> tuple[str, Axis | None]:

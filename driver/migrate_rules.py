@@ -74,9 +74,10 @@ RULES: tuple[Rule, ...] = (
       "does not bound, get a comment"),
     R("M0204", "0.1-0.2", "Deprecation of masking", "partial",
       "`mask=(E + i < B) & ...` whose terms bound the statement's own grid indices becomes slices that "
-      "stop at `min(B, E+hi)`; the mask argument goes",
-      "a mask on an index it does not bound (`t[...]`, a tile computed whole) changes which elements are "
-      "written: left with a comment"),
+      "stop at `min(B, E+hi)`; `t[...] = nl.OP(a, b, mask=(E + i_p < B))`, OP element-wise and i_p a "
+      "partition index from 0, computes rows `0:min(B - E, n)` of the whole tiles t, a, b; the mask goes",
+      "any other mask (a non-element-wise operation, several bounds on whole tiles) changes which elements "
+      "are written in a way the text does not show: left with a comment"),
     R("M0205", "0.1-0.2", "Nested slicing is not available", "flag",
       "`t[a:b][c:d]` (two subscripts with slices) gets a comment",
       "the combined slice depends on the first one's shape; a list of tiles indexed then sliced is legal"),
@@ -107,6 +108,10 @@ RULES: tuple[Rule, ...] = (
     R("M0216", "0.1-0.2", "0.1 dtype limits: nl.fp32.min (and .max)", "rewrite",
       "`nl.fp32.min` / `.max` become the float32 limits as literals (-3.4028234663852886e+38 / "
       "3.4028234663852886e+38); 0.6 has no `nl.fp32`"),
+    R("M0217", "0.1-0.2", "0.1 reductions keep the partition: a (P, F) tile reduced over F is (P, 1)", "partial",
+      "`nl.sum(x, axis=[1])` (and max, min, mean, prod, var) gets `keepdims=x.ndim == 2` (1 + the number of axes "
+      "reduced): kept exactly where the reduction covers every free axis, as 0.1 kept it",
+      "an axis that is not a literal gets a comment"),
     # --- block dimensions ---------------------------------------------------------
     R("M0251", "blockdim", "What are block dimensions? (a leading nl.par_dim)", "rewrite",
       "`nl.par_dim(P)` as the first dimension of a shape becomes `P`"),

@@ -266,15 +266,17 @@ def test_m0204():
         for i in nl.affine_range(3):
             t = nl.load(a[i * 128 + ix, iy], mask=(i * 128 + ix < 300))
             t[...] = nl.multiply(t, 2.0, mask=(i * 128 + ix < 300))
+            t[...] = nl.matmul(t, t, mask=(i * 128 + ix < 300))
     """, params="a")
     assert b.splitlines() == [
         "ix = nl.arange(128)[:, None]",
         "for i in nl.affine_range(3):",
         "    t = nl.load(a[i * 128:min(300, i * 128 + 128), 0:64])",
+        "    nisa.tensor_copy(dst=t[0:min(300 - (i * 128), 128)], src=nl.multiply(t[0:min(300 - (i * 128), 128)], 2.0))",
         "    # nkicc-migrate: M0204 mask= bounds an index this statement does not use as a grid slice (e.g. t[...]): "
         "bound the computed region by hand",
         "    # nkicc-migrate: M0203 index grid used outside a subscript: rewrite with slices or .ap()",
-        "    nisa.tensor_copy(dst=t[...], src=nl.multiply(t, 2.0, mask=(i * 128 + ix < 300)))",
+        "    nisa.tensor_copy(dst=t[...], src=nl.matmul(t, t, mask=(i * 128 + ix < 300)))",
     ]
 
 
@@ -285,7 +287,9 @@ def test_m0204_check(tmp_path):
         iy = nl.arange(64)[None, :]
         for i in nl.affine_range(2):
             t = nl.load(a[i * 100 + ix, iy], mask=(i * 100 + ix < 128))
-            nl.store(out[i * 100 + ix, iy], value=t, mask=(i * 100 + ix < 128))
+            u = nl.multiply(t, 2.0)
+            u[...] = nl.multiply(u, 3.0, mask=(i * 100 + ix < 128))
+            nl.store(out[i * 100 + ix, iy], value=u, mask=(i * 100 + ix < 128))
         return out
     """)
     assert check_runs(tmp_path, src, None, A, needs_01=True).outputs == 1
@@ -384,6 +388,34 @@ def test_m0216():
     assert "nl.fp32.min" not in b and "-3.4028234663852886e+38" in b and "y = 3.4028234663852886e+38" in b
     import numpy as np
     assert float(np.finfo(np.float32).min) == -3.4028234663852886e+38
+
+
+def test_m0217(tmp_path):
+    b = rewritten("""
+        t = nl.load(a)
+        s = nl.sum(t, axis=[1])
+        m = nl.max(t, axis=1, dtype=nl.float32)
+        p = nl.sum(t, axis=0)
+        k = nl.mean(t, axis=ax)
+        u = nl.multiply(t, s)
+    """, params="a, ax")
+    assert b.splitlines() == [
+        "t = nl.load(a)",
+        "s = nl.sum(t, axis=[1], keepdims=t.ndim == 2)",
+        "m = nl.max(t, axis=1, dtype=nl.float32, keepdims=t.ndim == 2)",
+        "p = nl.sum(t, axis=0)",
+        "# nkicc-migrate: M0217 a 0.1 reduction over every free axis is (P, 1): add keepdims=True where it is",
+        "k = nl.mean(t, axis=ax)",
+        "u = nl.multiply(t, s)",
+    ]
+    src = kernel("""
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        t = nl.load(a)
+        s = nl.sum(t, axis=[1])
+        nl.store(out, value=nl.multiply(t, s))
+        return out
+    """)
+    assert check_runs(tmp_path, src, None, A, needs_01=True).outputs == 1
 
 
 # --- block dimensions ------------------------------------------------------------------
