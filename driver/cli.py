@@ -561,6 +561,48 @@ def _flags(flag: str, items: List[str]) -> List[str]:
     return [x for item in items for x in (flag, item)]
 
 
+@app.command("migrate")
+def migrate_cmd(
+    file: str = typer.Argument(..., metavar="FILE.py", help="A kernel file written for an older NKI version"),
+    from_: Optional[str] = typer.Option(None, "--from", help="The version it is written for: 0.1 ... 0.5 (default: "
+                                                             "0.1 for neuronxcc.nki imports, else 0.2)"),
+    to: str = typer.Option("0.6", "--to", help="The version to migrate to"),
+    diff: bool = typer.Option(False, "--diff", help="Print the rewrite as a unified diff (the default)"),
+    write: bool = typer.Option(False, "--write", help="Rewrite FILE.py in place (atomically; after --check passes)"),
+    check: bool = typer.Option(False, "--check", help="Compile and simulate the kernel before and after on random "
+                                                      "inputs; fail unless the outputs agree"),
+    kernel: Optional[str] = typer.Option(None, "--kernel", help="With --check: the kernel, when the file has several"),
+    arg: List[str] = ARG, const: List[str] = CONST, target: Optional[str] = TARGET,
+    seed: int = typer.Option(0, "--seed", help="Seed of --check's random inputs"),
+    grid: Optional[str] = typer.Option(None, "--grid", help="With --check: an SPMD launch grid, e.g. 2,2"),
+):
+    """Rewrite a kernel to a newer NKI version, rule by rule of the migration guide (docs/migration.md).
+    What cannot be rewritten stays, with a `# nkicc-migrate: RULE` comment and a warning."""
+    from . import migrate  # start-up: libcst (~100 ms) for nkicc migrate only
+
+    try:
+        if diff and write:
+            raise NkiccError("E201", "--diff and --write exclude each other", None, "give one of them")
+        m = migrate.migrate_file(file, from_, to)
+        typer.echo(f"nkicc migrate: {file}: NKI {m.start} -> {m.stop}" + (f" ({m.assumed})" if m.assumed else ""),
+                   err=True)
+        for line in m.infos:
+            typer.echo(line, err=True)
+        for note in m.notes:
+            typer.echo(note.warning(file), err=True)
+        if check:
+            launch = tuple(int(g) for g in grid.split(",")) if grid else None
+            typer.echo(migrate.check(m, kernel, arg, const, seed=seed, target=target, grid=launch).line(), err=True)
+        if write:
+            if m.changed:
+                migrate.write_atomically(file, m.after)
+            typer.echo(f"wrote {file}: {len(m.rules_applied)} rule(s) applied, {len(m.notes)} left to finish", err=True)
+        else:
+            typer.echo(m.diff(), nl=False)
+    except NkiccError as err:
+        _fail(err)
+
+
 @app.command("passes")
 def passes_cmd(
     no_plugin: List[str] = NO_PLUGIN, plugin: List[str] = PLUGIN,

@@ -139,6 +139,11 @@ CODES: dict[str, tuple[str, str]] = {
              "a report shown in a notebook) is drawn with matplotlib, an optional extra: pip install "
              "'nkicc[plot]'. It draws a simulation that kept a trace: the machine simulator with timing on, "
              "run with trace=True or a trace path (the command line's --timeline does that)."),
+    "E215": ("the migrated kernel differs from the original",
+             "`nkicc migrate --check` compiled and simulated the kernel as written and as migrated, on the same "
+             "random inputs, and an output differs (beyond the output dtype's rounding where the guide "
+             "documents a numerics change between the versions). A rule's rewrite changed the meaning: read "
+             "the diff, and the `# nkicc-migrate:` comments, which mark what was left to you."),
     "E210": ("the Dask cluster cannot be used",
              "`nkicc tune` and `nkicc run --shards` with --cluster tcp://HOST:PORT connect to an existing Dask "
              "scheduler; it did not answer within 10 s, or had no workers within 30 s. Start one with `dask "
