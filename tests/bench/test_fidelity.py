@@ -12,7 +12,6 @@ fidelity = load_bench("fidelity")
 
 # rows nkicc does not reproduce within 15% today; docs/fidelity.md explains each
 KNOWN_OFF = {
-    ("mamba-v1-v2", "v2"),                       # the hardware's VectorE slows under v1's reload traffic
     ("mamba-seq", "v2 seq_len 2048"),            # neuronx-cc's SBUF allocation of v2 at seq_len >= 1024
     ("mamba-seq", "v2 / v3 at seq_len 2048"),
     ("kernel-opt", "tiled (loads in the K loop): pe"),  # nkicc is DMA-bandwidth-bound where the hardware is not
