@@ -85,4 +85,4 @@ def licm(block: Block, region, ctx) -> Block:
 @hookimpl
 def nkicc_passes():
     return [Pass("licm", licm, "hoist loop-invariant loads, fills and element-wise instructions (with their allocations) out of loops",
-                 scope="region", after=("verify",))]
+                 scope="region", after=("verify",), version="2")]
