@@ -36,6 +36,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "examples"))
 
 import nkicc  # noqa: E402
 import fidelity_kernels as fk  # noqa: E402
+import fidelity_public as fp  # noqa: E402
 import matmul as mm  # noqa: E402
 
 TOLERANCE = 0.15
@@ -53,6 +54,8 @@ class Row:
     nkicc: float | None = None
     note: str = ""
     reference: bool = False      # the table's first step, the denominator of the others: not a check
+    # the profiled compiler spilled where nkicc's allocator does not (docs/fidelity.md): shown, not counted
+    vendor_spill: bool = False
 
     @property
     def error(self) -> float | None:
@@ -60,7 +63,7 @@ class Row:
 
     @property
     def ok(self) -> bool:
-        return self.reference or (self.error is not None and abs(self.error) <= TOLERANCE)
+        return self.reference or self.vendor_spill or (self.error is not None and abs(self.error) <= TOLERANCE)
 
 
 @dataclass
@@ -70,6 +73,7 @@ class Claim:
     faster: str
     slower: str
     ok: bool | None = None
+    vendor_spill: bool = False   # rests on a row the profiled compiler spilled in: shown, not counted
 
 
 @dataclass
@@ -83,6 +87,8 @@ class Table:
     claims: list[Claim] = field(default_factory=list)
     raw: dict = field(default_factory=dict)  # nkicc's absolute estimates
     held_out: bool = True        # no constant was fitted on this table
+    fitted: str = ""             # else: which constant, on which row
+    bounds: dict = field(default_factory=dict)  # run -> its critical path's shares by engine
 
 
 # --- running kernels ------------------------------------------------------------------------
@@ -95,7 +101,8 @@ def simulate(kernel, args, target, passes=None, meta=None) -> dict:
     c = nkicc.compile(kernel, *args, passes={"target": target, **(passes or {})}, cache=False, **(meta or {}))
     c.run(*args)
     sim = c.report["sim"]
-    return {"total_ns": sim["total_ns"], **{f"{e}_active_pct": s["active_pct"] for e, s in sim["engines"].items()}}
+    return {"total_ns": sim["total_ns"], "critical": sim.get("critical_path", {}),
+            **{f"{e}_active_pct": s["active_pct"] for e, s in sim["engines"].items()}}
 
 
 # --- the tables ---------------------------------------------------------------------------------
@@ -124,14 +131,17 @@ def mamba_absolute(quick: bool) -> Table:
     t = Table("mamba-abs", "Fused Mamba v1: absolute latency and channel scaling",
               f"{MAMBA}, 'Initial NKI Kernel' > 'Performance Check' (172.93 usec at batch 1, seq_len 512, "
               "256 channels, state 16) and 'Increasing input channels size' (2.34 ms at 4096 channels)",
-              "as stated", "trn1, the tutorial's shapes; v1 with the licm pass off")
+              "as stated", "trn1, the tutorial's shapes; v1 with the licm pass off; nkicc's kernel estimate "
+              f"+ LAUNCH_US ({fp.LAUNCH_US:g} us)", held_out=False, fitted=fp.FITTED)
     small = simulate(fk.mamba_v1, fk.mamba_inputs(1, 256, 512, 16), "trn1", {"disable": ["licm"]})["total_ns"]
+    launch = fp.LAUNCH_US * 1e3  # the published figures are whole executions (bench/fidelity_public.py)
     t.raw["v1_us@256ch"] = small / 1e3
-    t.rows.append(Row("v1 latency at 256 channels (us)", 172.93, small / 1e3, "absolute: no shape cancels"))
+    t.rows.append(Row("v1 latency at 256 channels (us)", 172.93, (small + launch) / 1e3,
+                      "absolute: no shape cancels; + LAUNCH_US"))
     if not quick:
         big = simulate(fk.mamba_v1, fk.mamba_inputs(1, 4096, 512, 16), "trn1", {"disable": ["licm"]})["total_ns"]
         t.raw["v1_us@4096ch"] = big / 1e3
-        t.rows.append(Row("v1 at 4096 channels / at 256", 2340.0 / 172.93, big / small))
+        t.rows.append(Row("v1 at 4096 channels / at 256", 2340.0 / 172.93, (big + launch) / (small + launch)))
     return t
 
 
@@ -362,24 +372,32 @@ def constants_table() -> str:
 
 
 def markdown(tables: list[Table], plots: str | None = None) -> str:
-    rows = [r for t in tables for r in t.rows if not r.reference]
-    claims = [c for t in tables for c in t.claims]
+    rows = [r for t in tables for r in t.rows if not r.reference and not r.vendor_spill]
+    claims = [c for t in tables for c in t.claims if not c.vendor_spill]
+    spilled = sum(r.vendor_spill for t in tables for r in t.rows)
     lines = [f"{sum(r.ok for r in rows)} of {len(rows)} published figures reproduced within 15%; "
-             f"{sum(bool(c.ok) for c in claims)} of {len(claims)} published rankings agree.", ""]
+             f"{sum(bool(c.ok) for c in claims)} of {len(claims)} published rankings agree"
+             + (f" ({spilled} rows where the profiled compiler spilled are shown, not counted)." if spilled else "."),
+             ""]
     for t in tables:
         lines += [f"### {t.title}", "", f"Published: {t.source}.", "", f"nkicc: {t.setup}.",
-                  "" if t.held_out else "\n**Fitted on this table** (`dma_fixed_ns`, see the constants).", ""]
+                  "" if t.held_out else f"\n**Not held out:** {t.fitted}.", ""]
         if plots:
             lines += [f"![{t.title}](img/fidelity_{t.key}.png)", ""]
         lines += [f"| {t.unit} | published | nkicc | error | within 15% |", "|---|---|---|---|---|"]
         for r in t.rows:
-            verdict = "(reference)" if r.reference else "yes" if r.ok else "**no**"
+            verdict = ("(reference)" if r.reference else "(vendor spill)" if r.vendor_spill
+                       else "yes" if r.ok else "**no**")
             lines.append(f"| {r.label} | {r.published:.3g} | {r.nkicc:.3g} | {100 * r.error:+.1f}% | {verdict} |")
         if t.claims:
             lines += ["", "| published ranking | nkicc agrees |", "|---|---|"]
-            lines += [f"| {c.text} | {'yes' if c.ok else '**no**'} |" for c in t.claims]
+            lines += [f"| {c.text} | {'yes' if c.ok else '**no**'}{' (vendor spill)' if c.vendor_spill else ''} |"
+                      for c in t.claims]
         if t.raw:
             lines += ["", "nkicc's absolute estimates: " + ", ".join(f"{k} {v:,.1f}" for k, v in t.raw.items())]
+        if t.bounds:
+            lines += ["", "| nkicc's run | critical path by engine (the first bounds it) |", "|---|---|"]
+            lines += [f"| {k} | {v} |" for k, v in t.bounds.items()]
         lines.append("")
     return "\n".join(lines)
 
@@ -442,10 +460,61 @@ def plot(t: Table, folder: str) -> str | None:
     return path
 
 
-def run_tables(quick: bool) -> list[Table]:
+def public_tables(quick: bool) -> list[Table]:
+    """The SDK's own tutorial kernels (bench/fidelity_public.py); none without an SDK snapshot."""
+    mamba = fp.mamba_public(quick, simulate, Table, Row, Claim, fk.mamba_inputs,
+                            f"{MAMBA}, 'Performance Check' (v1: 172.93 us at 256 channels, 2.34 ms at 4096), "
+                            "'Minimizing data reloading by loop reordering' (v2: 1.61 ms) and the scaling table "
+                            "after 'Mitigate spilling by tiling seq_len'")
+    kopt = fp.matmul_public(quick, simulate, Table, Row, Claim,
+                            f"{KOPT}, the total time on each profile's full-run screenshot (39.89, 28.20, 28.41, "
+                            "28.30 ms)")
+    return [t for t in (mamba, kopt) if t is not None]
+
+
+def run_tables(quick: bool, public: bool | None = None) -> list[Table]:
+    """Every table; the public kernels' (which need the SDK snapshot) by default in the full run only."""
     kopt = kernel_opt(quick)
-    return [mamba_v1_v2(quick), mamba_seq(quick), mamba_active(quick), mamba_absolute(quick), kopt,
-            kernel_opt_latency(kopt, quick), arithmetic_intensity(), dma_statements()]
+    tables = [mamba_v1_v2(quick), mamba_seq(quick), mamba_active(quick), mamba_absolute(quick), kopt,
+              kernel_opt_latency(kopt, quick), arithmetic_intensity(), dma_statements()]
+    if public if public is not None else not quick:
+        tables += public_tables(quick)
+    return mark_vendor_spills(tables)
+
+
+# the profiles in which the tutorial's compiler spilled (fused_mamba.rst: spill traffic from v2 at
+# seq_len 1024 on) and nkicc's allocator does not: their rows are shown, not counted (issue 37)
+SPILLED_V2_FROM = 1024
+
+
+def mark_vendor_spills(tables: list[Table]) -> list[Table]:
+    """Flag the rows and rankings that rest on a v2 profile with the vendor's spill (their labels
+    end in the seq_len)."""
+    def seq(text: str) -> int:
+        return int(text.split()[-1])
+    for t in tables:
+        if t.key == "mamba-seq":
+            for r in t.rows:
+                r.vendor_spill = r.label.startswith("v2") and seq(r.label) >= SPILLED_V2_FROM
+            for c in t.claims:  # (each is v3 against v2)
+                c.vendor_spill = seq(c.text) >= SPILLED_V2_FROM
+        elif t.key == "mamba-active":
+            for r in t.rows:
+                r.vendor_spill = r.label.startswith("v2,") and seq(r.label) >= SPILLED_V2_FROM
+    return tables
+
+
+def tables_from_json(path: str) -> list[Table]:
+    """The tables a run wrote with --json, to render again without simulating."""
+    with open(path) as f:
+        raw = json.load(f)
+    out = []
+    for d in raw:
+        d = dict(d)
+        d["rows"] = [Row(**r) for r in d["rows"]]
+        d["claims"] = [Claim(**c) for c in d["claims"]]
+        out.append(Table(**d))
+    return mark_vendor_spills(out)
 
 
 def main() -> None:
@@ -454,6 +523,9 @@ def main() -> None:
     ap.add_argument("--markdown", help="update the generated sections of this file (docs/fidelity.md)")
     ap.add_argument("--plots", help="write one PNG per table into this folder")
     ap.add_argument("--json", help="write the rows to this file")
+    ap.add_argument("--from-json", help="render the tables of a run saved with --json (no simulation)")
+    ap.add_argument("--only-public", action="store_true",
+                    help="only the SDK's public kernels' tables (bench/fidelity_public.py), printed")
     ap.add_argument("--constants-only", action="store_true",
                     help="only regenerate the constants section of --markdown (runs no kernel)")
     args = ap.parse_args()
@@ -461,7 +533,10 @@ def main() -> None:
         splice(args.markdown, "constants", constants_table())
         return
     t0 = time.perf_counter()
-    tables = run_tables(args.quick)
+    if args.only_public:
+        print(markdown(public_tables(args.quick)) or "no SDK snapshot: nothing to run")
+        return
+    tables = tables_from_json(args.from_json) if args.from_json else run_tables(args.quick)
     wall = time.perf_counter() - t0
     text = markdown(tables, args.plots)
     print(text)

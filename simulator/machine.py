@@ -42,6 +42,7 @@ from .reference import ReferenceMachine, gather_index
 from .hazards import HazardChecks
 from .scratch import Scratch
 from .report import DMA_DIRECTIONS, EngineStats, SimReport
+from .timing import CHAINED_ENGINES
 from ..ir.ops.collectives import group_of, payload as collective_payload
 from ..ir.ops.dma import engine_share
 from .comm import RankComm, single
@@ -62,6 +63,11 @@ def _background_ns(op: Op, engine: str, m) -> float:
         return 0.0
     ctx = ops.CostContext(m.decls, m.target, m.costs, engine, m.comm.size)
     return ctx.ns(ctx.background_cycles(op, ops.of(op)))
+
+
+def _static_ns(engine: str, m) -> float:
+    """A compute instruction's static overhead (the cost table's fixed_cycles) on its engine."""
+    return ops.CostContext(m.decls, m.target, m.costs, engine, m.comm.size).ns(m.costs.fixed_cycles)
 
 
 class MachineSimulator(HazardChecks):
@@ -340,6 +346,13 @@ class MachineSimulator(HazardChecks):
         p.hz_writes = [get(a) for a in writes(op)]  # outputs, and dependency tokens
         p.cost = cost_ns(op, p.engine, self.decls, self.target, self.costs, self.comm.size) if self.timing else 0.0
         p.hidden = min(p.cost, _background_ns(op, p.engine, self)) if self.timing else 0.0
+        # the tensors whose writing by the engine's previous instruction keeps this one from
+        # hiding its static overhead behind it (timing.py), those it writes, and what it hides then
+        # (the on-chip access start, which ARCH1 says engines partly hide through parallelism)
+        p.chain_reads = frozenset(a.tensor for a in op.ins if isinstance(a, Access)) \
+            if p.engine in CHAINED_ENGINES else frozenset()
+        p.chain_writes = frozenset(a.tensor for a in op.outs)
+        p.chain_hidden = max(0.0, p.hidden - _static_ns(p.engine, self)) if p.chain_reads else p.hidden
         p.collective = ops.of(op).collective
         p.dma_dir, p.dma_bytes, p.spill, p.fabric_ns = None, 0, False, 0.0
         if p.engine == "dma":
@@ -865,6 +878,7 @@ class MachineSimulator(HazardChecks):
                     r.spill_bytes += p.dma_bytes * p.count
         if self.timing:  # busy times and counts as executed, active time (timing.py)
             clock.fill(engines, queues, total)
+            r.critical_path = clock.critical_path()
         else:
             for s in list(engines.values()) + list(queues.values()):
                 s.busy_ns = 0.0

@@ -159,7 +159,8 @@ class Plan:
     __slots__ = ("op", "id", "opcode", "engine", "queue", "ekey", "tid", "waits", "cost", "accs", "by_id",
                  "outs", "scalars", "hz_reads", "hz_writes", "count", "loc_str", "loop_vars", "dma_dir",
                  "dma_bytes", "fabric_ns", "spill", "mode", "dyn_accs", "is_matmul", "rotate", "collective", "is_print",
-                 "tokens", "hidden", "wait_plain", "wait_rot", "oob_skip")
+                 "tokens", "hidden", "wait_plain", "wait_rot", "oob_skip", "chain_reads", "chain_writes",
+                 "chain_hidden")
 
     def __init__(self, op: Op) -> None:
         self.op = op

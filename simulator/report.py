@@ -35,6 +35,9 @@ class SimReport:
     executed: int = 0                     # instructions executed (loops unrolled at run time)
     total_ns: float | None = None         # estimated end-to-end time; None with timing off
     engines: dict[str, EngineStats] = field(default_factory=dict)   # pe dve act pool dma
+    # engine -> percent of the estimated time it spends on the critical path (the chain of
+    # instructions, each started by the one before it, that ends last); the largest bounds the kernel
+    critical_path: dict[str, float] = field(default_factory=dict)
     dma_queues: dict[str, EngineStats] = field(default_factory=dict)  # "q0".. for queues used
     dma_bytes: dict[str, int] = field(default_factory=lambda: {d: 0 for d in DMA_DIRECTIONS})
     spill_bytes: int = 0                  # bytes moved to/from tensors with role "spill"
@@ -67,11 +70,17 @@ class SimReport:
         """Engine -> active time in percent (pe, dve, act, pool, dma), as neuron-profile shows it."""
         return {name: s.active_pct for name, s in self.engines.items()}
 
+    @property
+    def bound(self) -> str | None:
+        """The engine with the largest share of the critical path: what bounds the kernel."""
+        return max(self.critical_path, key=self.critical_path.get) if self.critical_path else None
+
     def to_dict(self) -> dict:
         d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "timeline"}
         d["engines"] = {k: asdict(v) for k, v in self.engines.items()}
         d["dma_queues"] = {k: asdict(v) for k, v in self.dma_queues.items()}
         d["dma_bytes"], d["prints"] = dict(self.dma_bytes), list(self.prints)
+        d["critical_path"] = dict(self.critical_path)
         if self.total_ns is not None:
             d["total_ns"] = round(self.total_ns, 3)
         for group in ("engines", "dma_queues"):
@@ -90,6 +99,10 @@ class SimReport:
                  f"in {self.wall_s:.3f} s host time"]
         if self.total_ns is not None:
             lines.append(f"estimated time {self.total_ns / 1000:.3f} us ({self.note})")
+        if self.bound is not None:
+            parts = ", ".join(f"{ENGINE_NAMES.get(e, e)} {v:.1f}%" for e, v in
+                              sorted(self.critical_path.items(), key=lambda kv: -kv[1]))
+            lines.append(f"  bound by {ENGINE_NAMES.get(self.bound, self.bound)}: critical path {parts}")
         for name, s in self.engines.items():
             active = f"  {s.active_pct:5.1f}% active" if self.timing else ""
             if self.timing and name == "dma" and len(self.dma_queues) > 1:

@@ -42,6 +42,20 @@ from .report import EngineStats
 # engines that run compute instructions; DMA queues are separate resources
 COMPUTE_ENGINES = ("pe", "dve", "act", "pool")
 
+# engines on which an instruction that reads the output of the instruction before it cannot hide
+# its static overhead (fixed_cycles) while that one executes: ARCH1 "Vector Engine" > "Cost Model" (add the 100-cycle
+# overhead "with every instruction depending on the output tile of the previous instruction") and
+# fused_mamba.rst (that overhead dominates such sequences "on ScalarE/VectorE"). Reads are matched
+# by tensor, not by bytes.
+CHAINED_ENGINES = ("dve", "act", "pool")
+_NOTHING = frozenset()
+
+# the critical path's parts, by the engine that spent them (critical_path below); the last slot
+# holds the path's end (its total)
+PATH_ENGINES = COMPUTE_ENGINES + ("dma", "other")
+_PATH_SLOT = {e: i for i, e in enumerate(PATH_ENGINES)}
+_NO_PATH = (0.0,) * (len(PATH_ENGINES) + 1)
+
 _TOL = 1e-6  # ns: two times this close are the same time
 _NO_FINISH = repeat(-float("inf"))  # fin.get's default for every wait (map(fin.get, waits, _NO_FINISH))
 
@@ -63,7 +77,8 @@ class ClockState:
     act_live: the DMA active time so far and its intervals still open after the floor (act: the
     activity itself, for restore); hz: per record group, the hazard records finishing after H."""
     __slots__ = ("T", "H", "Hw", "floor", "efree", "eexec", "ebusy", "ecount", "end_ns", "fin", "rot", "rf",
-                 "fab", "blocked", "act_total", "act_live", "act", "hz", "forgotten", "closed_loops")
+                 "fab", "blocked", "act_total", "act_live", "act", "hz", "forgotten", "closed_loops",
+                 "epath", "fpath", "end_path", "elast")
 
 
 @dataclass(frozen=True)
@@ -123,6 +138,13 @@ class TimingModel:
         self.record_groups = self.groups + self.groups
         self.forgotten = 0  # hazard records forgotten to bound memory
         self.closed_loops: dict[str, int] = {}  # loop label -> iterations timed in closed form
+        # the critical path (longest chain of instructions, each started by the one before it: its
+        # engine's previous instruction or the wait that finished last), as time per engine: the
+        # chain ending at each engine's last instruction, at each op's latest finish, and at the end
+        self.epath = [_NO_PATH] * n
+        self.fpath: dict[int, tuple] = {}
+        self.elast = [_NOTHING] * n  # the tensors each engine's last instruction wrote
+        self.end_path = _NO_PATH
 
     def release(self) -> None:
         """Drop the hazard records (MachineSimulator.release_memory)."""
@@ -146,25 +168,36 @@ class TimingModel:
         # LoadStationary": back-to-back instructions pay only their execution); that part is
         # exposed when the instruction waits for its inputs or its predecessor is short.
         hidden = p.hidden
+        chain = getattr(p, "chain_reads", None)
+        if hidden and chain and not chain.isdisjoint(self.elast[k]):
+            hidden = p.chain_hidden  # it reads what the one before it writes: its static overhead shows
         start = free - hidden
         fin = self.finish_of
+        src = None  # the op whose finish set the start (None: the engine's previous instruction)
         if p.wait_plain:
             f = max(map(fin.get, p.wait_plain, _NO_FINISH))
             if f > start:
                 start = f
+                src = max(p.wait_plain, key=lambda w: fin.get(w, -float("inf")))
         boxes = None
         for w in p.wait_rot:  # a rotating DMA: only its executions that touched this op's memory
             f = fin.get(w)
             if f is not None and f > start:
                 if boxes is None:
                     boxes = self.boxes(p)
+                was = start
                 start = self.rot_fin[w].latest(boxes, start)  # max(start, those executions' finish)
+                if start > was:
+                    src = w
         if meet is not None:  # a collective: it starts when the last rank of its group is ready
             start = meet(start)
-        if hidden:
+        if p.hidden:
             if start < self.eexec[k]:  # one instruction in decode while the one before it executes
                 start = self.eexec[k]
+                src = None
             self.eexec[k] = start + hidden
+        if chain is not None:
+            self.elast[k] = p.chain_writes
         finish = start + p.cost
         if start < free:
             start = free  # the engine's span begins when it is free: the overhead ran before that
@@ -182,8 +215,17 @@ class TimingModel:
             fin[p.id] = rot.latest_ns
         else:
             fin[p.id] = finish
+        # the chain that led here, and this instruction's part: from its predecessor's finish to its own
+        path = list(self.epath[k] if src is None else self.fpath.get(src, _NO_PATH))
+        path[_PATH_SLOT.get(p.engine, -2)] += finish - path[-1]
+        path[-1] = finish
+        path = tuple(path)
+        self.epath[k] = path
+        if fin[p.id] == finish:
+            self.fpath[p.id] = path
         if finish > self.end_ns:
             self.end_ns = finish
+            self.end_path = path
         if p.engine == "dma":
             self.dma_activity.add(start, finish, self.dma_floor)
         return start, finish
@@ -199,6 +241,17 @@ class TimingModel:
         """The earliest start a DMA not yet timed can have: when the first queue frees."""
         efree = self.efree
         return min(efree[k] for k in self.dma_keys)
+
+    def critical_path(self) -> dict[str, float]:
+        """Engine -> its share (percent) of the critical path: the chain of instructions that ends
+        last, each started by its predecessor on the chain (its engine's previous instruction or the
+        input it waited for last). An instruction's part runs from its predecessor's finish to its
+        own, so a wait for the shared DMA engines counts as DMA and an exposed overhead as the
+        engine's; the parts add up to the estimated time."""
+        path = self.end_path
+        if not path[-1] > 0:
+            return {}
+        return {e: round(100.0 * t / path[-1], 2) for e, t in zip(PATH_ENGINES, path) if t > _TOL}
 
     def fill(self, engines: dict, queues: dict, total: float | None) -> None:
         """Put the busy times and counts of the engines and of the DMA queues as executed into
@@ -241,6 +294,8 @@ class TimingModel:
         s.hz = [[(k, r) for k, r in d.items() if r[5] > s.H] for d in self.records]
         s.forgotten = self.forgotten
         s.closed_loops = dict(self.closed_loops)
+        s.epath, s.fpath, s.end_path = list(self.epath), dict(self.fpath), self.end_path
+        s.elast = list(self.elast)
         return s
 
     def restore(self, s: ClockState) -> None:
@@ -263,6 +318,8 @@ class TimingModel:
             _refill(d, live)
         self.forgotten = s.forgotten
         self.closed_loops = dict(s.closed_loops)
+        self.epath, self.fpath, self.end_path = list(s.epath), dict(s.fpath), s.end_path
+        self.elast = list(s.elast)
 
     def roles(self, a: ClockState, b: ClockState) -> list:
         """to[e]: the engine in state b that is in the state engine e was in at a. Rotating DMAs are
@@ -291,7 +348,7 @@ class TimingModel:
             return None
         # an engine's last execution start matters to an instruction that hides its overhead behind it,
         # which begins no earlier than Hw
-        if any(to[key] != key for key in self.hidden_keys):
+        if any(to[key] != key or a.elast[key] != b.elast[key] for key in self.hidden_keys):
             return None
         if not all(_near(y - x, D) or (x == y and x <= a.Hw) for x, y in zip(a.eexec, b.eexec)):
             return None
@@ -364,17 +421,27 @@ class TimingModel:
                 self.ecount[h] += times * (b.ecount[e] - a.ecount[e])
         for _ in range(rest):  # the roles k periods on: k % cycle steps
             held = [to[h] for h in held]
+        # the critical path over k periods: each period adds what one period added to the path that
+        # ends last (its parts sum to D, as the end moves by D)
+        step = tuple(k * (y - x) for x, y in zip(a.end_path, b.end_path))
+        epath = list(self.epath)
         for e, h in enumerate(held):  # (self.efree is b's now)
             self.efree[h] = b.efree[e] + dt
+            epath[h] = _plus(b.epath[e], step)
+        self.epath = epath
+        self.end_path = _plus(b.end_path, step)
         for key, x, y in zip(self.hidden_keys, a.eexec, b.eexec):
             if _near(y - x, D):
                 self.eexec[key] += dt
         dexec = k * mv.executed
         self.end_ns += dt
         fin = self.finish_of
+        fpath = self.fpath
         for key, x in a.fin.items():
             if _near(b.fin[key] - x, D):
                 fin[key] += dt
+                if key in fpath:
+                    fpath[key] = _plus(fpath[key], step)
         self.rot_next += k * (b.rot - a.rot)
         gb = {g: v * n for g, v in mv.group_bytes.items()}
         for i, r in self.rot_fin.items():
@@ -389,6 +456,10 @@ class TimingModel:
             s = gb.get(g, 0)
             _refill(d, [(_box(key, s, elems, n), _rec(r, s, elems.get(id(r[7]), 0) * n, dt, dexec))
                         for key, r in live])
+
+
+def _plus(path: tuple, step: tuple) -> tuple:
+    return tuple(x + y for x, y in zip(path, step))
 
 
 def _near(x: float, y: float) -> bool:

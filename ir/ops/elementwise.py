@@ -89,10 +89,20 @@ def _summed(terms: np.ndarray, reduce: tuple) -> np.ndarray:
     return terms.sum(axis=reduce, dtype=F32)
 
 
+def partition_broadcast(a: Access) -> bool:
+    """An on-chip read of one partition's row into many (nl.broadcast_to over partitions)."""
+    return bool(a.pattern) and a.pattern[0][0] == 0 and a.pattern[0][1] > 1
+
+
 def _tensor_tensor_cost(op: Op, ctx: CostContext) -> float:
-    """max(64, 2N) cycles; N when one input streams from PSUM."""
+    """max(64, 2N) cycles; N when one input streams from PSUM. A compute engine cannot read a
+    partition broadcast from SBUF: the vendor's compiler broadcasts it with a TensorE
+    instruction, which writes PSUM (fused_mamba.rst, Step 1 Option 2: "partition-dim broadcast
+    often requires a separate instruction on TensorE"), so that input streams from PSUM too.
+    (That TensorE instruction is not charged: it waits only for the row's load.)"""
     t = ctx.table
-    psum = any(ctx.decls[a.tensor].buffer == "psum" for a in op.ins if isinstance(a, Access))
+    psum = any(ctx.decls[a.tensor].buffer == "psum" or partition_broadcast(a)
+               for a in op.ins if isinstance(a, Access))
     factor = 1 if psum else t.tensor_tensor_factor
     return ctx.ns(ctx.fixed_cycles(op) + max(t.elementwise_min, factor * free_size(op.outs[0])))
 
