@@ -80,6 +80,12 @@ def test_bf16_inputs():
     np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=1e-2)
 
 
+def test_trace_only():
+    from nki.compiler.frontend import ParserFrontend
+    compiled = ParserFrontend().compile(scale_add, inputs={"a": A, "b": B, "s": 2.0}, target="trn2", lnc=1)
+    assert compiled.name == "scale_add"
+
+
 @pytest.mark.skip(reason="too slow for a CPU simulator")
 def test_skipped():
     pass
@@ -209,7 +215,7 @@ def test_runs_the_suite_and_reports_each_outcome(tmp_path):
     cases = _cases(xml)
     assert {n: s for n, (s, _) in cases.items()} == {
         "test_passes": "passed", "test_wrong_golden_fails": "failure", "test_bf16_inputs": "passed",
-        "test_skipped": "skipped", "test_where_modules_come_from": "passed",
+        "test_skipped": "skipped", "test_where_modules_come_from": "passed", "test_trace_only": "passed",
         "test_all_reduce_on_four_ranks": "passed"}, proc.stdout + proc.stderr
     assert "Mismatched elements" in proc.stdout  # the failure is the suite's own assertion, reported as such
     props = cases["test_passes"][1]
