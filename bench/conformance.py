@@ -588,6 +588,10 @@ def suite_main(argv) -> int:
     ap.add_argument("--compare", metavar="OLD_JSON", default=None,
                     help="a results file this wrote before: name every item that passed there and does not now "
                          "(exit 1 if there is one)")
+    ap.add_argument("--from-journal", default=None, metavar="JSONL",
+                    help="write the report from the items a stopped run finished (its JSON.partial.jsonl)")
+    ap.add_argument("--command", default=None, help="with --from-journal: the command that made the run")
+    ap.add_argument("--note", default=None, help="with --from-journal: what the run was")
     return conformance_suite.main(ap.parse_args(argv))
 
 

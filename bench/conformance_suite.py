@@ -54,6 +54,7 @@ class Chunk:
     timeout: float
     mem_gb: float
     run_all: bool
+    journal: str = ""  # each finished chunk's items are appended here (JSON lines): a stopped run keeps them
 
 
 def _env(chunk_or_library, run_all: bool) -> dict:
@@ -85,11 +86,13 @@ def collect(library: str, run_all: bool, paths=(TESTS,)) -> list:
     return ids
 
 
-def chunks(library: str, ids: list, first: int | None, timeout: float, mem_gb: float, run_all: bool) -> list:
+def chunks(library: str, ids: list, first: int | None, timeout: float, mem_gb: float, run_all: bool,
+           journal: str = "") -> list:
     by_file = collections.OrderedDict()
     for nodeid in ids:
         by_file.setdefault(nodeid.split("::")[0], []).append(nodeid)
-    return [Chunk(library, items[:first] if first else items, timeout, mem_gb, run_all) for items in by_file.values()]
+    return [Chunk(library, items[:first] if first else items, timeout, mem_gb, run_all, journal)
+            for items in by_file.values()]
 
 
 def run_chunk(chunk: Chunk) -> list:
@@ -121,6 +124,9 @@ def run_chunk(chunk: Chunk) -> list:
                                           f"{tail[0][:200]}")
         item.nodeid = nodeid
         items.append(item)
+    if chunk.journal:
+        with open(chunk.journal, "a") as f:
+            f.write("".join(json.dumps(asdict(i)) + "\n" for i in items))
     return items
 
 
@@ -184,7 +190,14 @@ def run_all_chunks(work: list, workers: int | None, cluster: str | None, log) ->
 
     with connect(workers, cluster) as client:
         keys = [f"suite-{i}-{c.nodeids[0].split('::')[0].replace('/', '.')}" for i, c in enumerate(work)]
-        outcomes, _ = run_tasks(client, run_chunk, work, keys)
+        seen = []
+
+        def progress(counts):
+            if [counts.done, counts.failed] != seen[-2:]:
+                seen.extend([counts.done, counts.failed])
+                log(f"files: {counts.done} done, {counts.failed} failed, {counts.running} running, of {counts.total}")
+
+        outcomes, _ = run_tasks(client, run_chunk, work, keys, on_progress=progress)
     for chunk, outcome in zip(work, outcomes):
         if outcome.state == "done":
             items += outcome.value
@@ -215,7 +228,7 @@ def write_report(items: list, out: str, snapshot: str, command: str, wall: float
     lines = [BEGIN, "## The library's own test suite", "",
              f"Made by `{command}` at the library's commit `{snapshot}`. {note}", "",
              f"**{len(items)} items: {c['passed']} passed, {c['failed']} failed, {c['timeout']} timed out, "
-             f"{c['skipped']} skipped by the suite.** Wall time {wall:.0f} s; the items' own seconds "
+             f"{c['skipped']} skipped by the suite.** " + (f"Wall time {wall:.0f} s; " if wall else "") + f"The items' own seconds "
              f"{sum(i.seconds for i in items):.0f} s, of which nkicc (trace, compile, simulate) {nk:.0f} s.", "",
              "### Failures by first error", "", "| items | first error |", "|---:|---|"]
     errors = collections.Counter(i.message for i in items if i.status in ("failed", "timeout"))
@@ -271,9 +284,19 @@ def main(args) -> int:
         print(f"conformance --suite: {library} has no {TESTS}; skipping (pass a checkout of aws-neuron/nki-library)")
         return 0
     log = lambda msg: print(msg, flush=True)  # noqa: E731
+    if args.from_journal:  # a run that was stopped: report the items it finished
+        items = [Item(**json.loads(line)) for line in open(args.from_journal) if line.strip()]
+        note = (f"It was stopped before the end: these are the {len(items)} items it finished "
+                f"({args.note or 'see the command'}).")
+        write_report(items, args.out, args.snapshot or snapshot(library), args.command or "(see above)", 0.0, note)
+        log(f"{_summary(items)}; wrote {args.out}")
+        return 0
     t0 = time.perf_counter()
     ids = collect(library, args.all, args.paths or (TESTS,))
-    work = chunks(library, ids, args.first, args.timeout, args.mem_gb, args.all)
+    journal = args.json + ".partial.jsonl"
+    if os.path.exists(journal):
+        os.remove(journal)
+    work = chunks(library, ids, args.first, args.timeout, args.mem_gb, args.all, os.path.abspath(journal))
     log(f"{len(ids)} items collected; running {sum(len(c.nodeids) for c in work)} in {len(work)} chunks")
     items = run_all_chunks(work, args.workers, args.cluster, log)
     wall = time.perf_counter() - t0
@@ -292,5 +315,6 @@ def main(args) -> int:
     command = "python bench/conformance.py --suite LIBRARY_DIR" + (f" --first {args.first}" if args.first else "") + \
         (" --all" if args.all else "") + (f" --workers {args.workers}" if args.workers else "")
     write_report(items, args.out, args.snapshot or snapshot(library), command, wall, note)
+    os.remove(journal)
     log(f"{_summary(items)}; wrote {args.out} and {args.json}")
     return 1 if worse else 0

@@ -274,3 +274,30 @@ def test_neuron_dtypes_packs_and_unpacks(name, rng):
     assert nd.sizeinbytes(getattr(nd, name)) == (4 if name.startswith("float8") else 2)
     assert nd.is_float_type(name) and not nd.is_float_type(np.int32)
 
+
+
+def test_a_two_core_launch_simulates_without_timing(rng):
+    """The suite's simulation mode runs `kernel[2]` for values only: a launch whose
+    cores meet (its own programs, the kernel's HBM shared) must run with timing off."""
+    import nkicc
+    import nkicc.isa as nisa
+    import nkicc.language as nl
+
+    @nkicc.jit
+    def swap_halves(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        pid = nl.program_id(0)
+        mine = nl.load(x[pid * 64:(pid + 1) * 64, :])
+        theirs = nl.ndarray((64, 32), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.sendrecv(src=mine, dst=theirs, send_to_rank=1 - pid, recv_from_rank=1 - pid, pipe_id=0)
+        nl.store(out[pid * 64:(pid + 1) * 64, :], value=theirs)
+        nisa.core_barrier(data=out, cores=(0, 1))
+        return out
+
+    x = rng.standard_normal((128, 32)).astype(np.float32)
+    ck = swap_halves[2].compile(x)
+    assert ck.report["cores"] == 2
+    outputs, _ = ck.simulate({"x": x}, timing=False)
+    got = outputs[ck.ir.outputs[0]]
+    np.testing.assert_array_equal(got[:64], x[64:])
+    np.testing.assert_array_equal(got[64:], x[:64])
