@@ -74,16 +74,22 @@ def _pytest(library: str, *args: str) -> list:
             "--test-mode", "simulation", "-q", *args]
 
 
-def collect(library: str, run_all: bool, paths=(TESTS,)) -> list:
-    """The suite's node ids (skips included: they are reported with the suite's reason)."""
+def collect(library: str, run_all: bool, paths=(TESTS,)) -> tuple[list, dict]:
+    """The suite's node ids (skips included: they are reported with the suite's reason),
+    and the test files that do not collect, with the first error of each."""
     proc = subprocess.run(_pytest(library, "--collect-only", *paths), cwd=library, env=_env(library, run_all),
                           capture_output=True, text=True)
     ids = [line.strip() for line in proc.stdout.splitlines() if "::" in line and not line.startswith(" ")]
     # node ids are relative to pytest's rootdir (the suite's pytest.ini puts it in test/); run them from the library
     ids = [i if os.path.exists(os.path.join(library, i.split("::")[0])) else "test/" + i for i in ids]
+    broken = {}
+    for block in proc.stdout.split("_ ERROR collecting ")[1:]:
+        path = block.split()[0]
+        errors = [line[4:].strip() for line in block.splitlines() if line.startswith("E   ")]
+        broken[path] = _clean(errors[-1] if errors else block.splitlines()[1] if len(block.splitlines()) > 1 else "")
     if not ids:
         raise SystemExit(f"conformance --suite: nothing collected in {library}:\n{proc.stdout[-3000:]}{proc.stderr[-2000:]}")
-    return ids
+    return ids, broken
 
 
 def chunks(library: str, ids: list, first: int | None, timeout: float, mem_gb: float, run_all: bool,
@@ -222,7 +228,8 @@ def function(nodeid: str) -> str:
     return nodeid.split("::")[-1].split("[")[0]
 
 
-def write_report(items: list, out: str, snapshot: str, command: str, wall: float, note: str) -> None:
+def write_report(items: list, out: str, snapshot: str, command: str, wall: float, note: str,
+                 broken: dict | None = None) -> None:
     c = collections.Counter(i.status for i in items)
     nk = sum(i.nkicc_s for i in items)
     lines = [BEGIN, "## The library's own test suite", "",
@@ -230,7 +237,10 @@ def write_report(items: list, out: str, snapshot: str, command: str, wall: float
              f"**{len(items)} items: {c['passed']} passed, {c['failed']} failed, {c['timeout']} timed out, "
              f"{c['skipped']} skipped by the suite.** " + (f"Wall time {wall:.0f} s; " if wall else "") + f"The items' own seconds "
              f"{sum(i.seconds for i in items):.0f} s, of which nkicc (trace, compile, simulate) {nk:.0f} s.", "",
-             "### Failures by first error", "", "| items | first error |", "|---:|---|"]
+             "### Test files that do not collect (their items are not counted above)", "",
+             "| file | error |", "|---|---|"]
+    lines += [f"| {p} | {_cell(e)} |" for p, e in sorted((broken or {}).items())]
+    lines += ["", "### Failures by first error", "", "| items | first error |", "|---:|---|"]
     errors = collections.Counter(i.message for i in items if i.status in ("failed", "timeout"))
     lines += [f"| {n} | {_cell(m)} |" for m, n in errors.most_common()]
     lines += ["", "### Skipped by the suite, by reason", "", "| items | reason |", "|---:|---|"]
@@ -292,7 +302,9 @@ def main(args) -> int:
         log(f"{_summary(items)}; wrote {args.out}")
         return 0
     t0 = time.perf_counter()
-    ids = collect(library, args.all, args.paths or (TESTS,))
+    ids, broken = collect(library, args.all, args.paths or (TESTS,))
+    for path, error in broken.items():
+        log(f"does not collect: {path}: {error}")
     journal = args.json + ".partial.jsonl"
     if os.path.exists(journal):
         os.remove(journal)
@@ -304,7 +316,7 @@ def main(args) -> int:
     for line in worse:
         print("regression: " + line[:300])
     with open(args.json, "w") as f:
-        json.dump({"snapshot": args.snapshot or snapshot(library), "wall_s": wall,
+        json.dump({"snapshot": args.snapshot or snapshot(library), "wall_s": wall, "not_collected": broken,
                    "items": [asdict(i) for i in items]}, f, indent=0)
     where = f"{args.workers} local Dask workers" if args.workers else f"the Dask cluster {args.cluster}" \
         if args.cluster else "one process at a time"
