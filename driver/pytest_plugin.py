@@ -3,7 +3,8 @@
     pytest --nkicc test/integration --test-mode simulation      (in the library's checkout)
 
 nkicc registers this module under pytest's entry point group `pytest11`; it does
-nothing unless `--nkicc` is given (with plugin autoloading off: `-p nkicc --nkicc`).
+nothing unless `--nkicc` is given (with PYTEST_DISABLE_PLUGIN_AUTOLOAD set:
+`-p nkicc.pytest_plugin --nkicc`).
 With it, before the suite's conftest is imported:
 
 - the `nki` alias path goes on sys.path (loader.enable_nki_alias, last on it, and
