@@ -64,6 +64,9 @@ def _env(chunk_or_library, run_all: bool) -> dict:
                                         ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     env.setdefault("NKICC_CACHE", "0")  # cold compiles: the seconds a first run costs
     env.setdefault("OMP_NUM_THREADS", "1")
+    # the suite draws some parameters at random at collection (its ranged tests): one seed for every
+    # process, as the suite sets for its own xdist workers, so a node id collected here runs there
+    env.setdefault("NEURON_PYTHONHASHSEED", "0")
     if run_all:
         env["NKILIB_SIMULATION_RUN_ALL"] = "1"
     return env
