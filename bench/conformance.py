@@ -2,6 +2,7 @@
 
     python bench/conformance.py LIBRARY_DIR [--only NAME]... [--timeout S] [--out FILE]
     python bench/conformance.py LIBRARY_DIR --compare docs/conformance.md --out /tmp/now.md   # after a change
+    python bench/conformance.py --suite LIBRARY_DIR [--first N] [--all] [--workers N]   # the library's own suite
 
 LIBRARY_DIR is a checkout (or extracted snapshot) of aws-neuron/nki-library; the
 `nkilib` package is found under it. Every public kernel of its core/ and
@@ -514,6 +515,8 @@ def main(argv=None) -> int:
         res = child(nkilib, relpath, func, name, stand_ins=mode == "stand-ins")
         print(RESULT_TAG + json.dumps(asdict(res)), flush=True)
         return 0
+    if "--suite" in argv:
+        return suite_main(argv)
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("library_dir", nargs="?", help="a checkout of aws-neuron/nki-library")
     ap.add_argument("--only", action="append", default=[], help="run only this kernel (repeatable)")
@@ -570,6 +573,33 @@ def main(argv=None) -> int:
                  stand_ins)
     print(f"wrote {args.out}")
     return 1 if worse else 0
+
+
+def suite_main(argv) -> int:
+    """`--suite LIBRARY_DIR`: the library's own pytest suite (bench/conformance_suite.py)."""
+    sys.path.insert(0, HERE)
+    import conformance_suite
+
+    ap = argparse.ArgumentParser(description=conformance_suite.__doc__.split("\n\n")[0])
+    ap.add_argument("--suite", required=True, metavar="LIBRARY_DIR", help="a checkout of aws-neuron/nki-library")
+    ap.add_argument("paths", nargs="*", help="test paths inside it (default: test/integration)")
+    ap.add_argument("--first", type=int, default=None, help="only the first N items of each test file")
+    ap.add_argument("--all", action="store_true", help="large shapes too (NKILIB_SIMULATION_RUN_ALL=1)")
+    ap.add_argument("--timeout", type=float, default=300.0, help="seconds per item (default 300)")
+    ap.add_argument("--mem-gb", type=float, default=8.0, help="memory cap per pytest process (default 8)")
+    ap.add_argument("--workers", type=int, default=None, help="a local Dask cluster of N worker processes")
+    ap.add_argument("--cluster", default=None, help="an existing Dask scheduler, tcp://HOST:PORT")
+    ap.add_argument("--out", default=os.path.join(ROOT, "docs", "conformance.md"))
+    ap.add_argument("--json", default=os.path.join(ROOT, "docs", "conformance-suite.json"))
+    ap.add_argument("--snapshot", default=None, help="the library's commit, for the report")
+    ap.add_argument("--compare", metavar="OLD_JSON", default=None,
+                    help="a results file this wrote before: name every item that passed there and does not now "
+                         "(exit 1 if there is one)")
+    ap.add_argument("--from-journal", default=None, metavar="JSONL",
+                    help="write the report from the items a stopped run finished (its JSON.partial.jsonl)")
+    ap.add_argument("--command", default=None, help="with --from-journal: the command that made the run")
+    ap.add_argument("--note", default=None, help="with --from-journal: what the run was")
+    return conformance_suite.main(ap.parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -221,7 +221,8 @@ class CompiledKernel:
         reports = [r[1] for r in results]
         self.report["ranks"] = [r.to_dict() if r is not None else None for r in reports]
         self.sim_ranks = reports if all(r is not None for r in reports) else None
-        self.sim = max((r for r in reports if r is not None), key=lambda r: r.total_ns, default=None)
+        # the slowest core's report; without timing (total_ns None) any core's
+        self.sim = max((r for r in reports if r is not None), key=lambda r: r.total_ns or 0, default=None)
         written = set(self.ir.outputs).union(*(written_args(core.ir) for core in self.cores))  # some core wrote
         return {**{a: args[a] for a in self.ir.args if a in written}, **outs}, self.sim
 

@@ -1,0 +1,335 @@
+"""`bench/conformance.py --suite LIBRARY_DIR`: the NKI Library's own test suite on nkicc.
+
+    python bench/conformance.py --suite LIBRARY_DIR [--first N] [--timeout S] [--all]
+                                [--workers N | --cluster tcp://HOST:PORT] [--compare OLD.json]
+
+Runs `pytest --nkicc test/integration --test-mode simulation` (the supported
+command, nkicc.pytest_plugin) in LIBRARY_DIR, one pytest process per chunk of
+items (a test file, or its first N items with --first), each with a per-item
+timeout (pytest-timeout) and a memory cap. Chunks run one after another, or on a
+Dask cluster with --workers/--cluster (nkicc.cluster, as `nkicc tune` does).
+Writes the per-item results as JSON (--json) and the section "The library's
+own test suite" of docs/conformance.md (--out): per family and test function,
+passed / failed (the first error) / skipped by the suite (its reason) /
+seconds, with nkicc's own seconds (trace, compile, simulate: timed inside the
+process by the plugin) apart from the rest (the goldens, the harness).
+`--compare OLD.json` names every item that passed there and does not now.
+`--all` sets NKILIB_SIMULATION_RUN_ALL=1 (the large shapes the suite skips by default).
+"""
+from __future__ import annotations
+
+import collections
+import json
+import os
+import re
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import asdict, dataclass
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+BEGIN, END = "<!-- suite:begin -->", "<!-- suite:end -->"
+TESTS = "test/integration"
+
+
+@dataclass
+class Item:
+    nodeid: str
+    status: str = "not run"  # passed | failed | skipped | timeout | not run
+    message: str = ""         # the first error, or the suite's skip reason (one line)
+    seconds: float = 0.0
+    nkicc_s: float = 0.0      # nkicc's trace + compile + simulate
+    calls: int = 0
+
+
+@dataclass
+class Chunk:
+    """Items of one test file, run by one pytest process."""
+    library: str
+    nodeids: list
+    timeout: float
+    mem_gb: float
+    run_all: bool
+    journal: str = ""  # each finished chunk's items are appended here (JSON lines): a stopped run keeps them
+
+
+def _env(chunk_or_library, run_all: bool) -> dict:
+    library = chunk_or_library
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([os.path.join(library, "src"), HERE] +
+                                        ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    env.setdefault("NKICC_CACHE", "0")  # cold compiles: the seconds a first run costs
+    env.setdefault("OMP_NUM_THREADS", "1")
+    # the suite draws some parameters at random at collection (its ranged tests): one seed for every
+    # process, as the suite sets for its own xdist workers, so a node id collected here runs there
+    env.setdefault("NEURON_PYTHONHASHSEED", "0")
+    if run_all:
+        env["NKILIB_SIMULATION_RUN_ALL"] = "1"
+    return env
+
+
+def _pytest(library: str, *args: str) -> list:
+    return [sys.executable, "-m", "pytest", "--nkicc", "-p", "conformance_suite_shims", "-p", "no:cacheprovider",
+            "--test-mode", "simulation", "-q", *args]
+
+
+def collect(library: str, run_all: bool, paths=(TESTS,)) -> tuple[list, dict]:
+    """The suite's node ids (skips included: they are reported with the suite's reason),
+    and the test files that do not collect, with the first error of each."""
+    proc = subprocess.run(_pytest(library, "--collect-only", *paths), cwd=library, env=_env(library, run_all),
+                          capture_output=True, text=True)
+    ids = [line.strip() for line in proc.stdout.splitlines() if "::" in line and not line.startswith(" ")]
+    # node ids are relative to pytest's rootdir (the suite's pytest.ini puts it in test/); run them from the library
+    ids = [i if os.path.exists(os.path.join(library, i.split("::")[0])) else "test/" + i for i in ids]
+    broken = {}
+    for block in proc.stdout.split("_ ERROR collecting ")[1:]:
+        path = block.split()[0]
+        errors = [line[4:].strip() for line in block.splitlines() if line.startswith("E   ")]
+        broken[path] = _clean(errors[-1] if errors else block.splitlines()[1] if len(block.splitlines()) > 1 else "")
+    if not ids:
+        raise SystemExit(f"conformance --suite: nothing collected in {library}:\n{proc.stdout[-3000:]}{proc.stderr[-2000:]}")
+    return ids, broken
+
+
+def chunks(library: str, ids: list, first: int | None, timeout: float, mem_gb: float, run_all: bool,
+           journal: str = "") -> list:
+    by_file = collections.OrderedDict()
+    for nodeid in ids:
+        by_file.setdefault(nodeid.split("::")[0], []).append(nodeid)
+    return [Chunk(library, items[:first] if first else items, timeout, mem_gb, run_all, journal)
+            for items in by_file.values()]
+
+
+def run_chunk(chunk: Chunk) -> list:
+    """Run one chunk's items in one pytest process; one Item per node id."""
+    with tempfile.TemporaryDirectory(prefix="nkicc-suite-") as tmp:
+        xml = os.path.join(tmp, "out.xml")
+        listing = os.path.join(tmp, "items.txt")
+        with open(listing, "w") as f:
+            f.write("\n".join(chunk.nodeids))
+        cap = int(chunk.mem_gb * 2 ** 30)
+
+        def limit():
+            resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+
+        args = _pytest(chunk.library, "--junitxml", xml, "--timeout", str(int(chunk.timeout)),
+                       "--output-directory", os.path.join(tmp, "artifacts"), *chunk.nodeids)
+        t0 = time.perf_counter()
+        proc = subprocess.run(args, cwd=chunk.library, env=_env(chunk.library, chunk.run_all), capture_output=True,
+                              text=True, preexec_fn=limit if cap > 0 else None)
+        wall = time.perf_counter() - t0
+        found = parse_junit(xml) if os.path.exists(xml) else {}
+    items = []
+    for nodeid in chunk.nodeids:
+        key = _junit_key(nodeid)
+        item = found.get(key) or found.get(key.removeprefix("test."))
+        if item is None:
+            tail = (proc.stdout + proc.stderr).strip().splitlines()[-1:] or ["no output"]
+            item = Item(nodeid, "failed", f"the pytest process ended (rc {proc.returncode}, {wall:.0f} s): "
+                                          f"{tail[0][:200]}")
+        item.nodeid = nodeid
+        items.append(item)
+    if chunk.journal:
+        with open(chunk.journal, "a") as f:
+            f.write("".join(json.dumps(asdict(i)) + "\n" for i in items))
+    return items
+
+
+def _junit_key(nodeid: str) -> str:
+    """junit's (classname, name) of a node id, as one string."""
+    path, *rest = nodeid.split("::")
+    name = rest[-1]
+    classname = ".".join([path[:-3].replace("/", ".")] + rest[:-1])
+    return f"{classname}::{name}"
+
+
+def parse_junit(path: str) -> dict:
+    out = {}
+    for case in ET.parse(path).getroot().iter("testcase"):
+        key = f"{case.get('classname')}::{case.get('name')}"
+        props = {p.get("name"): p.get("value") for p in case.iter("property")}
+        item = Item(key, "passed", "", float(case.get("time") or 0.0),
+                    float(props.get("nkicc_compile_s") or 0) + float(props.get("nkicc_simulate_s") or 0),
+                    int(props.get("nkicc_calls") or 0))
+        for tag in ("failure", "error", "skipped"):
+            node = case.find(tag)
+            if node is not None:
+                item.status = "skipped" if tag == "skipped" else "failed"
+                item.message = first_error(node.get("message") or "", node.text or "")
+                if "Timeout" in item.message:
+                    item.status = "timeout"
+                break
+        out[key] = item
+    return out
+
+
+_NKICC = re.compile(r"(error\[E\d+\][^\n]*|E\d{3} [^\n]*)")
+
+
+def first_error(message: str, text: str) -> str:
+    """One line: nkicc's diagnostic where there is one, else the exception's first line."""
+    for source in (message, text):
+        m = _NKICC.search(source)
+        if m:
+            return _clean(m.group(1))
+    for line in text.splitlines():
+        if line.startswith("E   ") and line[4:].strip():
+            return _clean(line[4:])
+    return _clean(message.splitlines()[0] if message else text.strip().splitlines()[0] if text.strip() else "")
+
+
+def _clean(line: str) -> str:
+    line = re.sub(r"/\S*/(nkilib_src|test)/", r"\1/", line.strip())
+    return line[:240]
+
+
+def run_all_chunks(work: list, workers: int | None, cluster: str | None, log) -> list:
+    items: list = []
+    if not workers and not cluster:
+        for i, chunk in enumerate(work):
+            got = run_chunk(chunk)
+            items += got
+            log(f"[{i + 1}/{len(work)}] {chunk.nodeids[0].split('::')[0]}: " + _summary(got))
+        return items
+    from nkicc.cluster import connect, run_tasks
+
+    with connect(workers, cluster) as client:
+        keys = [f"suite-{i}-{c.nodeids[0].split('::')[0].replace('/', '.')}" for i, c in enumerate(work)]
+        seen = []
+
+        def progress(counts):
+            if [counts.done, counts.failed] != seen[-2:]:
+                seen.extend([counts.done, counts.failed])
+                log(f"files: {counts.done} done, {counts.failed} failed, {counts.running} running, of {counts.total}")
+
+        outcomes, _ = run_tasks(client, run_chunk, work, keys, on_progress=progress)
+    for chunk, outcome in zip(work, outcomes):
+        if outcome.state == "done":
+            items += outcome.value
+        else:
+            items += [Item(n, "failed", f"worker: {outcome.error}") for n in chunk.nodeids]
+        log(f"{chunk.nodeids[0].split('::')[0]}: " + _summary(items[-len(chunk.nodeids):]))
+    return items
+
+
+def _summary(items: list) -> str:
+    c = collections.Counter(i.status for i in items)
+    return ", ".join(f"{n} {s}" for s, n in sorted(c.items()))
+
+
+def family(nodeid: str) -> str:
+    """The folder under test/integration/nkilib (core/attention, experimental/loss, ...)."""
+    parts = nodeid.split("::")[0].split("/")
+    return "/".join(parts[3:-1]) or parts[-1]
+
+
+def function(nodeid: str) -> str:
+    return nodeid.split("::")[-1].split("[")[0]
+
+
+def write_report(items: list, out: str, snapshot: str, command: str, wall: float, note: str,
+                 broken: dict | None = None) -> None:
+    c = collections.Counter(i.status for i in items)
+    nk = sum(i.nkicc_s for i in items)
+    lines = [BEGIN, "## The library's own test suite", "",
+             f"Made by `{command}` at the library's commit `{snapshot}`. {note}", "",
+             f"**{len(items)} items: {c['passed']} passed, {c['failed']} failed, {c['timeout']} timed out, "
+             f"{c['skipped']} skipped by the suite.** " + (f"Wall time {wall:.0f} s; " if wall else "") + f"The items' own seconds "
+             f"{sum(i.seconds for i in items):.0f} s, of which nkicc (trace, compile, simulate) {nk:.0f} s.", "",
+             "### Test files that do not collect (their items are not counted above)", "",
+             "| file | error |", "|---|---|"]
+    lines += [f"| {p} | {_cell(e)} |" for p, e in sorted((broken or {}).items())]
+    lines += ["", "### Failures by first error", "", "| items | first error |", "|---:|---|"]
+    errors = collections.Counter(i.message for i in items if i.status in ("failed", "timeout"))
+    lines += [f"| {n} | {_cell(m)} |" for m, n in errors.most_common()]
+    lines += ["", "### Skipped by the suite, by reason", "", "| items | reason |", "|---:|---|"]
+    lines += [f"| {n} | {_cell(m)} |" for m, n in
+              collections.Counter(i.message for i in items if i.status == "skipped").most_common()]
+    lines += ["", "### The 20 slowest items by nkicc's seconds", "", "| item | nkicc s | item s | status |",
+              "|---|---:|---:|---|"]
+    for i in sorted(items, key=lambda i: -i.nkicc_s)[:20]:
+        lines.append(f"| `{i.nodeid.split('/')[-1]}` | {i.nkicc_s:.1f} | {i.seconds:.1f} | {i.status} |")
+    lines += ["", "### Per family and test function", "",
+              "| family | test function | items | passed | failed | skipped | s | nkicc s | first error (most items) |",
+              "|---|---|---:|---:|---:|---:|---:|---:|---|"]
+    groups = collections.OrderedDict()
+    for i in sorted(items, key=lambda i: (family(i.nodeid), function(i.nodeid))):
+        groups.setdefault((family(i.nodeid), function(i.nodeid)), []).append(i)
+    for (fam, fn), group in groups.items():
+        g = collections.Counter(i.status for i in group)
+        errs = collections.Counter(i.message for i in group if i.status in ("failed", "timeout"))
+        top = f"{errs.most_common(1)[0][1]}x {errs.most_common(1)[0][0]}" if errs else ""
+        lines.append(f"| {fam} | {fn} | {len(group)} | {g['passed']} | {g['failed'] + g['timeout']} | "
+                     f"{g['skipped']} | {sum(i.seconds for i in group):.1f} | {sum(i.nkicc_s for i in group):.1f} | "
+                     f"{_cell(top)} |")
+    lines.append(END)
+    text = open(out).read() if os.path.exists(out) else ""
+    if BEGIN in text and END in text:
+        text = text[:text.index(BEGIN)] + "\n".join(lines) + text[text.index(END) + len(END):]
+    else:
+        text = text.rstrip("\n") + "\n\n" + "\n".join(lines) + "\n"
+    with open(out, "w") as f:
+        f.write(text)
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")[:200]
+
+
+def regressions(items: list, old_json: str) -> list:
+    old = {d["nodeid"]: d["status"] for d in json.load(open(old_json))["items"]}
+    return [f"{i.nodeid}: {i.status} {i.message}" for i in items if old.get(i.nodeid) == "passed"
+            and i.status != "passed"]
+
+
+def snapshot(library: str) -> str:
+    proc = subprocess.run(["git", "-C", library, "rev-parse", "HEAD"], capture_output=True, text=True)
+    return proc.stdout.strip() or "unknown (not a git checkout: pass --snapshot)"
+
+
+def main(args) -> int:
+    library = os.path.abspath(args.suite)
+    if not os.path.isdir(os.path.join(library, TESTS)):
+        print(f"conformance --suite: {library} has no {TESTS}; skipping (pass a checkout of aws-neuron/nki-library)")
+        return 0
+    log = lambda msg: print(msg, flush=True)  # noqa: E731
+    if args.from_journal:  # a run that was stopped: report the items it finished
+        items = [Item(**json.loads(line)) for line in open(args.from_journal) if line.strip()]
+        note = (f"It was stopped before the end: these are the {len(items)} items it finished "
+                f"({args.note or 'see the command'}).")
+        write_report(items, args.out, args.snapshot or snapshot(library), args.command or "(see above)", 0.0, note)
+        log(f"{_summary(items)}; wrote {args.out}")
+        return 0
+    t0 = time.perf_counter()
+    ids, broken = collect(library, args.all, args.paths or (TESTS,))
+    for path, error in broken.items():
+        log(f"does not collect: {path}: {error}")
+    journal = args.json + ".partial.jsonl"
+    if os.path.exists(journal):
+        os.remove(journal)
+    work = chunks(library, ids, args.first, args.timeout, args.mem_gb, args.all, os.path.abspath(journal))
+    log(f"{len(ids)} items collected; running {sum(len(c.nodeids) for c in work)} in {len(work)} chunks")
+    items = run_all_chunks(work, args.workers, args.cluster, log)
+    wall = time.perf_counter() - t0
+    worse = regressions(items, args.compare) if args.compare else []
+    for line in worse:
+        print("regression: " + line[:300])
+    with open(args.json, "w") as f:
+        json.dump({"snapshot": args.snapshot or snapshot(library), "wall_s": wall, "not_collected": broken,
+                   "items": [asdict(i) for i in items]}, f, indent=0)
+    where = f"{args.workers} local Dask workers" if args.workers else f"the Dask cluster {args.cluster}" \
+        if args.cluster else "one process at a time"
+    ran = f"the first {args.first} items of each test file" if args.first else "every item"
+    note = (f"It ran {ran} ({sum(len(c.nodeids) for c in work)} of the {len(ids)} collected"
+            f"{', large shapes included (NKILIB_SIMULATION_RUN_ALL=1)' if args.all else ''}), {where}, "
+            f"{args.timeout:.0f} s and {args.mem_gb:g} GB per item.")
+    command = "python bench/conformance.py --suite LIBRARY_DIR" + (f" --first {args.first}" if args.first else "") + \
+        (" --all" if args.all else "") + (f" --workers {args.workers}" if args.workers else "")
+    write_report(items, args.out, args.snapshot or snapshot(library), command, wall, note)
+    os.remove(journal)
+    log(f"{_summary(items)}; wrote {args.out} and {args.json}")
+    return 1 if worse else 0

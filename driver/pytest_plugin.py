@@ -1,0 +1,130 @@
+"""pytest plugin: run the NKI Library's own test suite on nkicc.
+
+    pytest --nkicc test/integration --test-mode simulation      (in the library's checkout)
+
+nkicc registers this module under pytest's entry point group `pytest11`; it does
+nothing unless `--nkicc` is given (with PYTEST_DISABLE_PLUGIN_AUTOLOAD set:
+`-p nkicc.pytest_plugin --nkicc`).
+With it, before the suite's conftest is imported:
+
+- the `nki` alias path goes on sys.path (loader.enable_nki_alias, last on it, and
+  only when no real `nki` is installed), which serves `nki`, `nki_cpu_simulator`
+  (its `nki.cpu_simulate` calls nkicc.suite) and `neuron_dtypes`: each only where
+  the vendor's package is absent, since whatever sys.path finds first wins;
+- each test runs with nkicc simulating values only (no timing), and the seconds
+  nkicc spent (trace and compile; simulate) go into the test's report as
+  `user_properties` (`nkicc_compile_s`, `nkicc_simulate_s`, `nkicc_calls`);
+- the suite's harness runs its collectives tests (per-rank inputs, N ranks) on
+  nkicc's N-rank simulation: the vendor's CPU simulator has no collectives, so
+  the harness's simulation path passes a per-rank generator to a one-rank call.
+  The plugin wraps `Orchestrator._run_simulator_inference` of the suite's
+  `utils/test_orchestrator.py` for those tests and writes each rank's outputs
+  where the suite's validator reads them (`output_worker_R/`).
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+OPTION = "--nkicc"
+
+
+def pytest_addoption(parser) -> None:
+    parser.getgroup("nkicc").addoption(
+        OPTION, action="store_true", default=False,
+        help="run an NKI test suite (the NKI Library's: --test-mode simulation) on nkicc: nkicc serves nki, "
+             "nki_cpu_simulator and neuron_dtypes where they are not installed")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config, parser, args) -> None:
+    if not getattr(early_config.known_args_namespace, "nkicc", False):
+        return
+    # start-up: nkicc (numpy, pluggy, the front end) is imported only when asked for, not by every pytest run
+    from .loader import enable_nki_alias
+
+    served = enable_nki_alias()
+    early_config.pluginmanager.register(SuiteRunner(served), "nkicc-suite")
+
+
+class SuiteRunner:
+    """The hooks of a `--nkicc` session."""
+
+    def __init__(self, served: bool) -> None:
+        self.served = served  # False: a real nki is installed, and the suite runs on it
+
+    def pytest_report_header(self, config) -> str:
+        where = "nkicc serves nki, nki_cpu_simulator, neuron_dtypes where absent" if self.served \
+            else "a real nki is installed: nkicc serves nothing"
+        return f"nkicc: {where}"
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_call(self, item):
+        from .api import RUN_SETTINGS, RunSettings
+        from .suite import nkicc_seconds
+
+        _route_collectives()
+        settings = RunSettings(timing=False)
+        token = RUN_SETTINGS.set(settings)
+        try:
+            yield
+        finally:
+            RUN_SETTINGS.reset(token)
+            compile_s, simulate_s = nkicc_seconds(settings.records)
+            item.user_properties += [("nkicc_compile_s", round(compile_s, 4)),
+                                     ("nkicc_simulate_s", round(simulate_s, 4)),
+                                     ("nkicc_calls", len(settings.records))]
+
+
+def _route_collectives() -> None:
+    """Wrap the suite's simulation path once its harness module is imported."""
+    for name, module in list(sys.modules.items()):
+        if not name.endswith("utils.test_orchestrator"):
+            continue
+        orchestrator = getattr(module, "Orchestrator", None)
+        original = getattr(orchestrator, "_run_simulator_inference", None)
+        if original is None or getattr(original, "_nkicc_ranks", False):
+            continue
+        orchestrator._run_simulator_inference = _ranked(original, module)
+
+
+def _ranked(original, harness):
+    def _run_simulator_inference(self, kernel_under_test):
+        ranks = getattr(getattr(kernel_under_test, "inference_args", None), "collective_ranks", 1) or 1
+        inputs = kernel_under_test.kernel_input
+        if ranks <= 1 and not hasattr(inputs, "for_rank"):
+            return original(self, kernel_under_test)
+        try:
+            return _simulate_ranks(self, kernel_under_test, ranks, harness)
+        except Exception as exc:  # reported as the suite reports a failed run
+            raise harness.InferenceException(str(exc)) from exc
+    _run_simulator_inference._nkicc_ranks = True
+    return _run_simulator_inference
+
+
+def _simulate_ranks(orchestrator, kernel_under_test, ranks: int, harness) -> str:
+    """Run a collectives test on `ranks` ranks; write rank R's outputs to
+    INF_DIR/output_worker_R/ by the golden's names. Returns INF_DIR."""
+    import numpy as np
+
+    from .suite import NC_VERSION_ENV, run_ranks
+
+    compiler_input = kernel_under_test.compiler_input
+    os.environ[NC_VERSION_ENV] = compiler_input.platform_target.get_nc_gen()
+    inputs = kernel_under_test.kernel_input or {}
+    by_rank = [inputs.for_rank(r) if hasattr(inputs, "for_rank") else inputs for r in range(ranks)]
+    by_rank = [{k.removesuffix(".must_alias_input"): v for k, v in d.items()} for d in by_rank]
+    outputs = run_ranks(kernel_under_test.kernel_func, by_rank, compiler_input.logical_nc_config)
+    golden_output = kernel_under_test.validation_args.golden_output
+    root = orchestrator._dump_output_tensors({})
+    for rank, values in enumerate(outputs):
+        golden = harness.normalize_golden_output(golden_output, rank)
+        if len(values) != len(golden):
+            raise RuntimeError(f"rank {rank}: the kernel returned {len(values)} outputs, the golden has "
+                               f"{len(golden)} ({', '.join(golden)})")
+        named = {name: np.asarray(value, dtype=getattr(g, "dtype", None))
+                 for name, value, g in zip(golden, values, golden.values())}
+        orchestrator.__dump_tensors__(os.path.join(root, f"output_worker_{rank}"), named, lambda n: n)
+    return root
