@@ -20,6 +20,8 @@ NEUTRAL = "neutral"
 
 ENV: dict[str, tuple[str, str]] = {
     "NEURON_PLATFORM_TARGET_OVERRIDE": (KEY, "the default target (also in the key through the resolved target)"),
+    "NKI_NC_VERSION": (KEY, "the NKI Library suite's NeuronCore generation for its kernels under pytest --nkicc "
+                               "(also in the key through the resolved target)"),
     "NKICC_DISABLE_PLUGIN_AUTOLOAD": (KEY, "1 skips third-party plugins (also in the key through the plugin list)"),
     "NKICC_CACHE": (NEUTRAL, "0/false/off turns the compile cache off"),
     "NKICC_CACHE_DIR": (NEUTRAL, "where the compile cache lives"),
