@@ -65,21 +65,6 @@ def collect() -> list[Case]:
 CASES = collect()
 
 
-def run_cli(capsys, *argv) -> tuple[int, str, str]:
-    """`nkicc ARGV...` through the console script's entry point, in this process."""
-    from nkicc.cli import main
-
-    saved_argv, saved_path = sys.argv, list(sys.path)
-    sys.argv = ["nkicc", *argv]
-    try:
-        main()
-        code = 0
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    finally:
-        sys.argv, sys.path[:] = saved_argv, saved_path
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def load(path: Path):
@@ -118,7 +103,7 @@ def test_bad_kernel(case, capsys):
         assert err.loc is not None and Path(err.loc.file) == case.file and err.loc.line == case.line, str(err)
         assert "\n" not in err.one_line()
         return
-    code, _, err = run_cli(capsys, case.mode, f"{case.file}::{case.target}")
+    code, _, err = cli.run_in_process(capsys, case.mode, f"{case.file}::{case.target}")
     check_line(case, code, err)
 
 
@@ -130,7 +115,7 @@ def test_dma_of_a_psum_tile_names_the_tile_as_written(kernel, tensor, capsys):
     case = next(c for c in CASES if c.file.name == "buffers.py" and c.target == kernel)
     lines = case.file.read_text().splitlines()
     made = next(n for n in range(case.line, 0, -1) if lines[n - 1].strip().startswith(f"{tensor} = "))
-    code, _, err = run_cli(capsys, "compile", f"{case.file}::{kernel}")
+    code, _, err = cli.run_in_process(capsys, "compile", f"{case.file}::{kernel}")
     check_line(case, code, err)
     assert f"DMA cannot access PSUM, where {tensor} (made at line {made}) is" in err, err
 
@@ -173,11 +158,11 @@ def test_simulate_with_inputs_of_the_wrong_shape_or_missing(tmp_path, capsys):
     line = next(i for i, t in enumerate(kernel.read_text().splitlines(), 1) if "def tiles_of_one_output" in t)
     # the kernel's own line: nothing of the user's calls it on the command line
     np.savez(tmp_path / "bad.npz", a=np.zeros((256, 64), dtype=np.float32))
-    code, _, err = run_cli(capsys, "simulate", f"{kernel}::tiles_of_one_output", "--inputs", str(tmp_path / "bad.npz"))
+    code, _, err = cli.run_in_process(capsys, "simulate", f"{kernel}::tiles_of_one_output", "--inputs", str(tmp_path / "bad.npz"))
     assert code == 1 and err.startswith("error[E002]") and "shape [256, 64]" in err, err
     assert f"near_misses.py:{line}:" in err, err
     np.savez(tmp_path / "none.npz", b=np.zeros((512, 64), dtype=np.float32))
-    code, _, err = run_cli(capsys, "simulate", f"{kernel}::tiles_of_one_output", "--inputs", str(tmp_path / "none.npz"))
+    code, _, err = cli.run_in_process(capsys, "simulate", f"{kernel}::tiles_of_one_output", "--inputs", str(tmp_path / "none.npz"))
     assert code == 1 and err.startswith("error[E002]") and "no array for a" in err, err
     assert len(err.strip().splitlines()) == 1
 
@@ -205,7 +190,7 @@ def test_every_code_raised_is_catalogued_and_documented():
 
 @pytest.mark.parametrize("code", ["E173", "E174", "E190", "E999"])
 def test_explain_new_codes(code, capsys):
-    rc, out, _ = run_cli(capsys, "explain", code)
+    rc, out, _ = cli.run_in_process(capsys, "explain", code)
     assert rc == 0 and out.startswith(f"{code}: ")
 
 
@@ -251,8 +236,8 @@ def test_plugin_crash_reproducer_replays_without_the_kernel_source(tmp_path, com
 def test_reproduce_rejects_a_file_it_did_not_write(tmp_path, capsys):
     bad = tmp_path / "r.json"
     bad.write_text('{"format": "something else"}')
-    rc, _, err = run_cli(capsys, "reproduce", str(bad))
+    rc, _, err = cli.run_in_process(capsys, "reproduce", str(bad))
     assert rc == 1 and err.startswith("error[E204]") and len(err.strip().splitlines()) == 1
     bad.write_text("not json")
-    rc, _, err = run_cli(capsys, "reproduce", str(bad))
+    rc, _, err = cli.run_in_process(capsys, "reproduce", str(bad))
     assert rc == 1 and err.startswith("error[E204]")

@@ -13,7 +13,8 @@ import pytest
 
 import nkicc
 from nkicc.loader import load_module
-from tests.driver.test_bad_kernels import EXPECT, Case, run_cli
+from tests.driver.test_bad_kernels import EXPECT, Case
+from tests.support.cli import run_in_process
 from tests.support.paths import REPO
 
 CORPUS = REPO / "tests" / "driver" / "bad_kernels_01"
@@ -57,7 +58,7 @@ def test_bad_01_kernel(case, capsys):
         assert err.code == case.code, str(err)
         assert err.loc is not None and Path(err.loc.file) == case.file and err.loc.line == case.line, str(err)
         return
-    code, _, err = run_cli(capsys, case.mode, f"{case.file}::{case.target}")
+    code, _, err = run_in_process(capsys, case.mode, f"{case.file}::{case.target}")
     assert code == 1, f"exit code {code}, stderr:\n{err}"
     assert "Traceback" not in err and "internal error" not in err, err
     lines = [ln for ln in err.strip().splitlines() if not ln.startswith(NOTICE)]

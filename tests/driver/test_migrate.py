@@ -12,25 +12,9 @@ import pytest
 
 from nkicc.ir import NkiccError
 from nkicc.migrate import check, migrate_file, migrate_source, nki_names, write_atomically
-from tests.support.cli import run_cli
+from tests.support.cli import run_cli, run_in_process
 
 
-def nkicc_here(capsys, *argv) -> tuple[int, str, str]:
-    """`nkicc ARGV...` through the console script's entry point, in this process (no start-up cost)."""
-    import sys
-
-    from nkicc.cli import main
-    saved_argv, saved_path = sys.argv, list(sys.path)
-    sys.argv = ["nkicc", *argv]
-    try:
-        main()
-        code = 0
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    finally:
-        sys.argv, sys.path[:] = saved_argv, saved_path
-    out, err = capsys.readouterr()
-    return code, out, err
 
 COMMENTED = textwrap.dedent('''\
     """A 0.1 kernel with comments in every corner."""
@@ -168,7 +152,7 @@ def test_bad_input_is_one_line(tmp_path, capsys, monkeypatch, args, code, text):
     for name, body in files.items():
         (tmp_path / f"{name}.py").write_text(body)
     monkeypatch.chdir(tmp_path)
-    rc, _, err = nkicc_here(capsys, "migrate", *[a.format(**{n: str(tmp_path / f"{n}.py") for n in files}) for a in args])
+    rc, _, err = run_in_process(capsys, "migrate", *[a.format(**{n: str(tmp_path / f"{n}.py") for n in files}) for a in args])
     lines = err.strip().splitlines()
     assert rc == 1 and len(lines) == 1 and lines[0].startswith(f"error[{code}]") and text in lines[0], err
     if code == "E001":

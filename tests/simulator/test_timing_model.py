@@ -54,6 +54,31 @@ def _plans(rng, n: int, rotating: int = 0) -> list[Plan]:
     return plans
 
 
+
+def closed_form(body, trips: int):
+    """A model timed over `trips` iterations of `body` as periodic.py does: iteration by
+    iteration until the state at the end of one is the state a period before, later by D; then
+    whole periods shifted at once, and the rest walked. Shifting must cover half the trips at
+    least (else a comparison with the walk compares nothing)."""
+    closed = _model(body)
+    snaps, t, shifted = [], 0, 0
+    while t < trips:
+        for p in body:
+            closed.time(p)
+        t += 1
+        snaps.append(closed.snapshot())
+        for per in range(1, min(4, len(snaps) - 1) + 1):
+            k = (trips - t) // per
+            mv = Moved({}, {}, per, per * len(body))
+            D = closed.shift_of(snaps[-1 - per], snaps[-1], lambda: mv) if k and not shifted else None
+            if D is not None:
+                closed.shift(snaps[-1 - per], snaps[-1], mv, D, k)
+                t += k * per
+                shifted = k * per
+                break
+    assert shifted >= trips // 2, shifted  # (else this compares nothing)
+    return closed
+
 def _loop_body(rng) -> list[Plan]:
     """A loop body: ops on every engine, each waiting for the op after it (its instance of the
     iteration before: a wait names an op, its latest instance) and for random others, then three
@@ -124,23 +149,7 @@ def test_shifting_whole_periods_gives_the_walk_up_to_rounding(seed):
     for _ in range(trips):
         for p in body:
             walk.time(p)
-    closed = _model(body)
-    snaps, t, shifted = [], 0, 0
-    while t < trips:
-        for p in body:
-            closed.time(p)
-        t += 1
-        snaps.append(closed.snapshot())
-        for per in range(1, min(4, len(snaps) - 1) + 1):
-            k = (trips - t) // per
-            mv = Moved({}, {}, per, per * len(body))
-            D = closed.shift_of(snaps[-1 - per], snaps[-1], lambda: mv) if k and not shifted else None
-            if D is not None:
-                closed.shift(snaps[-1 - per], snaps[-1], mv, D, k)
-                t += k * per
-                shifted = k * per
-                break
-    assert shifted >= trips // 2, shifted  # (else this compares nothing)
+    closed = closed_form(body, trips)
     assert closed.ecount == walk.ecount and closed.rot_next == walk.rot_next
     np.testing.assert_allclose(closed.efree, walk.efree, rtol=1e-12)
     np.testing.assert_allclose(closed.ebusy, walk.ebusy, rtol=1e-12)

@@ -15,3 +15,20 @@ def run_cli(*args, cwd=None, env: dict | None = None, add_env: dict | None = Non
         env = {**(os.environ if env is None else env), **add_env}
     return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True,
                           cwd=cwd, env=env, timeout=timeout)
+
+
+def run_in_process(capsys, *argv) -> tuple[int, str, str]:
+    """`nkicc ARGV...` through the console script's entry point, in this process (no start-up
+    cost): (exit code, stdout, stderr)."""
+    from nkicc.cli import main  # imported when a test runs the CLI, not when tests are collected
+    saved_argv, saved_path = sys.argv, list(sys.path)
+    sys.argv = ["nkicc", *argv]
+    try:
+        main()
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    finally:
+        sys.argv, sys.path[:] = saved_argv, saved_path
+    out, err = capsys.readouterr()
+    return code, out, err
