@@ -438,6 +438,8 @@ class JitKernel:
         options = {**self.options, "dialect": dialects.chosen(None, self.options["dialect"], fn)}
         compiled = self._compiled[key] = _compile(fn, specs, constants, None, grid=self.grid, **options)
         compiled.undefined = self.undefined  # (what its own run() does, as a call of the jit kernel would)
+        for line in compiled.report["warnings"]:  # what `nkicc compile` prints, once per signature
+            print(line, file=sys.stderr)
         return compiled, True
 
     def __call__(self, *args, **kwargs):

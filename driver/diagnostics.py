@@ -209,6 +209,14 @@ CODES: dict[str, tuple[str, str]] = {
              "statement, or `return None`) has no result: every instruction is dead, dce removes it, and a call "
              "returns None. It is a warning rather than an error because such a kernel is legal NKI and often a "
              "kernel in the middle of being written; add `return out`."),
+    "W161": ("NKI 0.1 direct allocation: nkicc places the tiles",
+             "An NKI 0.1 kernel places tiles by hand (`buffer=nki.compiler.sbuf.mod_alloc(...)`, "
+             "`psum.mod_alloc`, `alloc`). The vendor's compiler orders instructions on hand-placed tiles by "
+             "their addresses, so two tensors placed on one address still compute what the program says "
+             "in order; nkicc's alloc pass places those tiles itself instead, with the same values. The "
+             "timing estimate is for nkicc's placement, not the hand-placed one. `nkicc migrate` marks "
+             "these calls (M0210, the guide's direct-allocation section); drop the buffer= argument to "
+             "silence it."),
     "W190": ("a dependence in an affine_range loop that no order changes",
              "Two iterations of an affine_range loop touch the same element, one writing it, but every such "
              "write leaves the element as it is in any order: a copy of the element onto itself (a "

@@ -4,7 +4,8 @@ keeps the tolerance its tests were written with (none is shared loosely):
 - close: a kernel's output against numpy, within the result dtype's TOL;
 - close_to_scale: within `tol` of the larger of 1 and the largest |want|;
 - close_rel: two scalars (times) within `rel` of the larger of them and 1;
-- same_up_to_sums: bit for bit unless the batched simulator reordered fp32 sums."""
+- same_up_to_sums: bit for bit unless the batched simulator reordered fp32 sums;
+- sum_bound: what fp32 sums of K terms may be off by in any order (a matmul against numpy)."""
 import ml_dtypes
 import numpy as np
 
@@ -64,3 +65,13 @@ def same_up_to_sums(got, want, sums_reordered: bool, tol: float = 1e-6, err_msg:
         return
     scale = float(np.nanmax(np.abs(want), initial=0.0))
     np.testing.assert_allclose(got, want, rtol=0, atol=tol * scale, equal_nan=True, err_msg=err_msg)
+
+
+def sum_bound(terms: int, magnitude) -> np.ndarray:
+    """The error fp32 can make summing `terms` products, in any order, whose absolute values sum
+    to `magnitude` (|A|.T @ |B| for a matmul): gamma_K = K u / (1 - K u), u = 2**-24 (Higham,
+    "Accuracy and Stability of Numerical Algorithms", 3.1), plus one rounding of the result. A
+    wrong index is off by a whole term, far above it."""
+    u = 2.0 ** -24
+    gamma = terms * u / (1 - terms * u)
+    return (gamma + u) * np.asarray(magnitude, np.float64)

@@ -15,9 +15,10 @@ def _tuple(x):
     return x if isinstance(x, tuple) else (x,)
 
 
-def check(kernel, arrays, expected, **consts):
+def check(kernel, arrays, expected, bound=None, **consts):
     """Rolled == unrolled (up to the order of fp32 sums: rolled loops' accumulations may run
-    batched, simulator/batched.py) == numpy (allclose); same executed count.
+    batched, simulator/batched.py) == numpy (allclose, or within `bound`, an error per element
+    such as compare.sum_bound's for a matmul); same executed count.
     Returns the rolled CompiledKernel for decision checks."""
     rolled = nkicc.compile(kernel, *arrays, **NO_CACHE, **consts)
     unrolled = nkicc.compile(kernel, *arrays, unroll=True, **NO_CACHE, **consts)
@@ -25,7 +26,11 @@ def check(kernel, arrays, expected, **consts):
     assert len(r) == len(u) == len(e)
     for got_r, got_u, want in zip(r, u, e):
         same_up_to_sums(got_r, got_u, reordered(rolled), err_msg="rolled differs from unrolled")
-        np.testing.assert_allclose(got_r, want, rtol=1e-5, atol=1e-5, err_msg="differs from numpy")
+        if bound is None:
+            np.testing.assert_allclose(got_r, want, rtol=1e-5, atol=1e-5, err_msg="differs from numpy")
+        else:
+            err = np.abs(np.asarray(got_r, np.float64) - want)
+            assert np.all(err <= bound), f"differs from numpy by up to {err.max()} (bound {np.min(bound)}..)"
     assert rolled.report["instructions_executed"] == unrolled.report["instructions_executed"]
     assert unrolled.report["instructions_rolled"] == unrolled.report["instructions_unrolled"]
     assert unrolled.report["loops"]["rolled"] == 0

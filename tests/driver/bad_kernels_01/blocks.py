@@ -35,12 +35,3 @@ def partition_dimension_too_large(a: "float32[256,64]"):
     blk = nl.ndarray((2, nl.par_dim(256), 64), dtype=a.dtype)  # EXPECT: E110
     nl.store(out, value=blk[0])
     return out
-
-
-@nki.jit
-def direct_allocation(a: "float32[128,64]"):
-    import neuronxcc.nki.compiler as ncc
-    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
-    t = nl.ndarray((128, 64), dtype=a.dtype, buffer=ncc.sbuf.mod_alloc(base_addr=0))  # EXPECT: E161
-    nl.store(out, value=t)
-    return out

@@ -20,6 +20,7 @@ import nkicc.language.legacy_nl as language
 import nkicc.language.typing as typing
 from nkicc.ir import dtypes as _dtypes
 from nkicc.language.grid import unsupported as _unsupported
+from nkicc.language.tracing import current_builder as _current_builder, user_loc as _user_loc
 from nkicc.language.tensor import unsupported_name as _unsupported_name
 
 import nki as _nki
@@ -115,7 +116,11 @@ def _switch(fn=None, **_options):
 
 
 class _Buffer:
-    """`ncc.sbuf` / `ncc.psum`: automatic allocation is nkicc's own; addresses are not."""
+    """`ncc.sbuf` / `ncc.psum`: automatic allocation is nkicc's own, and so is the placement a
+    direct allocator (`mod_alloc`, `alloc`, ...) asks for. The vendor's compiler orders
+    instructions on tiles placed by hand by their addresses, so what a kernel computes is its
+    program order wherever its tiles lie: nkicc's alloc pass places them, and W161 at the line
+    says the timing is that of nkicc's placement, not the hand-placed one."""
 
     def __init__(self, buffer: str) -> None:
         self.buffer = buffer
@@ -127,15 +132,20 @@ class _Buffer:
         if name.startswith("_"):
             raise AttributeError(name)
 
-        def allocator(*_args, **_kwargs):  # (a module may name it, `sb_mod = ncc.sbuf.mod_alloc`; using it fails)
-            raise _unsupported(f"nki.compiler.{self.buffer}.{name} (direct allocation)", "allocation")
+        def allocator(*_args, **_kwargs):
+            builder = _current_builder()
+            if builder is not None:  # (a module may name it outside a kernel: `sb_mod = ncc.sbuf.mod_alloc`)
+                builder.warn("W161", f"nki.compiler.{self.buffer}.{name} (direct allocation, NKI 0.1): nkicc's "
+                             f"alloc pass places these tiles; the values follow program order, the timing "
+                             f"estimate is for nkicc's placement", _user_loc(2))
+            return getattr(language, self.buffer)
         return allocator
 
 
 class _Compiler(types.ModuleType):
     """`neuronxcc.nki.compiler` (`ncc`): 0.1's compiler switches, ignored, and its direct
-    allocation (`buffer=ncc.sbuf.mod_alloc(...)`): nkicc places tiles itself (the alloc pass),
-    so an address is E161, naming the section."""
+    allocation (`buffer=ncc.sbuf.mod_alloc(...)`), whose tiles nkicc's alloc pass places (W161);
+    any other name is E161, naming the guide's section."""
     skip_middle_end_transformations = enable_stack_allocator = force_auto_alloc = staticmethod(_switch)
     no_reorder = staticmethod(lambda *_a, **_k: None)  # a loop directive: nkicc keeps program order anyway
     sbuf, psum = _Buffer("sbuf"), _Buffer("psum")
