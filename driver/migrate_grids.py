@@ -408,6 +408,8 @@ class GridIndex(Pass):
         return rest, ax
 
     def leave_Call(self, original, updated):
+        if self.g is not None and self.qual(updated.func) == f"{ISA}.affine_select" and _kw(updated, "pred"):
+            return self._affine_select(updated)
         if not self.clip or _kw(updated, "mask") is None or self.g is None:
             return updated
         terms = self.clip[-1]
@@ -415,6 +417,60 @@ class GridIndex(Pass):
             self.did("M0204")
             return _without(updated, "mask")
         return updated   # the statement decides (leave_SimpleStatementLine): rows of whole tiles, or a comment
+
+    def _affine_select(self, call: cst.Call) -> cst.Call:
+        """0.1's `pred=(L >= R)` over index grids -> 0.6's affine form: cmp_op(offset + p *
+        channel_multiplier + sum(i_k * step_k), 0) of L - R, each grid index k * step + lo + base
+        contributing its coefficient times step to its axis and times lo + base to the offset."""
+        pred = _kw(call, "pred").value
+        cmp = _CMP.get(type(pred.comparisons[0].operator)) if isinstance(pred, cst.Comparison) and \
+            len(pred.comparisons) == 1 else None
+        g = self.g
+        if cmp is None or not self.on("M0203"):
+            self.flag("M0203", "affine_select pred= is not one comparison of index grids: write its pattern by hand")
+            return call
+        steps: dict[int, list[str]] = {}
+        axes: dict[int, Axis] = {}
+        offset: list[str] = []
+        for sign, term in _terms(pred.left) + [(-s, t) for s, t in _terms(pred.comparisons[0].comparator)]:
+            coef, ax = _scaled_axis(term, g)
+            if ax is None:
+                if g.refers(term):
+                    self.flag("M0203", "affine_select pred= has a grid term that is not affine: write its "
+                                       "pattern by hand")
+                    return call
+                offset.append(("-" if sign < 0 else "+") + _atom(code(term)))
+                continue
+            if axes and next(iter(axes.values())).rank != ax.rank:
+                return call
+            axes[ax.axis] = ax
+            steps.setdefault(ax.axis, []).append(("-" if sign < 0 else "+") + _mul(coef, ax.step))
+            start = _plus(ax.base, ax.lo)
+            if start != "0":
+                offset.append(("-" if sign < 0 else "+") + _mul(coef, _atom(start)))
+        rank = next(iter(axes.values())).rank
+        for k in range(1, rank):   # a free axis the predicate leaves out: step 0, its extent from the grid
+            if k not in axes:
+                same = [a for a in g.vars.values() if a.rank == rank and a.axis == k] + \
+                       [a for axs in g.objects.values() for a in axs if a.rank == rank and a.axis == k]
+                if not same:
+                    self.flag("M0203", "affine_select pred= leaves a free axis whose extent the kernel does "
+                                       "not give: write its pattern by hand")
+                    return call
+                axes[k] = same[0]
+        signed = lambda parts: _signed(parts) if parts else "0"
+        pattern = ", ".join(f"[{signed(steps.get(k, []))}, {_count(axes[k])}]" for k in range(1, rank))
+        nl = self.local(NL)
+        self.did("M0203")
+        args = []
+        for a in call.args:
+            if a.keyword is not None and a.keyword.value == "pred":
+                args += [_kwarg(f"pattern=[{pattern}]"), _kwarg(f"offset={signed(offset)}"),
+                         _kwarg(f"channel_multiplier={signed(steps.get(0, []))}"),
+                         _kwarg(f"cmp_op={nl}.{cmp}", comma=a.comma)]
+            else:
+                args.append(a)
+        return call.with_changes(args=args)
 
     def leave_SimpleStatementLine(self, original, updated):
         terms, lefts = self.clip.pop(), self.mask_left.pop()
@@ -431,6 +487,22 @@ class GridIndex(Pass):
             if not any(r == "M0203" for r, _ in self._marks[-1]):
                 self.flag("M0203", "index grid used outside a subscript: rewrite with slices or .ap()")
         return updated
+
+
+_CMP = {cst.GreaterThanEqual: "greater_equal", cst.GreaterThan: "greater", cst.LessThanEqual: "less_equal",
+        cst.LessThan: "less", cst.Equal: "equal", cst.NotEqual: "not_equal"}
+
+
+def _signed(parts: list[str]) -> str:
+    """["+a", "-b * c"] -> "a - b * c"."""
+    text = " ".join(f"{p[0]} {p[1:]}" for p in parts)
+    return text[2:] if text.startswith("+ ") else "-" + text[2:]
+
+
+def _kwarg(text: str, comma=cst.MaybeSentinel.DEFAULT) -> cst.Arg:
+    arg = cst.parse_expression(f"f({text})").args[0]
+    return arg.with_changes(comma=comma if comma is not cst.MaybeSentinel.DEFAULT else
+                            cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
 
 
 # nl operations that compute each partition row from the same row of their operands

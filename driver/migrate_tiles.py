@@ -22,7 +22,8 @@ RANGES = {"program_id", "num_programs", "program_ndim", "ds", "arange", "mgrid",
 # instruction -> the 0.6 parameter whose shape (and dtype) the result has
 ELEMENTWISE = {"activation": "data", "tensor_tensor": "data1", "tensor_scalar": "data", "tensor_copy": "src",
                "reciprocal": "data", "exponential": "src", "scalar_tensor_tensor": "data",
-               "tensor_tensor_scan": "data0", "dropout": "data", "activation_reduce": "data"}
+               "tensor_tensor_scan": "data0", "dropout": "data", "activation_reduce": "data",
+               "affine_select": "on_true_tile"}
 
 
 def _operand(call: cst.Call, fn_name: str, param: str) -> cst.BaseExpression | None:
@@ -53,6 +54,8 @@ class IsaDst(Pass):
         self.top: list[cst.CSTNode | None] = []
         self.lists: set[str] = set()   # names bound to Python lists (of tiles) in the kernel
         self.tiles: set[str] = set()   # names bound to what an nl/nisa call made (`acc += t` updates a tile)
+        self.hoisted: list[list[cst.SimpleStatementLine]] = []   # per statement: lines for its nested ISA calls
+        self.taken: set[str] = set()   # names the module's functions use (a hoisted result's name is new)
 
     def visit_FunctionDef(self, node):
         lists = self.lists
@@ -74,22 +77,61 @@ class IsaDst(Pass):
                         tiles.update(_target_names(t.target))
 
         node.body.visit(T())
+        taken = self.taken
+
+        class N(cst.CSTVisitor):
+            def visit_Name(self, n):
+                taken.add(n.value)
+
+        node.visit(N())
 
     def visit_SimpleStatementLine(self, node):
         s = node.body[0] if len(node.body) == 1 else None
         self.top.append(s.value if isinstance(s, (cst.Assign, cst.AugAssign, cst.Expr)) else None)
+        self.hoisted.append([])
 
     def leave_Call(self, original, updated):
         q = self.qual(updated.func)
         if not (q and q.startswith(ISA + ".")) or (self.top and original is self.top[-1]):
             return updated
-        fn = _isa_names.get(q.split(".", 2)[2])
-        if fn is not None and "dst" in inspect.signature(fn).parameters and _kw(updated, "dst") is None:
-            self.flag("M0202", f"nisa.{q.split('.', 2)[2]} inside an expression returns no tile in 0.2+: "
+        name = q.split(".", 2)[2]
+        fn = _isa_names.get(name)
+        if fn is None or "dst" not in inspect.signature(fn).parameters or _kw(updated, "dst") is not None:
+            return updated
+        call, dtype_arg = updated, None
+        if "dtype" not in inspect.signature(fn).parameters:
+            dtype_arg, call = _kw(call, "dtype"), _without(call, "dtype")
+        decl = self._declaration(name, call, dtype_arg) if self.hoisted else None
+        if decl is None:
+            self.flag("M0202", f"nisa.{name} inside an expression returns no tile in 0.2+: "
                                "call it on its own line with a destination tile")
-        return updated
+            return updated
+        # its result gets a tile and a line of its own, before the statement that uses it
+        temp = self._temp(f"{name}_res")
+        self.did("M0202")
+        self.hoisted[-1] += [cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(temp))], expr(decl))]),
+                             cst.SimpleStatementLine([cst.Expr(_add_args(call, front=[_arg(cst.Name(temp))]))])]
+        return cst.Name(temp)
+
+    def _temp(self, base: str) -> str:
+        """A name the module does not use yet."""
+        name, k = base, 2
+        while name in self.taken:
+            name, k = f"{base}{k}", k + 1
+        self.taken.add(name)
+        return name
 
     def leave_SimpleStatementLine(self, original, updated):
+        hoisted = self.hoisted.pop()
+        out = self._line(original, updated)
+        if not hoisted:
+            return out
+        lines = list(out.nodes) if isinstance(out, cst.FlattenSentinel) else [out]
+        hoisted[0] = hoisted[0].with_changes(leading_lines=lines[0].leading_lines)
+        lines[0] = lines[0].with_changes(leading_lines=[])
+        return cst.FlattenSentinel([*hoisted, *lines])
+
+    def _line(self, original, updated):
         self.top.pop()
         if len(updated.body) != 1:
             return updated
@@ -121,7 +163,19 @@ class IsaDst(Pass):
         if isinstance(s, cst.Assign) and len(s.targets) == 1 and (
                 isinstance(s.targets[0].target, cst.Subscript) or _is_ap(s.targets[0].target)):
             self.did("M0202")
-            return updated.with_changes(body=[cst.Expr(_add_args(call, front=[_arg(s.targets[0].target)]))])
+            target = s.targets[0].target
+            decl = self._declaration(name, call, dtype_arg) if name == "nc_transpose" else None
+            if decl is not None and "buffer=" + self.local(NL) + ".psum" in decl:
+                # 0.1's Tensor Engine transpose lands in PSUM and the assignment copies it into the tile
+                temp = self._temp(f"{name}_res")
+                line = lambda node: cst.SimpleStatementLine([node])
+                copy = expr(f"{self.local(ISA)}.tensor_copy(dst={code(target)}, src={temp})")
+                return cst.FlattenSentinel([
+                    line(cst.Assign([cst.AssignTarget(cst.Name(temp))], expr(decl))).with_changes(
+                        leading_lines=updated.leading_lines),
+                    line(cst.Expr(_add_args(call, front=[_arg(cst.Name(temp))]))),
+                    updated.with_changes(body=[cst.Expr(copy)], leading_lines=[])])
+            return updated.with_changes(body=[cst.Expr(_add_args(call, front=[_arg(target)]))])
         if isinstance(s, cst.AugAssign) and isinstance(s.operator, cst.AddAssign) and name == "nc_matmul":
             self.did("M0202")
             new = _add_args(_without(call, "accumulate"), front=[_arg(s.target)],
@@ -198,14 +252,32 @@ class IsaDst(Pass):
                 return None
             return (f"{nl}.ndarray(({code(st)}.shape[1], {code(mv)}.shape[1]), dtype={nl}.float32, "
                     f"buffer={nl}.psum)")
+        if name == "tensor_reduce":   # along the free axis of a 2-D tile: 0.1's (P,) result is a (P, 1) tile
+            src, axis = _operand(call, name, "data"), _operand(call, name, "axis")
+            if src is None or not _plain(src) or axis is None or \
+                    code(axis).replace(" ", "") not in ("1", "-1", "(1,)", "(-1,)", "[1]", "[-1]"):
+                return None
+            return f"{nl}.ndarray(({code(src)}.shape[0], 1), dtype={self._dtype(call, dtype_arg, src)}, buffer={nl}.sbuf)"
+        if name == "nc_transpose":    # the Tensor Engine's into PSUM, the Vector Engine's into SBUF
+            src, engine = _operand(call, name, "data"), _kw(call, "engine")
+            if src is None or not _plain(src):
+                return None
+            buffer = "sbuf" if engine is not None and code(engine.value).endswith("vector_engine") else "psum"
+            return (f"{nl}.ndarray(({code(src)}.shape[1], {code(src)}.shape[0]), "
+                    f"dtype={self._dtype(call, dtype_arg, src)}, buffer={nl}.{buffer})")
         if name not in ELEMENTWISE:
             return None
         src = _operand(call, name, ELEMENTWISE[name])
         if src is None or not _plain(src):
             return None
-        dtype = code(dtype_arg.value) if dtype_arg is not None else (
-            code(_kw(call, "dtype").value) if _kw(call, "dtype") is not None else f"{code(src)}.dtype")
-        return f"{nl}.ndarray({code(src)}.shape, dtype={dtype}, buffer={nl}.sbuf)"
+        return f"{nl}.ndarray({code(src)}.shape, dtype={self._dtype(call, dtype_arg, src)}, buffer={nl}.sbuf)"
+
+    @staticmethod
+    def _dtype(call, dtype_arg, src) -> str:
+        """The result's dtype: the call's dtype= (moved off a 0.6 call that has none), else the operand's."""
+        if dtype_arg is not None:
+            return code(dtype_arg.value)
+        return code(_kw(call, "dtype").value) if _kw(call, "dtype") is not None else f"{code(src)}.dtype"
 
 
 # --- block dimensions (M0251, M0252) --------------------------------------------------

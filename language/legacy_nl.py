@@ -70,6 +70,12 @@ for _name, _value in list(vars(_nl).items()):  # (not dir(): that would make the
     globals()[_name] = _wrap(_value)
 
 
+class fp32:
+    """`nl.fp32.min` of 0.1: the most negative finite fp32 (bit pattern 0xff7fffff), the fill a
+    causal mask uses for "minus infinity"."""
+    min = float(np.finfo(np.float32).min)
+
+
 # --- tensors with block dimensions ----------------------------------------------------------
 
 def par_dim(size) -> ParDim:

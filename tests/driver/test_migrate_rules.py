@@ -117,9 +117,8 @@ def test_m0202():
         "nisa.activation(y, op=nl.exp, data=x, scale=2.0)",
         "z = nl.ndarray(x.shape, dtype=nl.bfloat16, buffer=nl.sbuf)",
         "nisa.tensor_tensor(z, x, y, op=nl.add)",
-        "# nkicc-migrate: M0202 nisa.tensor_reduce returns no tile in 0.2+: declare the result "
-        "(nl.ndarray(shape, dtype, buffer)) and pass it as dst",
-        "w = nisa.tensor_reduce(op=nl.add, data=z, axis=1)",
+        "w = nl.ndarray((z.shape[0], 1), dtype=z.dtype, buffer=nl.sbuf)",
+        "nisa.tensor_reduce(w, op=nl.add, data=z, axis=1)",
         "s = nl.ndarray((64, 64), dtype=nl.float32, buffer=nl.sbuf)",
         "nisa.reciprocal(s[0:64, 0:64], x[0:64, 0:64])",
         "p = nl.zeros((64, 512), dtype=nl.float32, buffer=nl.psum)",
@@ -136,6 +135,90 @@ def test_m0202_check(tmp_path):
         y = nisa.activation(op=nl.exp, data=x, scale=0.5)
         z = nisa.tensor_tensor(x, y, op=nl.multiply)
         nl.store(out, value=z)
+        return out
+    """)
+    assert check_runs(tmp_path, src, None, A, needs_01=True).outputs == 1
+
+
+def test_m0202_results_inside_expressions():
+    """An ISA call inside an expression gets a tile and a line of its own before the statement;
+    a Tensor Engine transpose assigned into a tile lands in PSUM and is copied, as 0.1 did; a
+    row reduction's (P,) result is a (P, 1) tile."""
+    b = rewritten("""
+        x = nl.load(a)
+        nc_transpose_res = 1
+        v = nl.multiply(x[0:64, 0:64], nisa.nc_transpose(x[0:64, 0:64], dtype=nl.float32))
+        s = nl.ndarray((64, 128), dtype=nl.float32, buffer=nl.sbuf)
+        s[0:64, 0:128] = nisa.nc_transpose(x[0:128, 0:64])
+        m = nisa.tensor_reduce(np.max, data=x, axis=(1,), negate=True)
+        u = nisa.tensor_reduce(np.max, data=x, axis=(0, 1))
+    """)
+    assert b.splitlines() == [
+        "x = nl.load(a)",
+        "nc_transpose_res = 1",
+        "nc_transpose_res2 = nl.ndarray((x[0:64, 0:64].shape[1], x[0:64, 0:64].shape[0]), dtype=nl.float32, "
+        "buffer=nl.psum)",
+        "nisa.nc_transpose(nc_transpose_res2, x[0:64, 0:64])",
+        "v = nl.multiply(x[0:64, 0:64], nc_transpose_res2)",
+        "s = nl.ndarray((64, 128), dtype=nl.float32, buffer=nl.sbuf)",
+        "nc_transpose_res3 = nl.ndarray((x[0:128, 0:64].shape[1], x[0:128, 0:64].shape[0]), dtype=x[0:128, "
+        "0:64].dtype, buffer=nl.psum)",
+        "nisa.nc_transpose(nc_transpose_res3, x[0:128, 0:64])",
+        "nisa.tensor_copy(dst=s[0:64, 0:128], src=nc_transpose_res3)",
+        "m = nl.ndarray((x.shape[0], 1), dtype=x.dtype, buffer=nl.sbuf)",
+        "nisa.tensor_reduce(m, np.max, data=x, axis=(1,), negate=True)",
+        "# nkicc-migrate: M0202 nisa.tensor_reduce returns no tile in 0.2+: declare the result "
+        "(nl.ndarray(shape, dtype, buffer)) and pass it as dst",
+        "u = nisa.tensor_reduce(np.max, data=x, axis=(0, 1))",
+    ]
+
+
+def test_m0202_results_inside_expressions_check(tmp_path):
+    src = "import numpy as np\n" + kernel("""
+        out = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.shared_hbm)
+        x = nl.load(a)
+        t = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.sbuf)
+        t[0:128, 0:128] = nisa.nc_transpose(x)
+        m = nisa.tensor_reduce(np.max, data=t, axis=(1,), negate=True)
+        y = nl.add(nl.multiply(t, nisa.nc_transpose(x)), m)
+        nl.store(out, value=y)
+        return out
+    """)
+    assert check_runs(tmp_path, src, None, ["a=float32[128,128]"], needs_01=True).outputs == 1
+
+
+def test_m0203_affine_select():
+    """0.1's pred= over index grids becomes 0.6's affine form of `left - right`: the partition
+    index's coefficient, one [step, count] per free axis, the rest the offset."""
+    b = rewritten("""
+        ip = nl.arange(128)[:, None]
+        jf = nl.arange(64)[None, :]
+        x = nl.load(a)
+        for i in nl.affine_range(2):
+            y = nisa.affine_select(pred=(i * 128 + ip >= 2 * jf + 3), on_true_tile=x[ip, jf], on_false_value=-9.0)
+            z = nisa.affine_select(pred=(ip < 64), on_true_tile=x[ip, jf], on_false_value=0.0)
+    """)
+    assert b.splitlines() == [
+        "x = nl.load(a)",
+        "for i in nl.affine_range(2):",
+        "    y = nl.ndarray(x[0:128, 0:64].shape, dtype=x[0:128, 0:64].dtype, buffer=nl.sbuf)",
+        "    nisa.affine_select(y, pattern=[[-2, 64]], offset=i * 128 - 3, channel_multiplier=1, "
+        "cmp_op=nl.greater_equal, on_true_tile=x[0:128, 0:64], on_false_value=-9.0)",
+        "    z = nl.ndarray(x[0:128, 0:64].shape, dtype=x[0:128, 0:64].dtype, buffer=nl.sbuf)",
+        "    nisa.affine_select(z, pattern=[[0, 64]], offset=-64, channel_multiplier=1, cmp_op=nl.less, "
+        "on_true_tile=x[0:128, 0:64], on_false_value=0.0)",
+    ]
+
+
+def test_m0203_affine_select_check(tmp_path):
+    src = kernel("""
+        out = nl.ndarray((2, 128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+        ip = nl.arange(128)[:, None]
+        jf = nl.arange(64)[None, :]
+        x = nl.load(a)
+        for i in nl.affine_range(2):
+            y = nisa.affine_select(pred=(i * 32 + ip >= 2 * jf + 3), on_true_tile=x[ip, jf], on_false_value=-9.0)
+            nl.store(out[i], value=y)
         return out
     """)
     assert check_runs(tmp_path, src, None, A, needs_01=True).outputs == 1
@@ -221,7 +304,9 @@ def test_m0203():
         "# nkicc-migrate: M0203 index grid is not a plain slice (strided, permuted or broadcast): write it with "
         "slices or .ap()",
         "q = nl.load(a[i_p, i_f * i_f])",
-        "nisa.nc_transpose(t.ap(pattern=[[1, 128], [t.shape[1], 64]], offset=0), y)",
+        "nc_transpose_res = nl.ndarray((y.shape[1], y.shape[0]), dtype=y.dtype, buffer=nl.psum)",
+        "nisa.nc_transpose(nc_transpose_res, y)",
+        "nisa.tensor_copy(dst=t.ap(pattern=[[1, 128], [t.shape[1], 64]], offset=0), src=nc_transpose_res)",
         "# nkicc-migrate: M0203 index grid is not a plain slice (strided, permuted or broadcast): write it with "
         "slices or .ap()",
         "# nkicc-migrate: M0215 an in-place tile update: write it as an instruction with dst=",
