@@ -313,9 +313,11 @@ def range_select(on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_cmd=re
 # --- instructions that took dst in 0.1 too --------------------------------------------------------
 
 def dma_copy(dst, src, mask=None, dst_rmw_op=None, oob_mode=isa.oob_mode.error, dge_mode=isa.dge_mode.unknown):
-    """A DMA from src to dst (keywords, as 0.1 wrote them)."""
+    """A DMA from src to dst (keywords, as 0.1 wrote them); with dst_rmw_op it updates dst
+    with src, as 0.3's `dma_compute(dst, [src, dst], op)` does (the guide's rewrite)."""
     if dst_rmw_op is not None:
-        raise unsupported("nisa.dma_copy(dst_rmw_op=...)", "dma-rmw")
+        return _run(mask, lambda dst, src: isa.dma_compute(dst, [src, dst], dst_rmw_op, oob_mode=oob_mode), dst=dst,
+                    src=src)
     return _run(mask, lambda dst, src: isa.dma_copy(dst, src, oob_mode=oob_mode, dge_mode=dge_mode), dst=dst,
                 src=src)
 

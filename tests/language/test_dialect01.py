@@ -298,3 +298,18 @@ def test_direct_allocation_runs_with_nkicc_placing_the_tiles(tmp_path):
     lines = sorted(int(ln.split("direct.py:")[1].split(":")[0]) for ln in p.stderr.splitlines() if "W161" in ln)
     assert lines == [13, 14, 19, 21], p.stderr  # one per allocating line of the kernel, none for the module's names
     assert "nki.compiler.psum.mod_alloc" in p.stderr and "E161" not in p.stderr
+
+
+def test_dma_copy_read_modify_write_adds_into_its_destination(rng):
+    """0.1's `dma_copy(dst_rmw_op=np.add)`: dst updated with src (0.3's dma_compute(dst, [src, dst]))."""
+    import nkicc.language.legacy_isa as nisa01
+    import nkicc.language.legacy_nl as nl01
+
+    def kernel(a, b):
+        out = nl01.ndarray(a.shape, dtype=a.dtype, buffer=nl01.shared_hbm)
+        nl01.store(out, value=nl01.load(b))
+        nisa01.dma_copy(dst=out, src=nl01.load(a), dst_rmw_op=np.add)
+        return out
+
+    a, b = data(rng, 64, 48), data(rng, 64, 48)
+    np.testing.assert_allclose(nkicc.compile(kernel, a, b, **NO_CACHE).run(a, b), a + b, rtol=1e-6)

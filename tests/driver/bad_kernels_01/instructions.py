@@ -7,14 +7,6 @@ import neuronxcc.nki.language as nl
 
 
 @nki.jit
-def dma_copy_read_modify_write(a: "float32[128,64]"):
-    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
-    t = nl.load(a)
-    nisa.dma_copy(dst=out, src=t, dst_rmw_op=np.add)  # EXPECT: E161
-    return out
-
-
-@nki.jit
 def result_into_a_smaller_tile(a: "float32[128,64]"):
     out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
     t = nl.ndarray((128, 32), dtype=a.dtype)
