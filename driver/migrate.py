@@ -252,11 +252,13 @@ def _kernel_name(fn) -> str:
     return fn.__name__
 
 
-def _simulate(which: str, fn, specs, constants, passes, grid, inputs, shown: tuple[str, str] = ("", "")) -> tuple:
-    """One side of --check; its error says which side failed (and a line of the
-    migrated text as `FILE (migrated):LINE`, its scratch copy being gone by then)."""
+def _simulate(which: str, fn, specs, constants, passes, grid, inputs, shown: tuple[str, str] = ("", ""),
+              dialect: str | None = None) -> tuple:
+    """One side of --check, traced in `dialect`; its error says which side failed (and a
+    line of the migrated text as `FILE (migrated):LINE`, its scratch copy being gone by then)."""
     try:
-        compiled = _compile(fn, specs, constants, None, passes=passes, cache=False, grid=grid, printer=lambda *_: None)
+        compiled = _compile(fn, specs, constants, None, passes=passes, cache=False, grid=grid, printer=lambda *_: None,
+                            dialect=dialect)
         return _outputs(compiled.run(**inputs))
     except NkiccError as err:
         loc = err.loc
@@ -286,7 +288,8 @@ def check(migration: Migration, kernel: str | None = None, args: list[str] = (),
         passes = {"target": target} if target else None
         rng = np.random.default_rng(seed)
         inputs = {k: random_values(rng, s.dtype, s.shape) for k, s in specs.items()}
-        before = _simulate("as written", before_fn, specs, constants, passes, grid, inputs)
+        # as written: in the version it was written for (an `import nki` kernel of 0.2 is 0.2's, not 0.6's)
+        before = _simulate("as written", before_fn, specs, constants, passes, grid, inputs, dialect=migration.start)
         after = _simulate(f"as migrated to {migration.stop}", after_fn, after_specs, after_consts, passes, grid,
                           inputs, (after_path, f"{migration.path} (migrated)"))
     loc = Loc(migration.path, 0)

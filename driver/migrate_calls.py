@@ -138,7 +138,7 @@ INT_ENUMS = {"dge_mode": dge_mode, "engine": engine, "oob_mode": oob_mode, "redu
 class Calls(Pass):
     """Argument-level rewrites of the 0.2 -> 0.3 and 0.3 -> 0.4 sections, and
     the 0.1 constructs that are flagged where they occur."""
-    rules = ("M0216", "M0217", "M0302", "M0307", "M0310", "M0311", "M0312", "M0313", "M0314", "M0316", "M0317", "M0403",
+    rules = ("M0216", "M0217", "M0302", "M0307", "M0310", "M0311", "M0323", "M0312", "M0313", "M0314", "M0316", "M0317", "M0403",
              "M0404", "M0210", "M0214", "M0205", "M0208", "M0206")
 
     def leave_Arg(self, original, updated):
@@ -246,6 +246,11 @@ class Calls(Pass):
             new = [a[0], a[1], op.with_changes(comma=scales.comma), *tail]
             new[-1] = new[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
             return updated.with_changes(args=[*new, _arg(scales.value, "scales")])
+        if q == f"{ISA}.range_select" and self.on("M0323") and (
+                _kw(updated, "on_false_value") is not None or _kw(updated, "reduce_cmd") is not None):
+            # 0.2 filled with FP32_MIN and reset the accumulator whatever these said: 0.3's defaults
+            self.did("M0323")
+            return _without(updated, "on_false_value", "reduce_cmd")
         if q == f"{ISA}.sendrecv" and _kw(updated, "use_gpsimd_dma") is not None and self.on("M0311"):
             v = _kw(updated, "use_gpsimd_dma").value
             if isinstance(v, cst.Name) and v.value in ("True", "False"):

@@ -175,8 +175,9 @@ RULES: tuple[Rule, ...] = (
       "become tuples"),
     R("M0322", "0.2-0.3", "nisa.memset - x4 packed type restriction", "none", "",
       "the dtype is the trace's to know; the 0.6 front end reports a non-zero value"),
-    R("M0323", "0.2-0.3", "nisa.range_select - parameter fixes", "none", "",
-      "a behaviour fix: the parameters now do what they say"),
+    R("M0323", "0.2-0.3", "nisa.range_select - parameter fixes", "rewrite",
+      "`on_false_value=` and `reduce_cmd=` go: 0.2 used FP32_MIN and reset_reduce whatever they said, "
+      "which are 0.3's defaults"),
     R("M0324", "0.2-0.3", "Parameter default value updates", "none", "", "defaults only; old calls keep working"),
     R("M0325", "0.2-0.3", "Matmul accumulation (accumulate=None)", "none", "", "the default keeps 0.2's behaviour"),
     # --- 0.3 -> 0.4 -------------------------------------------------------------

@@ -759,7 +759,27 @@ def test_m0322():
 
 
 def test_m0323():
-    test_notes_only_rules_leave_code("m0323")
+    b = body(mig(kernel("nisa.range_select(d, t, nl.greater, nl.less, b0, b1, reduce_cmd=nisa.reduce_cmd.idle, "
+                        "reduce_res=m, on_false_value=0.0)", params="d, t, b0, b1, m", head=H), "0.2").after)
+    assert b == "nisa.range_select(d, t, nl.greater, nl.less, b0, b1, reduce_res=m)"
+
+
+def test_m0323_check(tmp_path):
+    """The 0.2 kernel as written (its front end fills with FP32_MIN) and as migrated agree."""
+    src = kernel("""
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(t, a)
+        b0 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+        b1 = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.iota(b0, [[0, 1]], 0, 0)
+        nisa.iota(b1, [[0, 1]], 40, 0)
+        o = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+        nisa.range_select(o, t, nl.greater_equal, nl.less, b0, b1, reduce_cmd=nisa.reduce_cmd.idle, on_false_value=0.0)
+        nisa.dma_copy(out, o)
+        return out
+    """, head=H)
+    assert check_runs(tmp_path, src, "0.2", A).outputs == 1
 
 
 def test_m0324():
