@@ -328,8 +328,9 @@ def main(args) -> int:
             f"{', large shapes included (NKILIB_SIMULATION_RUN_ALL=1)' if args.all else ''}), {where}, "
             f"{args.timeout:.0f} s and {args.mem_gb:g} GB per item.")
     command = "python bench/conformance.py --suite LIBRARY_DIR" + (f" --first {args.first}" if args.first else "") + \
-        (" --all" if args.all else "") + (f" --workers {args.workers}" if args.workers else "")
-    write_report(items, args.out, args.snapshot or snapshot(library), command, wall, note)
+        (" --all" if args.all else "") + (f" --workers {args.workers}" if args.workers else "") + \
+        f" --timeout {args.timeout:g} --mem-gb {args.mem_gb:g}"
+    write_report(items, args.out, args.snapshot or snapshot(library), command, wall, note, broken)
     os.remove(journal)
     log(f"{_summary(items)}; wrote {args.out} and {args.json}")
     return 1 if worse else 0

@@ -234,12 +234,14 @@ def _outputs(result, builder: Builder, loc: Loc) -> tuple[list[str], list[View |
                              "store the tile into an nl.shared_hbm tensor and return that")
         if item.decl.role == "arg":  # an output tensor the caller passed in (nt.mutable_tensor): NKI returns it
             a = item.access
-            if not (a.offset.is_const and a.offset.const == 0 and a.scalar is None
-                    and tuple(a.pattern) == row_major(item.decl.shape)):
+            # the whole argument in its order, perhaps reshaped (a squeeze and the unsqueeze back, as
+            # the library's attention_block_tkg returns its K cache)
+            if not (a.offset.is_const and a.offset.const == 0 and a.scalar is None and a.vector is None
+                    and a.dtype is None and _merged(a.pattern) == _merged(row_major(item.decl.shape))):
                 raise NkiccError("E104", f"the kernel returns a part of its argument {item.shown}", loc,
                                  "return the whole argument tensor")
             names.append(item.name)
-            views.append(None)
+            views.append(None if tuple(item.shape) == tuple(item.decl.shape) else _returned_view(item, loc))
             continue
         if builder.grid and item.buffer != "shared_hbm":
             raise NkiccError("E104", f"the kernel launched on a grid returns {item.shown}, which lives in "
@@ -248,6 +250,18 @@ def _outputs(result, builder: Builder, loc: Loc) -> tuple[list[str], list[View |
         names.append(item.name)
         views.append(_returned_view(item, loc))
     return names, views
+
+
+def _merged(pattern) -> tuple:
+    """An access pattern's [step, num] pairs with size-1 dimensions dropped (their step is moot)
+    and dimensions that continue each other merged: one form for every reshape of one layout."""
+    out: list[tuple[int, int]] = []
+    for step, num in reversed([tuple(p) for p in pattern if p[1] != 1]):
+        if out and step == out[-1][0] * out[-1][1]:
+            out[-1] = (out[-1][0], out[-1][1] * num)
+        else:
+            out.append((step, num))
+    return tuple(reversed(out))
 
 
 def _returned_view(item: Tensor, loc: Loc) -> View | None:

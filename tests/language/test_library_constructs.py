@@ -9,6 +9,7 @@ import nkicc
 import nkicc.isa as nisa
 import nkicc.language as nl
 import nkicc.language.typing as nt
+from nkicc.ir import NkiccError
 from tests.support.ops_helpers import check_error, close, rand
 
 
@@ -31,6 +32,30 @@ def test_a_returned_mutable_argument_is_the_callers_array(rng, simulator):
     got = compiled.run(a, out)
     assert got is out  # the result is the caller's array, written in place
     close(out, np.exp(a))
+
+
+def test_a_returned_argument_may_be_reshaped_whole(rng):
+    """A squeeze and the unsqueeze back (the library's attention_block_tkg returns its K cache so)
+    is the argument itself; a reshape to another shape hands back that shape; a part is E104."""
+    def squeezed(a, cache: nt.mutable_tensor):
+        flat = cache.reshape((cache.shape[0], cache.shape[2]))
+        _exp_into(a, flat)
+        return flat.reshape(cache.shape), cache.reshape((cache.shape[0] * cache.shape[2],))
+
+    a, cache = rand(rng, (64, 48)), np.zeros((64, 1, 48), np.float32)
+    same, flat = nkicc.compile(squeezed, a, cache).run(a, cache)
+    assert same is cache and flat.shape == (64 * 48,)
+    close(cache[:, 0, :], np.exp(a))
+    close(flat, np.exp(a).reshape(-1))
+
+    def part(a, cache: nt.mutable_tensor):
+        _exp_into(a, cache.reshape((cache.shape[0], cache.shape[2])))
+        return cache[0:32]  # MARK-part
+
+    with pytest.raises(NkiccError) as e:
+        nkicc.compile(part, a, cache)
+    check_error(e, "E104", "MARK-part", "test_library_constructs.py")
+    assert "a part of its argument cache" in e.value.message
 
 
 def test_returning_two_arguments_and_a_new_tensor(rng):
