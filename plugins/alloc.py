@@ -421,9 +421,11 @@ def _demand(kernel, numbering=None) -> dict[str, int]:
 
 
 def _local_tensors(numbering) -> set[str]:
-    """Tensors used only in the block that allocates them (not in nested loops)."""
+    """Tensors used only in the block that allocates them, or in static loops nested in it
+    (live_order moves such a loop as one statement)."""
     return {t for t, (_, chain) in numbering.alloc_at.items()
-            if all(use_chain == chain for _, use_chain in numbering.uses.get(t, ()))}
+            if all(use_chain[:len(chain)] == chain and all(loop.kind == "static" for loop in use_chain[len(chain):])
+                   for _, use_chain in numbering.uses.get(t, ()))}
 
 
 # loads issued this many compute steps ahead of their use after a reorder
@@ -469,6 +471,23 @@ def _sink(kernel, buffer):
                    "tensors": [decls[t].described() for t in moved]}
 
 
+def _hoist(kernel, buffer, capacity):
+    """Each last use of a `buffer` tile moved up to where the tile is complete (live_order's
+    hoist_last_uses) where that lowers the peak and keeps the other buffer as it was or within
+    capacity; (kernel, note or None)."""
+    numbering = _Numbering(kernel)
+    trial, blocks = live_order.hoist_last_uses(kernel, _local_tensors(numbering), buffer)
+    if not blocks:
+        return kernel, None
+    trial = sink_allocs(trial)[0]  # tiles made up front now die early: allocated at their first use, they share
+    before, after = _demand(kernel, numbering), _demand(trial)
+    if after[buffer] >= before[buffer] or any(after[b] > max(before[b], capacity[b]) for b in after if b != buffer):
+        return kernel, None
+    return trial, {"buffer": buffer, "peak_bytes_per_partition_before": before[buffer],
+                   "peak_bytes_per_partition_after": after[buffer],
+                   "blocks": [dataclasses.asdict(b) for b in blocks]}
+
+
 def _coalesce(kernel, buffer, capacity, banks):
     """Element-wise results written over the input that dies at them (alloc_coalesce.py),
     the largest first, until the kernel fits; (kernel, note or None)."""
@@ -489,13 +508,16 @@ def allocate(kernel, ctx):
     capacity = {"sbuf": target.sbuf_partition_bytes, "psum": target.psum_partition_bytes}
     banks = {"sbuf": None, "psum": target.psum_bank_bytes}
     spills = []
-    shortened = sunk = in_place = None
+    shortened = sunk = in_place = hoisted = None
     placed, overflow, peaks = _place_all(kernel, _Numbering(kernel), kernel.tensor_map(), capacity, banks)
     if overflow is not None:
         kernel, sunk = _sink(kernel, overflow[0])
         placed, overflow, peaks = _place_all(kernel, _Numbering(kernel), kernel.tensor_map(), capacity, banks)
     if overflow is not None:
         kernel, in_place = _coalesce(kernel, overflow[0], capacity, banks)
+        placed, overflow, peaks = _place_all(kernel, _Numbering(kernel), kernel.tensor_map(), capacity, banks)
+    if overflow is not None and overflow[0] == "psum":  # (an SBUF tile's last use is no drain: shorten's)
+        kernel, hoisted = _hoist(kernel, overflow[0], capacity)
         placed, overflow, peaks = _place_all(kernel, _Numbering(kernel), kernel.tensor_map(), capacity, banks)
     if overflow is not None:
         kernel, shortened = _shorten(kernel, overflow[0], capacity, banks)
@@ -523,7 +545,8 @@ def allocate(kernel, ctx):
     ctx.note("allocations_sunk", sunk)
     ctx.note("computed_in_place", in_place)
     ctx.note("live_ranges_shortened", shortened)
-    actions = _actions(shortened, spills, sunk, in_place)
+    ctx.note("last_uses_hoisted", hoisted)
+    actions = _actions(shortened, spills, sunk, in_place, hoisted)
     ctx.note("what_alloc_did", actions, show=bool(actions))
     ctx.note("memory", f"SBUF {peaks.get('sbuf', 0) / 1024:.1f} of {capacity['sbuf'] // 1024} KiB per partition "
                        f"at peak, PSUM {peaks.get('psum', 0) / 1024:.1f} of {capacity['psum'] // 1024} KiB"
@@ -535,9 +558,16 @@ def _kib(n: int) -> str:
     return f"{n / 1024:.1f} KiB"
 
 
-def _actions(shortened, spills, sunk=None, in_place=None) -> list[str]:
+def _actions(shortened, spills, sunk=None, in_place=None, hoisted=None) -> list[str]:
     """What the allocator had to do to fit the kernel, one sentence each."""
     out = []
+    if hoisted:
+        where = sorted({b["loc"] or "the kernel body" for b in hoisted["blocks"]})
+        moved = sum(b["moved"] for b in hoisted["blocks"])
+        out.append(f"moved the last uses of {hoisted['buffer'].upper()} tiles up to where each tile is complete "
+                   f"({moved} statements in the body at {', '.join(where)}): {hoisted['buffer'].upper()} peak "
+                   f"{_kib(hoisted['peak_bytes_per_partition_before'])} -> "
+                   f"{_kib(hoisted['peak_bytes_per_partition_after'])} per partition")
     if sunk:
         n = len(sunk["tensors"])
         out.append(f"moved {n} allocation{'s' if n > 1 else ''} down to the first use of {'their' if n > 1 else 'its'} "

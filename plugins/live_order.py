@@ -13,7 +13,10 @@ that finish tiles off (their last uses) go before those that start new ones.
 It is called by alloc only when the kernel does not fit as written (an order
 that fits is the kernel author's and stays), and alloc keeps the new order
 only where it lowers the peak. Dependences are exact per tensor within one
-iteration of the enclosing loops; loops and control instructions are
+iteration of the enclosing loops. A static loop moves as one statement that
+touches every tensor its body touches, whole (a rolled inner loop, as in
+`for i in range(n): for h in nl.affine_range(k): acc[i] += ...`, is one step of
+such a block); dynamic loops and control instructions, in a loop or not, are
 barriers that nothing moves across. The work is quadratic in the length of a
 block, so blocks longer than MAX_BLOCK are left as they are.
 """
@@ -42,6 +45,21 @@ def reorder(kernel, local: set[str], window: int = 0) -> tuple[object, list[Reor
     compute steps ahead of its first use a load is issued, so that loads
     overlap compute (each step ahead keeps one more tile live)."""
     decls = kernel.tensor_map()
+    return _segments(kernel, lambda segment: _reorder_segment(segment, decls, local, window))
+
+
+def hoist_last_uses(kernel, local: set[str], buffer: str) -> tuple[object, list[Reordered]]:
+    """The kernel with each last use of a `buffer` tile (a PSUM accumulator's drain) moved up
+    to just after what it depends on, and nothing else moved but the allocation of what it
+    writes: the smallest change that ends such a tile's life where its value is complete
+    (bwmm_shard_on_I sums all its accumulators, then drains them all). `local` as for reorder."""
+    decls = kernel.tensor_map()
+    tiles = {t for t in local if decls[t].buffer == buffer}
+    return _segments(kernel, lambda segment: _hoist_segment(segment, decls, tiles))
+
+
+def _segments(kernel, rewrite) -> tuple[object, list[Reordered]]:
+    """`rewrite` applied to every straight-line segment of every block (between barriers)."""
     done: list[Reordered] = []
 
     def walk(block: Block, loc) -> Block:
@@ -52,7 +70,7 @@ def reorder(kernel, local: set[str], window: int = 0) -> tuple[object, list[Reor
         for s in stmts + [None]:
             if s is None or _barrier(s):
                 if segment:
-                    new = _reorder_segment(segment, decls, local, window)
+                    new = rewrite(segment)
                     moved = sum(a is not b for a, b in zip(new, segment))
                     if moved:
                         where = loc or next((x.loc for x in segment if isinstance(x, Op) and x.loc), None)
@@ -70,7 +88,7 @@ def reorder(kernel, local: set[str], window: int = 0) -> tuple[object, list[Reor
 
 def _barrier(s) -> bool:
     if isinstance(s, Loop):
-        return True
+        return s.kind != "static" or any(isinstance(x, Op) and _barrier(x) for x in s.body.walk())
     if isinstance(s, Alloc):
         return False
     d = ops.of(s)
@@ -79,17 +97,32 @@ def _barrier(s) -> bool:
     return d.control or d.collective is not None or d.family in ("control", "collectives", "debug", "rng")
 
 
+def _reads_writes(s) -> tuple[tuple[Access, ...], tuple[Access, ...]]:
+    """What a statement reads and writes: an op's operands, or everything a loop's
+    body does to tensors allocated outside it."""
+    if isinstance(s, Op):
+        return reads(s), s.outs
+    inner = {x.tensor for x in s.body.walk() if isinstance(x, Alloc)}
+    body = [x for x in s.body.walk() if isinstance(x, Op)]
+    return (tuple(a for x in body for a in reads(x) if a.tensor not in inner),
+            tuple(a for x in body for a in x.outs if a.tensor not in inner))
+
+
 def _accesses(s, decls):
     """(tensor, key, lo, hi, is_write) per memory range a statement touches.
     `key` is the access's loop-variable terms: two accesses with the same terms
     are compared by their constant ranges (exact within one iteration of the
-    enclosing loops); different terms or a runtime offset mean the whole tensor."""
+    enclosing loops); different terms or a runtime offset mean the whole tensor,
+    as does every access of a loop."""
     if isinstance(s, Alloc):
         return [(s.tensor, None, 0, decls[s.tensor].size - 1, True)]
     out = []
-    for accesses, is_write in ((reads(s), False), (s.outs, True)):
+    for accesses, is_write in zip(_reads_writes(s), (False, True)):
         for a in accesses:
-            out.append((a.tensor, *_range(a, decls), is_write))
+            if isinstance(s, Loop):
+                out.append((a.tensor, None, 0, decls[a.tensor].size - 1, is_write))
+            else:
+                out.append((a.tensor, *_range(a, decls), is_write))
     return out
 
 
@@ -140,9 +173,10 @@ def _reorder_segment(segment, decls, local, window):
     touched: list[set[str]] = []
     reads_here: list[set[str]] = []  # tensors of this segment a statement reads
     for s in segment:
-        names = set() if isinstance(s, Alloc) else {a.tensor for a in reads(s) + s.outs} & dying
+        r, w = ((), ()) if isinstance(s, Alloc) else _reads_writes(s)
+        names = {a.tensor for a in r + w} & dying
         touched.append(names)
-        reads_here.append(set() if isinstance(s, Alloc) else {a.tensor for a in reads(s)} & allocated_here)
+        reads_here.append({a.tensor for a in r} & allocated_here)
         for t in names:
             uses_left[t] = uses_left.get(t, 0) + 1
     done = [False] * n
@@ -190,6 +224,38 @@ def _reorder_segment(segment, decls, local, window):
         take(j)
     if window:
         order = _prefetch(order, segment, preds, reads_here, window)
+    return [segment[j] for j in order]
+
+
+def _hoist_segment(segment, decls, tiles):
+    n = len(segment)
+    if n > MAX_BLOCK:
+        return segment
+    preds = _dependences(segment, decls)
+    last_use: dict[str, int] = {}
+    for j, s in enumerate(segment):
+        if not isinstance(s, Alloc):
+            for a in _reads_writes(s)[0] + _reads_writes(s)[1]:
+                if a.tensor in tiles:
+                    last_use[a.tensor] = j
+    order = list(range(n))
+    for j in sorted(set(last_use.values())):
+        s = segment[j]
+        if not {a.tensor for a in _reads_writes(s)[0]} & tiles:
+            continue  # a last use that writes the tile is no drain
+        where = {x: p for p, x in enumerate(order)}
+        # the allocations it needs come along; everything else it depends on stays where it is
+        allocs = [i for i in preds[j] if isinstance(segment[i], Alloc) and not preds[i]]
+        floor = max((where[i] + 1 for i in preds[j] if i not in allocs), default=0)
+        if floor >= where[j]:
+            continue
+        moving = sorted(allocs, key=where.get) + [j]
+        if any(where[i] < floor for i in allocs):
+            moving = [i for i in moving if i == j or where[i] >= floor]
+        rest = [x for x in order if x not in moving]
+        at = next(p for p, x in enumerate(rest) if where[x] >= floor) if any(where[x] >= floor for x in rest) \
+            else len(rest)
+        order = rest[:at] + moving + rest[at:]
     return [segment[j] for j in order]
 
 

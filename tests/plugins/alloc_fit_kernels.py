@@ -21,6 +21,12 @@ tiny target (8 KiB) two [P, 1024] float32 tiles do not fit, one does.
 `partial_load` leaves the chunk's last column to the next iteration: either
 way the two are live at once and may not share bytes.
 
+psum_drained_after: the NKI Library's bwmm_shard_on_I: one PSUM accumulator per
+128-row tile of the output (12 of 2 KiB at I = 1536: 24 KiB against trn2's 16),
+each summed over K by a rolled loop, all of them summed first and drained after.
+Fits once each drain moves up to where its accumulator is finished: the rolled
+K loops move as whole statements.
+
 centered_squares: every tile of x is loaded, summed into a mean, then used
 again after the mean is known, so all tiles are live at once whatever the
 order: over capacity, it must spill.
@@ -183,4 +189,25 @@ def chunked_logsumexp(x, chunk=1024, keep_chunk=False, partial_load=False):
     nisa.activation(dst=d, op=nl.log, data=d)
     nisa.tensor_tensor(dst=d, data1=d, data2=m, op=nl.add)
     nisa.dma_copy(dst=out, src=d)
+    return out
+
+
+@nkicc.jit
+def psum_drained_after(w, x):
+    K, I = w.shape
+    _, B = x.shape
+    out = nl.ndarray((I, B), dtype=nl.float32, buffer=nl.shared_hbm)
+    ws = nl.ndarray((TK, K // TK, I), dtype=w.dtype, buffer=nl.sbuf)
+    xs = nl.ndarray((TK, K // TK, B), dtype=x.dtype, buffer=nl.sbuf)
+    for k in nl.affine_range(K // TK):
+        nisa.dma_copy(dst=ws[:, k, :], src=w[k * TK:(k + 1) * TK, :])
+        nisa.dma_copy(dst=xs[:, k, :], src=x[k * TK:(k + 1) * TK, :])
+    res = [nl.ndarray((TM, B), dtype=nl.float32, buffer=nl.sbuf) for _ in range(I // TM)]
+    accs = [nl.ndarray((TM, B), dtype=nl.float32, buffer=nl.psum) for _ in range(I // TM)]
+    for i in range(I // TM):
+        for k in nl.affine_range(K // TK):
+            nisa.nc_matmul(accs[i], ws[:, k, i * TM:(i + 1) * TM], xs[:, k, :])
+    for i in range(I // TM):
+        nisa.tensor_copy(dst=res[i], src=accs[i])
+        nisa.dma_copy(dst=out[i * TM:(i + 1) * TM, :], src=res[i])
     return out

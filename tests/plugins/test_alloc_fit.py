@@ -118,6 +118,25 @@ def test_psum_tiles_made_up_front_share_banks_from_their_first_use(rng):
     np.testing.assert_allclose(unrolled.run(lhsT, rhs), got, rtol=1e-5, atol=1e-4)
 
 
+def test_psum_accumulators_drained_after_all_of_them_fit_by_moving_each_drain_up(rng):
+    """Twelve accumulators summed by rolled K loops, then drained (24 KiB of PSUM against 16 as
+    written): each drain moves up to its accumulator's loop and nothing else moves, so no more
+    than two accumulators are live at once. Against numpy and against the unrolled trace."""
+    w = rng.standard_normal((512, 12 * 128)).astype(np.float32)
+    x = rng.standard_normal((512, 512)).astype(np.float32)
+    c = nkicc.compile(kernels.psum_drained_after, w, x, passes={"target": "trn2"})
+    alloc = c.report["notes"]["alloc"]
+    short = alloc["last_uses_hoisted"]
+    assert short["buffer"] == "psum" and alloc["live_ranges_shortened"] is None
+    assert short["peak_bytes_per_partition_before"] == 12 * 2048 > alloc["capacity_bytes_per_partition"]["psum"]
+    assert short["peak_bytes_per_partition_after"] <= 2 * 2048
+    assert not alloc["spills"] and c.report["loops"]["rolled"] >= 12
+    got = c.run(w, x)
+    np.testing.assert_allclose(got, _matmul(w, x), rtol=1e-4, atol=1e-3)
+    unrolled = nkicc.compile(kernels.psum_drained_after, w, x, unroll=True, passes={"target": "trn2"})
+    np.testing.assert_allclose(unrolled.run(w, x), got, rtol=1e-5, atol=1e-4)
+
+
 def _logsumexp(x):
     x = x.astype(np.float64)
     mx = x.max(axis=1, keepdims=True)
