@@ -93,3 +93,22 @@ def test_compare_names_the_kernels_that_stopped_passing(tmp_path):
     now = [R("a", "core/a.py", "a", status="pass"), R("b", "core/b.py", "b", status="error", first_error="E171 x"),
            R("c", "core/c.py", "c", status="pass"), R("d[mx]", "core/d.py", "d", status="error")]
     assert conf.regressions(now, conf.recorded_statuses(str(report))) == ["b: passed, now error: E171 x"]
+
+
+def test_the_suite_report_counts_the_suites_own_bugs_apart(tmp_path):
+    """An item that fails on the suite's or library's own bug is counted apart, with its
+    one-line reason; nkicc's failures stay failures."""
+    suite = load_bench("conformance_suite")
+    test = "test/integration/nkilib/core/attention/test_gen_mask_tkg.py::T::test_mask"
+    items = [suite.Item(test + "[a]", "passed", "", 1.0, 0.5),
+             suite.Item(test + "[b]", "failed", "KeyError: 'mask_out_hbm'", 0.1),
+             suite.Item(test + "[c]", "failed", "error[E400] k.py:3: PSUM is over capacity", 0.2, 0.1),
+             suite.Item(test + "[d]", "skipped", "Skipping slow simulation test", 0.0)]
+    out = tmp_path / "report.md"
+    suite.write_report(items, str(out), "abc", "python bench/conformance.py --suite LIB", 3.0, "", {})
+    text = out.read_text()
+    assert "**4 items: 1 passed, 1 failed, 1 blocked by the suite's own bugs, 0 timed out, 1 skipped" in text
+    blocked = text.split("### Blocked by the suite's own bugs")[1].split("###")[0]
+    assert "| 1 | the test's output descriptor reads `mask_out_hbm`" in blocked
+    failures = text.split("### Failures by first error")[1].split("###")[0]
+    assert "E400" in failures and "mask_out_hbm" not in failures
