@@ -228,34 +228,23 @@ def _reorder_segment(segment, decls, local, window):
 
 
 def _hoist_segment(segment, decls, tiles):
-    n = len(segment)
-    if n > MAX_BLOCK:
+    if len(segment) > MAX_BLOCK:
         return segment
     preds = _dependences(segment, decls)
-    last_use: dict[str, int] = {}
-    for j, s in enumerate(segment):
-        if not isinstance(s, Alloc):
-            for a in _reads_writes(s)[0] + _reads_writes(s)[1]:
-                if a.tensor in tiles:
-                    last_use[a.tensor] = j
-    order = list(range(n))
+    rw = [((), ()) if isinstance(s, Alloc) else _reads_writes(s) for s in segment]
+    last_use = {a.tensor: j for j, (r, w) in enumerate(rw) for a in r + w if a.tensor in tiles}
+    order = list(range(len(segment)))
     for j in sorted(set(last_use.values())):
-        s = segment[j]
-        if not {a.tensor for a in _reads_writes(s)[0]} & tiles:
-            continue  # a last use that writes the tile is no drain
+        if not {a.tensor for a in rw[j][0]} & tiles:
+            continue  # a last use that only writes the tile drains nothing
         where = {x: p for p, x in enumerate(order)}
         # the allocations it needs come along; everything else it depends on stays where it is
-        allocs = [i for i in preds[j] if isinstance(segment[i], Alloc) and not preds[i]]
-        floor = max((where[i] + 1 for i in preds[j] if i not in allocs), default=0)
+        allocs = {i for i in preds[j] if isinstance(segment[i], Alloc) and not preds[i]}
+        floor = max((where[i] + 1 for i in preds[j] - allocs), default=0)
         if floor >= where[j]:
             continue
-        moving = sorted(allocs, key=where.get) + [j]
-        if any(where[i] < floor for i in allocs):
-            moving = [i for i in moving if i == j or where[i] >= floor]
-        rest = [x for x in order if x not in moving]
-        at = next(p for p, x in enumerate(rest) if where[x] >= floor) if any(where[x] >= floor for x in rest) \
-            else len(rest)
-        order = rest[:at] + moving + rest[at:]
+        moving = sorted((i for i in allocs if where[i] >= floor), key=where.get) + [j]
+        order = order[:floor] + moving + [x for x in order[floor:] if x not in moving]
     return [segment[j] for j in order]
 
 
