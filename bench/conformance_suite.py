@@ -105,38 +105,77 @@ def chunks(library: str, ids: list, first: int | None, timeout: float, mem_gb: f
 
 
 def run_chunk(chunk: Chunk) -> list:
-    """Run one chunk's items in one pytest process; one Item per node id."""
-    with tempfile.TemporaryDirectory(prefix="nkicc-suite-") as tmp:
-        xml = os.path.join(tmp, "out.xml")
-        listing = os.path.join(tmp, "items.txt")
-        with open(listing, "w") as f:
-            f.write("\n".join(chunk.nodeids))
-        cap = int(chunk.mem_gb * 2 ** 30)
-
-        def limit():
-            resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
-
-        args = _pytest(chunk.library, "--junitxml", xml, "--timeout", str(int(chunk.timeout)),
-                       "--output-directory", os.path.join(tmp, "artifacts"), *chunk.nodeids)
-        t0 = time.perf_counter()
-        proc = subprocess.run(args, cwd=chunk.library, env=_env(chunk.library, chunk.run_all), capture_output=True,
-                              text=True, preexec_fn=limit if cap > 0 else None)
-        wall = time.perf_counter() - t0
-        found = parse_junit(xml) if os.path.exists(xml) else {}
+    """Run one chunk's items in pytest processes; one Item per node id. A process that ends
+    before its last item (an INTERNALERROR, the memory cap met outside a test) costs the item it
+    was running, which fails with the reason, not the items after it: those run in a new process."""
+    done: dict[str, Item] = {}
+    todo = list(chunk.nodeids)
+    while todo:
+        found, proc, wall = _run_pytest(chunk, todo)
+        ran = {n: it for n in todo if (it := found.get(_junit_key(n)) or found.get(_junit_key(n).removeprefix("test.")))}
+        if not ran:  # no junit report (the process was killed): its verbose lines say what finished
+            ran = _verbose_outcomes(proc.stdout, todo)
+        done.update(ran)
+        rest = [n for n in todo if n not in ran]
+        if not rest:
+            break
+        done[rest[0]] = Item(rest[0], "failed", f"the pytest process ended at this item (rc {proc.returncode}, "
+                                                f"{wall:.0f} s): {_why_it_ended(proc)}")
+        todo = rest[1:]
     items = []
     for nodeid in chunk.nodeids:
-        key = _junit_key(nodeid)
-        item = found.get(key) or found.get(key.removeprefix("test."))
-        if item is None:
-            tail = (proc.stdout + proc.stderr).strip().splitlines()[-1:] or ["no output"]
-            item = Item(nodeid, "failed", f"the pytest process ended (rc {proc.returncode}, {wall:.0f} s): "
-                                          f"{tail[0][:200]}")
+        item = done[nodeid]
         item.nodeid = nodeid
         items.append(item)
     if chunk.journal:
         with open(chunk.journal, "a") as f:
             f.write("".join(json.dumps(asdict(i)) + "\n" for i in items))
     return items
+
+
+def _run_pytest(chunk: Chunk, nodeids: list) -> tuple[dict, subprocess.CompletedProcess, float]:
+    """One pytest process over `nodeids`, under the chunk's memory cap: (junit items by key, process, seconds)."""
+    with tempfile.TemporaryDirectory(prefix="nkicc-suite-") as tmp:
+        xml = os.path.join(tmp, "out.xml")
+        cap = int(chunk.mem_gb * 2 ** 30)
+
+        def limit():
+            resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+
+        # (-v -v after _pytest's -q: a line per finished item, for a process killed before its report)
+        args = _pytest(chunk.library, "-v", "-v", "--junitxml", xml, "--timeout", str(int(chunk.timeout)),
+                       "--output-directory", os.path.join(tmp, "artifacts"), *nodeids)
+        t0 = time.perf_counter()
+        env = {**_env(chunk.library, chunk.run_all), "PYTHONUNBUFFERED": "1"}  # (its lines survive a kill)
+        proc = subprocess.run(args, cwd=chunk.library, env=env, capture_output=True, text=True,
+                              preexec_fn=limit if cap > 0 else None)
+        found = parse_junit(xml) if os.path.exists(xml) else {}
+    return found, proc, time.perf_counter() - t0
+
+
+_OUTCOME = re.compile(r"^(\S+::\S+(?:\[.*\])?) (PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)\b")
+
+
+def _verbose_outcomes(stdout: str, nodeids: list) -> dict:
+    """Items pytest's verbose lines report as finished (node ids may be relative to its rootdir)."""
+    status = {"PASSED": "passed", "XPASS": "passed", "SKIPPED": "skipped", "XFAIL": "skipped"}
+    out = {}
+    for line in stdout.splitlines():
+        m = _OUTCOME.match(line)
+        if m:
+            n = next((n for n in nodeids if n == m.group(1) or n.endswith("/" + m.group(1))), None)
+            if n is not None:
+                out[n] = Item(n, status.get(m.group(2), "failed"), "" if m.group(2) in status else
+                              "failed (the process was killed before its report: see the run's output)")
+    return out
+
+
+def _why_it_ended(proc: subprocess.CompletedProcess) -> str:
+    """The last INTERNALERROR or error line a process that ended early printed, else its last line."""
+    lines = (proc.stdout + proc.stderr).strip().splitlines()
+    internal = [ln.removeprefix("INTERNALERROR>").strip() for ln in lines if ln.startswith("INTERNALERROR>")]
+    errors = [ln for ln in internal if "Error" in ln] or [ln for ln in lines if "Error" in ln] or lines[-1:] or ["no output"]
+    return _clean(errors[-1])[:200]
 
 
 def _junit_key(nodeid: str) -> str:

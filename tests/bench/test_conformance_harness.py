@@ -112,3 +112,32 @@ def test_the_suite_report_counts_the_suites_own_bugs_apart(tmp_path):
     assert "| 1 | the test's output descriptor reads `mask_out_hbm`" in blocked
     failures = text.split("### Failures by first error")[1].split("###")[0]
     assert "E400" in failures and "mask_out_hbm" not in failures
+
+
+SUITE_CONFTEST = '''
+def pytest_addoption(parser):
+    parser.addoption("--test-mode")
+    parser.addoption("--output-directory")
+    try:
+        parser.addoption("--timeout")  # (pytest-timeout's, where it is not installed)
+    except ValueError:
+        pass
+'''
+
+
+def test_a_pytest_process_that_dies_costs_one_item(tmp_path):
+    """An item that kills its pytest process fails with the reason; the items after it run in
+    a new process instead of failing with it."""
+    suite = load_bench("conformance_suite")
+    lib = tmp_path / "lib"
+    (lib / "test").mkdir(parents=True)
+    (lib / "test" / "conftest.py").write_text(SUITE_CONFTEST)
+    (lib / "test" / "test_x.py").write_text("import os\n\n\ndef test_a():\n    pass\n\n\ndef test_b():\n"
+                                           "    os._exit(3)\n\n\ndef test_c():\n    assert False\n\n\n"
+                                           "def test_d():\n    pass\n")
+    ids = [f"test/test_x.py::test_{n}" for n in "abcd"]
+    items = suite.run_chunk(suite.Chunk(str(lib), ids, 60, 0, False))
+    assert [(i.nodeid.rsplit("::", 1)[1], i.status) for i in items] == [
+        ("test_a", "passed"), ("test_b", "failed"), ("test_c", "failed"), ("test_d", "passed")]
+    assert items[1].message.startswith("the pytest process ended at this item (rc 3")
+    assert "assert False" in items[2].message or "AssertionError" in items[2].message
