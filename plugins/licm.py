@@ -9,11 +9,19 @@ would have computed the same tile. Repeated until nothing moves, so that an
 instruction reading a hoisted load follows it out (Mamba v2's delta * u, which
 reads tiles loaded once per channel tile, is computed once, not once per
 state, as the vendor's compiler does: docs/fidelity.md).
+
+A hoisted tile is live across the whole loop, so the tiles hoisted out of one
+loop may take at most HOIST_SHARE of the target's bytes per partition in their
+buffer; what would pass it stays in the loop. Without that bound, a kernel whose
+whole body is invariant in its loop (the NKI Library's cumsum, launched on a
+two-program grid that it never reads) had every tile of every iteration
+hoisted at once: 1.9 MiB of SBUF per partition against 224 KiB.
 """
 import dataclasses
 
 from nkicc.ir import Access, Alloc, Block, Loop, Op
 from nkicc.ir.analysis import reads
+from nkicc.ir.dtypes import itemsize
 from nkicc.pass_api import Pass, hookimpl
 
 
@@ -35,8 +43,20 @@ def _depends_on(a: Access, var: str) -> bool:
 # into their destination, no engine-internal registers carried between instructions)
 HOISTABLE = ("dma_copy", "memset", "tensor_tensor", "tensor_scalar", "tensor_copy", "activation")
 
+# the share of a buffer's bytes per partition that the tiles hoisted out of one loop may take
+HOIST_SHARE = 0.5
 
-def _hoist(loop: Loop) -> tuple[list, Loop]:
+
+def _bytes_per_partition(decl) -> int:
+    n = itemsize(decl.dtype)
+    for d in decl.shape[1:]:
+        n *= d
+    return n
+
+
+def _hoist(loop: Loop, room: dict | None = None, decls=None) -> tuple[list, Loop]:
+    """What can leave `loop`, and the loop without it. `room`: bytes per partition per buffer
+    that hoisted tiles may still take (spent as they are hoisted); None: no bound."""
     if loop.kind != "static":
         return [], loop
     body = list(loop.body.stmts)
@@ -55,7 +75,8 @@ def _hoist(loop: Loop) -> tuple[list, Loop]:
             srcs = [a for a in s.ins if isinstance(a, Access)]
             if (dst.tensor in allocated and written.get(dst.tensor) == 1 and dst.tensor not in read_so_far
                     and not _depends_on(dst, loop.var)
-                    and all(not _depends_on(a, loop.var) and a.tensor not in written for a in srcs)):
+                    and all(not _depends_on(a, loop.var) and a.tensor not in written for a in srcs)
+                    and _fits(dst.tensor, room, decls)):
                 hoisted.append(s)
                 continue
         if isinstance(s, Op):
@@ -70,11 +91,28 @@ def _hoist(loop: Loop) -> tuple[list, Loop]:
     return allocs + hoisted, dataclasses.replace(loop, body=Block(tuple(rest)))
 
 
+def _fits(tensor: str, room: dict | None, decls) -> bool:
+    """Whether the tile may be hoisted within `room` (which it then takes)."""
+    if room is None:
+        return True
+    decl = decls[tensor]
+    if decl.buffer not in room:
+        return True
+    need = _bytes_per_partition(decl)
+    if need > room[decl.buffer]:
+        return False
+    room[decl.buffer] -= need
+    return True
+
+
 def licm(block: Block, region, ctx) -> Block:
+    target = ctx.target
     out = []
     for s in block.stmts:
+        room = {"sbuf": int(HOIST_SHARE * target.sbuf_partition_bytes),
+                "psum": int(HOIST_SHARE * target.psum_partition_bytes)}
         while isinstance(s, Loop):
-            pre, s = _hoist(s)
+            pre, s = _hoist(s, room, region.decls)
             if not pre:
                 break
             out.extend(pre)

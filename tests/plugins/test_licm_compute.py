@@ -9,6 +9,7 @@ import numpy as np
 import nkicc
 import nkicc.isa as nisa
 import nkicc.language as nl
+from nkicc.ir import Op
 
 STATES, TILES, W = 6, 3, 128
 
@@ -104,3 +105,36 @@ def test_compute_reading_what_the_loop_writes_stays(rng):
     got, n = _dve_executed(running_product, (x, b))
     np.testing.assert_allclose(got, x * np.prod(b, axis=0), rtol=1e-5, atol=1e-6)
     assert n == 2 * STATES
+
+
+@nkicc.jit
+def plus_one_by_tiles(x):
+    """Reads no program id: on a launch grid, every tile of the body is invariant in the grid loop.
+    The tiles go into a Python list, so the tile loop is traced concretely (as the library's
+    TiledRange loops are) and its instructions lie in the grid loop's body."""
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    results = []
+    for p in range(x.shape[0] // 128):
+        t = nl.ndarray((128, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x[p * 128:(p + 1) * 128, :])
+        r = nl.ndarray((128, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.tensor_scalar(dst=r, data=t, op0=nl.add, operand0=1.0)
+        nisa.dma_copy(dst=out[p * 128:(p + 1) * 128, :], src=r)
+        results.append(r)
+    return out
+
+
+def test_hoisting_stops_at_half_the_buffer(rng):
+    """Forty 8 KiB results, each stored where it is made, invariant in a two-program grid: hoisted
+    all, they would be live across the loop together (320 KiB against 224 KiB of SBUF, the
+    NKI Library's cumsum at [1024, 10, 4096]). licm hoists what fits in half of SBUF and leaves
+    the rest in the loop; the kernel compiles without a spill and matches numpy."""
+    from nkicc.plugins.licm import HOIST_SHARE
+
+    x = rng.standard_normal((40 * 128, 2048)).astype(np.float32)
+    c = plus_one_by_tiles[2].compile(x)
+    alloc = c.report["notes"]["alloc"]
+    assert not alloc["spills"] and not alloc["what_alloc_did"]
+    hoisted = [s for s in c.ir.body.stmts if isinstance(s, Op) and s.outs[0].tensor != "out"]  # out of the grid loop
+    assert 0 < len(hoisted) * 8192 <= HOIST_SHARE * alloc["capacity_bytes_per_partition"]["sbuf"]
+    np.testing.assert_array_equal(c.run(x), x + np.float32(1.0))
