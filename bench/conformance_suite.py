@@ -44,6 +44,10 @@ class Item:
     seconds: float = 0.0
     nkicc_s: float = 0.0      # nkicc's trace + compile + simulate
     calls: int = 0
+    rss_peak_mb: float = 0.0  # the item's peak resident set (the process's, while the item ran)
+    rss_start_mb: float = 0.0
+    nkicc_added_mb: float = 0.0  # the most one nkicc call added to what the process held when it began
+    out_of_memory_in: str = ""   # for an item that ran out of memory: "nkicc" or "suite" (whose code ran)
 
 
 @dataclass
@@ -193,7 +197,9 @@ def parse_junit(path: str) -> dict:
         props = {p.get("name"): p.get("value") for p in case.iter("property")}
         item = Item(key, "passed", "", float(case.get("time") or 0.0),
                     float(props.get("nkicc_compile_s") or 0) + float(props.get("nkicc_simulate_s") or 0),
-                    int(props.get("nkicc_calls") or 0))
+                    int(props.get("nkicc_calls") or 0), float(props.get("rss_peak_mb") or 0),
+                    float(props.get("rss_start_mb") or 0), float(props.get("nkicc_added_mb") or 0),
+                    props.get("out_of_memory_in") or "")
         for tag in ("failure", "error", "skipped"):
             node = case.find(tag)
             if node is not None:
@@ -315,6 +321,7 @@ def write_report(items: list, out: str, snapshot: str, command: str, wall: float
               "|---|---:|---:|---|"]
     for i in sorted(items, key=lambda i: -i.nkicc_s)[:20]:
         lines.append(f"| `{i.nodeid.split('/')[-1]}` | {i.nkicc_s:.1f} | {i.seconds:.1f} | {i.status} |")
+    lines += _memory_section(items)
     lines += ["", "### Per family and test function", "",
               "| family | test function | items | passed | failed | skipped | s | nkicc s | first error (most items) |",
               "|---|---|---:|---:|---:|---:|---:|---:|---|"]
@@ -336,6 +343,30 @@ def write_report(items: list, out: str, snapshot: str, command: str, wall: float
         text = text.rstrip("\n") + "\n\n" + "\n".join(lines) + "\n"
     with open(out, "w") as f:
         f.write(text)
+
+
+def _memory_section(items: list) -> list:
+    """Whose memory: the items that ran out of it, by whose code was running, and the
+    items where nkicc added the most to what the process held."""
+    oom = [i for i in items if i.out_of_memory_in]
+    by = collections.Counter(i.out_of_memory_in for i in oom)
+    measured = [i for i in items if i.rss_peak_mb]
+    lines = ["", "### Memory: the suite's and nkicc's", "",
+             f"Items that ran out of memory under the cap: {len(oom)}, {by['suite']} while the suite's own code "
+             f"ran (its inputs and goldens), {by['nkicc']} while nkicc ran. Per item, the plugin reads the process's "
+             "peak RSS, and the most that one nkicc call added to what the process held when the call began "
+             "(nkicc.memory_watch)."]
+    if measured:
+        peak = max(measured, key=lambda i: i.rss_peak_mb)
+        lines += ["", f"Of {len(measured)} items measured, the highest peak is {peak.rss_peak_mb:,.0f} MB "
+                  f"(nkicc added {peak.nkicc_added_mb:,.0f} MB of it); nkicc's own additions sum to "
+                  f"{sum(i.nkicc_added_mb for i in measured):,.0f} MB against "
+                  f"{sum(max(0.0, i.rss_peak_mb - i.rss_start_mb - i.nkicc_added_mb) for i in measured):,.0f} MB "
+                  "the items grew by otherwise.", "",
+                  "| item | peak MB | nkicc added MB | status |", "|---|---:|---:|---|"]
+        for i in sorted(measured, key=lambda i: -i.nkicc_added_mb)[:10]:
+            lines.append(f"| `{i.nodeid.split('/')[-1]}` | {i.rss_peak_mb:,.0f} | {i.nkicc_added_mb:,.0f} | {i.status} |")
+    return lines
 
 
 def _cell(text: str) -> str:

@@ -62,6 +62,7 @@ class RunSettings:
     records: list = field(default_factory=list)
     timeline: str | None = None  # --timeline: draw each kernel call's engine timeline here (PNG)
     pictures: list = field(default_factory=list)  # the timeline files written so far
+    memory: object | None = None  # a MemoryWatch (driver/memory_watch.py): each call's own peak RSS
 
     def timeline_path(self) -> str:
         """The next picture's file: the path itself for the first kernel call,

@@ -13,7 +13,11 @@ With it, before the suite's conftest is imported:
   the vendor's package is absent, since whatever sys.path finds first wins;
 - each test runs with nkicc simulating values only (no timing), and the seconds
   nkicc spent (trace and compile; simulate) go into the test's report as
-  `user_properties` (`nkicc_compile_s`, `nkicc_simulate_s`, `nkicc_calls`);
+  `user_properties` (`nkicc_compile_s`, `nkicc_simulate_s`, `nkicc_calls`), with
+  the item's peak RSS and the most any nkicc call added to it (`rss_start_mb`,
+  `rss_peak_mb`, `nkicc_added_mb`: driver/memory_watch.py), and for an item
+  that ran out of memory whether nkicc or the suite's own code was running
+  (`out_of_memory_in`);
 - the suite's harness runs its collectives tests (per-rank inputs, N ranks) on
   nkicc's N-rank simulation: the vendor's CPU simulator has no collectives, so
   the harness's simulation path passes a per-rank generator to a one-rank call.
@@ -63,10 +67,11 @@ class SuiteRunner:
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_call(self, item):
         from .api import RUN_SETTINGS, RunSettings
+        from .memory_watch import MemoryWatch
         from .suite import nkicc_seconds
 
         _route_collectives()
-        settings = RunSettings(timing=False)
+        settings = RunSettings(timing=False, memory=MemoryWatch())
         token = RUN_SETTINGS.set(settings)
         try:
             yield
@@ -75,7 +80,34 @@ class SuiteRunner:
             compile_s, simulate_s = nkicc_seconds(settings.records)
             item.user_properties += [("nkicc_compile_s", round(compile_s, 4)),
                                      ("nkicc_simulate_s", round(simulate_s, 4)),
-                                     ("nkicc_calls", len(settings.records))]
+                                     ("nkicc_calls", len(settings.records)),
+                                     *settings.memory.finish().items()]
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item, call):
+        yield
+        if call.when == "call" and call.excinfo is not None and _out_of_memory(call.excinfo.value):
+            # (junit's properties are the teardown report's, which copies the item's)
+            item.user_properties.append(("out_of_memory_in", "nkicc" if _inside_nkicc(call.excinfo.tb)
+                                         else "suite"))
+
+
+def _out_of_memory(exc: BaseException) -> bool:
+    """numpy's MemoryError, or torch's allocator refusing (a RuntimeError)."""
+    return isinstance(exc, MemoryError) or (isinstance(exc, RuntimeError) and "can't allocate memory" in str(exc))
+
+
+def _inside_nkicc(tb) -> bool:
+    """Whether nkicc's code was running when the exception was raised (an nkicc
+    frame on its stack: nkicc's packages, or the modules it serves as nki)."""
+    alias = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_nki_alias") + os.sep
+    while tb is not None:
+        frame = tb.tb_frame
+        name = frame.f_globals.get("__name__", "")
+        if name == "nkicc" or name.startswith("nkicc.") or os.path.abspath(frame.f_code.co_filename).startswith(alias):
+            return True
+        tb = tb.tb_next
+    return False
 
 
 def _route_collectives() -> None:

@@ -25,6 +25,7 @@ import numpy as np
 
 from .api import RUN_SETTINGS, JitKernel, RunSettings
 from .language.kernel_trace import inspect_unwrap
+from .memory_watch import watched_call
 from .report import peak_rss_mb
 
 NC_VERSION_ENV = "NKI_NC_VERSION"  # the suite's choice of NeuronCore generation (gen2, gen3, gen4)
@@ -52,8 +53,10 @@ class _Launcher:
         jk = _jit(self.kernel)
         if _grid_needed(self.lnc):
             jk = jk[self.lnc]
-        if RUN_SETTINGS.get() is not None:
-            return jk(*args, **kwargs)
+        settings = RUN_SETTINGS.get()
+        if settings is not None:
+            with watched_call(settings):
+                return jk(*args, **kwargs)
         token = RUN_SETTINGS.set(RunSettings(timing=False))  # values only, as the vendor's CPU simulator
         try:
             return jk(*args, **kwargs)
@@ -80,7 +83,8 @@ def trace_only(kernel, inputs: dict, target: str | None, lnc) -> object:
     if _grid_needed(lnc):
         jk = jk[lnc]
     t0 = time.perf_counter()
-    compiled = jk.compile(**inputs)
+    with watched_call(RUN_SETTINGS.get()):
+        compiled = jk.compile(**inputs)
     _record(compiled, True, time.perf_counter() - t0, 0.0)
     return compiled
 
@@ -92,12 +96,13 @@ def run_ranks(kernel, inputs_by_rank: list[dict], lnc=1) -> list[list[np.ndarray
     jk = _jit(kernel)
     if _grid_needed(lnc):
         jk = jk[lnc]
-    t0 = time.perf_counter()
-    compiled = jk.compile(**inputs_by_rank[0])
-    compile_s = time.perf_counter() - t0
-    t1 = time.perf_counter()
-    outputs, _ = compiled.run_ranks([{a: np.asarray(inputs[a]) for a in compiled.ir.args}
-                                     for inputs in inputs_by_rank], timing=False)
+    with watched_call(RUN_SETTINGS.get()):
+        t0 = time.perf_counter()
+        compiled = jk.compile(**inputs_by_rank[0])
+        compile_s = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        outputs, _ = compiled.run_ranks([{a: np.asarray(inputs[a]) for a in compiled.ir.args}
+                                         for inputs in inputs_by_rank], timing=False)
     _record(compiled, True, compile_s, time.perf_counter() - t1, ranks=len(inputs_by_rank))
     return [[out[o] for o in compiled.ir.outputs] for out in outputs]
 

@@ -103,15 +103,20 @@ def test_the_suite_report_counts_the_suites_own_bugs_apart(tmp_path):
     items = [suite.Item(test + "[a]", "passed", "", 1.0, 0.5),
              suite.Item(test + "[b]", "failed", "KeyError: 'mask_out_hbm'", 0.1),
              suite.Item(test + "[c]", "failed", "error[E400] k.py:3: PSUM is over capacity", 0.2, 0.1),
-             suite.Item(test + "[d]", "skipped", "Skipping slow simulation test", 0.0)]
+             suite.Item(test + "[d]", "skipped", "Skipping slow simulation test", 0.0),
+             suite.Item(test + "[e]", "failed", "MemoryError: Unable to allocate 4.50 GiB", 0.3, 0.0, 0, 6100.0, 60.0,
+                        0.0, "suite")]
     out = tmp_path / "report.md"
     suite.write_report(items, str(out), "abc", "python bench/conformance.py --suite LIB", 3.0, "", {})
     text = out.read_text()
-    assert "**4 items: 1 passed, 1 failed, 1 blocked by the suite's own bugs, 0 timed out, 1 skipped" in text
+    assert "**5 items: 1 passed, 2 failed, 1 blocked by the suite's own bugs, 0 timed out, 1 skipped" in text
     blocked = text.split("### Blocked by the suite's own bugs")[1].split("###")[0]
     assert "| 1 | the test's output descriptor reads `mask_out_hbm`" in blocked
     failures = text.split("### Failures by first error")[1].split("###")[0]
     assert "E400" in failures and "mask_out_hbm" not in failures
+    memory = text.split("### Memory")[1].split("###")[0]
+    assert "out of memory under the cap: 1, 1 while the suite's own code ran" in memory
+    assert "the highest peak is 6,100 MB (nkicc added 0 MB of it)" in memory
 
 
 SUITE_CONFTEST = '''
@@ -134,10 +139,12 @@ def test_a_pytest_process_that_dies_costs_one_item(tmp_path):
     (lib / "test" / "conftest.py").write_text(SUITE_CONFTEST)
     (lib / "test" / "test_x.py").write_text("import os\n\n\ndef test_a():\n    pass\n\n\ndef test_b():\n"
                                            "    os._exit(3)\n\n\ndef test_c():\n    assert False\n\n\n"
-                                           "def test_d():\n    pass\n")
-    ids = [f"test/test_x.py::test_{n}" for n in "abcd"]
+                                           "def test_d():\n    pass\n\n\ndef test_e():\n"
+                                           "    import numpy\n    numpy.ones(2 ** 50, dtype='u1')\n")
+    ids = [f"test/test_x.py::test_{n}" for n in "abcde"]
     items = suite.run_chunk(suite.Chunk(str(lib), ids, 60, 0, False))
     assert [(i.nodeid.rsplit("::", 1)[1], i.status) for i in items] == [
-        ("test_a", "passed"), ("test_b", "failed"), ("test_c", "failed"), ("test_d", "passed")]
+        ("test_a", "passed"), ("test_b", "failed"), ("test_c", "failed"), ("test_d", "passed"), ("test_e", "failed")]
+    assert items[4].out_of_memory_in == "suite" and items[3].rss_peak_mb > 0
     assert items[1].message.startswith("the pytest process ended at this item (rc 3")
     assert "assert False" in items[2].message or "AssertionError" in items[2].message

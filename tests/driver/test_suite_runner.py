@@ -186,14 +186,14 @@ def _suite(tmp_path, collectives=False):
     return root
 
 
-def _run(root, *args, pythonpath=None):
+def _run(root, *args, pythonpath=None, preexec_fn=None):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "NKICC_"))}
     env["NKICC_CACHE"] = "0"
     if pythonpath:
         env["PYTHONPATH"] = os.pathsep.join([pythonpath] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-s", "--rootdir", str(root),
            "--junitxml", str(root / "out.xml"), *args]
-    proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=300, preexec_fn=preexec_fn)
     return proc, root / "out.xml"
 
 
@@ -301,3 +301,68 @@ def test_a_two_core_launch_simulates_without_timing(rng):
     got = outputs[ck.ir.outputs[0]]
     np.testing.assert_array_equal(got[:64], x[64:])
     np.testing.assert_array_equal(got[64:], x[:64])
+
+
+# a suite's tests whose memory goes to the golden, to nkicc, or past the process's cap
+MEMORY = '''
+import numpy as np
+import nki
+import nki.isa as nisa
+import nki.language as nl
+
+
+@nki.jit
+def copy_into_big(a, rows, cols):
+    out = nl.ndarray((rows, cols), dtype=a.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out[0:128, 0:64], src=a)
+    return out
+
+
+A = np.random.default_rng(5).standard_normal((128, 64)).astype(np.float32)
+
+
+def test_golden_memory():
+    golden = np.random.default_rng(6).standard_normal(40_000_000)  # 305 MiB, the suite's own
+    got = nki.cpu_simulate(copy_into_big)[1](a=A, rows=128, cols=64)
+    np.testing.assert_array_equal(got, A)
+    assert golden.size
+
+
+def test_nkicc_memory():
+    got = nki.cpu_simulate(copy_into_big)[1](a=A, rows=8192, cols=4096)  # a 128 MiB output, nkicc's
+    np.testing.assert_array_equal(got[:128, :64], A)
+
+
+def test_suite_out_of_memory():
+    np.ones((2 ** 15, 2 ** 16), dtype=np.float32)  # 8 GiB, past the cap
+
+
+def test_nkicc_out_of_memory():
+    nki.cpu_simulate(copy_into_big)[1](a=A, rows=2 ** 15, cols=2 ** 16)  # an 8 GiB output
+'''
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="peak RSS is read from /proc (Linux)")
+def test_memory_is_told_apart_from_the_suites(tmp_path):
+    """Each item reports its peak RSS and the most an nkicc call added to it; an item
+    that runs out of memory says whether nkicc or the suite's own code was running."""
+    import resource
+
+    root = _suite(tmp_path)
+    (root / "test" / "test_memory.py").write_text(MEMORY)
+    cap = 4 * 2 ** 30
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+
+    proc, xml = _run(root, "--nkicc", "test/test_memory.py", "--test-mode", "simulation", preexec_fn=limit)
+    cases = _cases(xml)
+    assert {n: s for n, (s, _) in cases.items()} == {
+        "test_golden_memory": "passed", "test_nkicc_memory": "passed",
+        "test_suite_out_of_memory": "failure", "test_nkicc_out_of_memory": "failure"}, proc.stdout + proc.stderr
+    golden = {k: float(v) for k, v in cases["test_golden_memory"][1].items() if k.endswith("_mb")}
+    assert golden["rss_peak_mb"] - golden["rss_start_mb"] > 280 and golden["nkicc_added_mb"] < 100, golden
+    nkicc = {k: float(v) for k, v in cases["test_nkicc_memory"][1].items() if k.endswith("_mb")}
+    assert nkicc["nkicc_added_mb"] > 120, nkicc
+    assert cases["test_suite_out_of_memory"][1]["out_of_memory_in"] == "suite"
+    assert cases["test_nkicc_out_of_memory"][1]["out_of_memory_in"] == "nkicc"
