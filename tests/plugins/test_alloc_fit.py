@@ -177,3 +177,20 @@ def test_an_input_still_needed_after_the_result_is_made_keeps_its_bytes(rng, opt
     if option == "keep_chunk":
         c = nkicc.compile(kernels.chunked_logsumexp, x, keep_chunk=True, passes={"target": "trn2"})
         np.testing.assert_allclose(c.run(x), _logsumexp(x), rtol=1e-4, atol=1e-4)
+
+
+def test_drains_move_up_in_a_block_too_long_to_reorder(rng, monkeypatch):
+    """Hoisting drains costs a pass over the block per drain, so it takes blocks longer than
+    live-range reordering does (bwmm_shard_on_I at I 6144: 48 accumulators in one block of
+    2,800 statements, past reordering's 2,048). With reordering's bound below this kernel's
+    block, the drains still move up and the accumulators fit."""
+    from nkicc.plugins import live_order
+
+    monkeypatch.setattr(live_order, "MAX_BLOCK", 16)
+    w = rng.standard_normal((512, 12 * 128)).astype(np.float32)
+    x = rng.standard_normal((512, 512)).astype(np.float32)
+    c = nkicc.compile(kernels.psum_drained_after, w, x, passes={"target": "trn2"}, cache=False)
+    alloc = c.report["notes"]["alloc"]
+    assert len(c.ir.body.stmts) > live_order.MAX_BLOCK
+    assert alloc["last_uses_hoisted"]["peak_bytes_per_partition_after"] <= 2 * 2048 and not alloc["spills"]
+    np.testing.assert_allclose(c.run(w, x), _matmul(w, x), rtol=1e-4, atol=1e-3)
