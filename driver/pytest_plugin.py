@@ -27,6 +27,7 @@ With it, before the suite's conftest is imported:
 """
 from __future__ import annotations
 
+import gc
 import os
 import sys
 
@@ -86,15 +87,36 @@ class SuiteRunner:
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(self, item, call):
         yield
-        if call.when == "call" and call.excinfo is not None and _out_of_memory(call.excinfo.value):
+        oom = _out_of_memory(call.excinfo.value) if call.when == "call" and call.excinfo is not None else None
+        if oom is not None:
             # (junit's properties are the teardown report's, which copies the item's)
-            item.user_properties.append(("out_of_memory_in", "nkicc" if _inside_nkicc(call.excinfo.tb)
+            item.user_properties.append(("out_of_memory_in", "nkicc" if _inside_nkicc(oom.__traceback__)
                                          else "suite"))
 
+    @pytest.hookimpl(trylast=True)
+    def pytest_runtest_teardown(self, item, nextitem) -> None:
+        # pytest keeps a failed item's exception for post-mortem debugging (sys.last_value) until
+        # the next item's call, and its frames, which hold the item's arrays, sit in reference
+        # cycles that only the cyclic collector frees: a golden of several GB would still be held
+        # while the next item makes its own (seen as items failing on a 6 MiB allocation)
+        if not hasattr(sys, "last_value"):
+            return  # (a passed item leaves nothing behind: no collection, which costs time per item)
+        for name in ("last_type", "last_value", "last_traceback", "last_exc"):
+            if hasattr(sys, name):
+                delattr(sys, name)
+        gc.collect()
 
-def _out_of_memory(exc: BaseException) -> bool:
-    """numpy's MemoryError, or torch's allocator refusing (a RuntimeError)."""
-    return isinstance(exc, MemoryError) or (isinstance(exc, RuntimeError) and "can't allocate memory" in str(exc))
+
+def _out_of_memory(exc: BaseException | None) -> BaseException | None:
+    """The exception in `exc`'s chain that ran out of memory: numpy's MemoryError, or torch's
+    allocator refusing (a RuntimeError); the suite's harness re-raises both as its own."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, MemoryError) or (isinstance(exc, RuntimeError) and "can't allocate memory" in str(exc)):
+            return exc
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 def _inside_nkicc(tb) -> bool:

@@ -333,6 +333,23 @@ def test_nkicc_memory():
     np.testing.assert_array_equal(got[:128, :64], A)
 
 
+def test_golden_then_fails():
+    golden = np.random.default_rng(8).standard_normal(40_000_000)  # 305 MiB, held by the failing frame
+    assert golden[0] > 100
+
+
+def test_after_a_failure():
+    got = nki.cpu_simulate(copy_into_big)[1](a=A, rows=128, cols=64)
+    np.testing.assert_array_equal(got, A)
+
+
+def test_torch_like_out_of_memory():
+    try:
+        raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 8589934592 bytes")
+    except RuntimeError as e:
+        raise ValueError("the harness's own exception") from e
+
+
 def test_suite_out_of_memory():
     np.ones((2 ** 15, 2 ** 16), dtype=np.float32)  # 8 GiB, past the cap
 
@@ -345,7 +362,8 @@ def test_nkicc_out_of_memory():
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="peak RSS is read from /proc (Linux)")
 def test_memory_is_told_apart_from_the_suites(tmp_path):
     """Each item reports its peak RSS and the most an nkicc call added to it; an item
-    that runs out of memory says whether nkicc or the suite's own code was running."""
+    that runs out of memory says whether nkicc or the suite's own code was running; a failed
+    item's memory is given back before the next item starts."""
     import resource
 
     root = _suite(tmp_path)
@@ -359,10 +377,16 @@ def test_memory_is_told_apart_from_the_suites(tmp_path):
     cases = _cases(xml)
     assert {n: s for n, (s, _) in cases.items()} == {
         "test_golden_memory": "passed", "test_nkicc_memory": "passed",
-        "test_suite_out_of_memory": "failure", "test_nkicc_out_of_memory": "failure"}, proc.stdout + proc.stderr
+        "test_suite_out_of_memory": "failure", "test_nkicc_out_of_memory": "failure",
+        "test_golden_then_fails": "failure", "test_after_a_failure": "passed",
+        "test_torch_like_out_of_memory": "failure"}, proc.stdout + proc.stderr
     golden = {k: float(v) for k, v in cases["test_golden_memory"][1].items() if k.endswith("_mb")}
     assert golden["rss_peak_mb"] - golden["rss_start_mb"] > 280 and golden["nkicc_added_mb"] < 100, golden
     nkicc = {k: float(v) for k, v in cases["test_nkicc_memory"][1].items() if k.endswith("_mb")}
     assert nkicc["nkicc_added_mb"] > 120, nkicc
     assert cases["test_suite_out_of_memory"][1]["out_of_memory_in"] == "suite"
     assert cases["test_nkicc_out_of_memory"][1]["out_of_memory_in"] == "nkicc"
+    assert cases["test_torch_like_out_of_memory"][1]["out_of_memory_in"] == "suite"  # found in the chain
+    # a failed item's arrays are not held into the next item (pytest keeps its exception's frames)
+    before, after = (float(cases[n][1]["rss_start_mb"]) for n in ("test_golden_then_fails", "test_after_a_failure"))
+    assert after - before < 150, (before, after)
