@@ -182,14 +182,17 @@ def _executions(chain) -> int:
     return n
 
 
-def _spill_cost(name: str, kernel, numbering: _Numbering, decls) -> int:
-    isz = itemsize(decls[name].dtype)
-    cost = 0
+def _spill_costs(names, kernel, decls) -> dict:
+    """Bytes each tensor of `names` would move as a spill (each access stored or loaded once
+    per execution), from one walk of the kernel: a round weighs every live tensor."""
+    costs = dict.fromkeys(names, 0)
     for op, chain in _ops_with_chain(kernel.body, ()):
+        runs = None
         for a in op.outs + tuple(x for x in op.ins if isinstance(x, Access)):
-            if a.tensor == name:
-                cost += 2 * a.count * isz * _executions(chain)
-    return cost
+            if a.tensor in costs:
+                runs = _executions(chain) if runs is None else runs
+                costs[a.tensor] += 2 * a.count * itemsize(decls[a.tensor].dtype) * runs
+    return costs
 
 
 def _reload_cost(name: str, kernel, decls) -> int:
@@ -615,7 +618,7 @@ def _spill_some(kernel, buffer, capacity, failed, items, numbering, decls):
             if s <= end and e >= start and decls[name].role != "spill-temp" and name not in offsets]
     # tensors live where it failed first (evicting them frees bytes there), then
     # the cheapest traffic per byte freed; spill temporaries and runtime-offset tiles stay
-    costs = {n: _spill_cost(n, kernel, numbering, decls) for n, _, _ in live}
+    costs = _spill_costs({n for n, _, _ in live}, kernel, decls)
     ranked = [(n, size) for _, _, n, size in sorted((not there, costs[n] / size, n, size) for n, size, there in live)]
     spills, freed = [], 0
     for victim, size in ranked:
