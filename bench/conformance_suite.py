@@ -47,7 +47,7 @@ class Item:
     rss_peak_mb: float = 0.0  # the item's peak resident set (the process's, while the item ran)
     rss_start_mb: float = 0.0
     nkicc_added_mb: float = 0.0  # the most one nkicc call added to what the process held when it began
-    out_of_memory_in: str = ""   # for an item that ran out of memory: "nkicc" or "suite" (whose code ran)
+    out_of_memory_in: str = ""   # for an item that ran out of memory: "suite", or "nkicc: " and where in nkicc
 
 
 @dataclass
@@ -349,13 +349,15 @@ def _memory_section(items: list) -> list:
     """Whose memory: the items that ran out of it, by whose code was running, and the
     items where nkicc added the most to what the process held."""
     oom = [i for i in items if i.out_of_memory_in]
-    by = collections.Counter(i.out_of_memory_in for i in oom)
+    by = collections.Counter(i.out_of_memory_in.split(":")[0] for i in oom)
+    where = collections.Counter(i.out_of_memory_in.split(": ", 1)[1] for i in oom if ": " in i.out_of_memory_in)
     measured = [i for i in items if i.rss_peak_mb]
     lines = ["", "### Memory: the suite's and nkicc's", "",
              f"Items that ran out of memory under the cap: {len(oom)}, {by['suite']} while the suite's own code "
              f"ran (its inputs and goldens), {by['nkicc']} while nkicc ran. Per item, the plugin reads the process's "
              "peak RSS, and the most that one nkicc call added to what the process held when the call began "
-             "(nkicc.memory_watch)."]
+             "(nkicc.memory_watch)." + (" Where in nkicc: " + ", ".join(f"{w} ({n})" for w, n in where.most_common())
+                                         + "." if where else "")]
     if measured:
         peak = max(measured, key=lambda i: i.rss_peak_mb)
         lines += ["", f"Of {len(measured)} items measured, the highest peak is {peak.rss_peak_mb:,.0f} MB "

@@ -17,7 +17,7 @@ With it, before the suite's conftest is imported:
   the item's peak RSS and the most any nkicc call added to it (`rss_start_mb`,
   `rss_peak_mb`, `nkicc_added_mb`: driver/memory_watch.py), and for an item
   that ran out of memory whether nkicc or the suite's own code was running
-  (`out_of_memory_in`);
+  (`out_of_memory_in`: "suite", or "nkicc: " and nkicc's innermost function);
 - the suite's harness runs its collectives tests (per-rank inputs, N ranks) on
   nkicc's N-rank simulation: the vendor's CPU simulator has no collectives, so
   the harness's simulation path passes a per-rank generator to a one-rank call.
@@ -90,8 +90,8 @@ class SuiteRunner:
         oom = _out_of_memory(call.excinfo.value) if call.when == "call" and call.excinfo is not None else None
         if oom is not None:
             # (junit's properties are the teardown report's, which copies the item's)
-            item.user_properties.append(("out_of_memory_in", "nkicc" if _inside_nkicc(oom.__traceback__)
-                                         else "suite"))
+            where = _nkicc_frame(oom.__traceback__)
+            item.user_properties.append(("out_of_memory_in", f"nkicc: {where}" if where else "suite"))
 
     @pytest.hookimpl(trylast=True)
     def pytest_runtest_teardown(self, item, nextitem) -> None:
@@ -119,17 +119,19 @@ def _out_of_memory(exc: BaseException | None) -> BaseException | None:
     return None
 
 
-def _inside_nkicc(tb) -> bool:
-    """Whether nkicc's code was running when the exception was raised (an nkicc
-    frame on its stack: nkicc's packages, or the modules it serves as nki)."""
+def _nkicc_frame(tb) -> str | None:
+    """The innermost frame of nkicc's that was running when the exception was raised (its
+    packages, or the modules it serves as nki, nki_cpu_simulator and neuron_dtypes), as
+    module.function; None when none was."""
     alias = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_nki_alias") + os.sep
+    found = None
     while tb is not None:
         frame = tb.tb_frame
         name = frame.f_globals.get("__name__", "")
         if name == "nkicc" or name.startswith("nkicc.") or os.path.abspath(frame.f_code.co_filename).startswith(alias):
-            return True
+            found = f"{name}.{frame.f_code.co_name}"
         tb = tb.tb_next
-    return False
+    return found
 
 
 def _route_collectives() -> None:
