@@ -113,6 +113,9 @@ class CompiledKernel:
     # a multi-core launch: one compiled program per core (kernel[2] whose
     # programs meet at sendrecv / core_barrier / collectives), run at once
     cores: list | None = field(default=None, repr=False)
+    # ... or whose programs write the same HBM elements without meeting (W191): run in
+    # lockstep, a top-level statement of each core in turn
+    lockstep: bool = False
     _retrace: object = field(default=None, repr=False, compare=False)
     # the machine simulator's batched-loop verdicts for `ir` (MachineSimulator(verdicts=)): made by
     # the first simulation, reused by the next ones
@@ -218,7 +221,8 @@ class CompiledKernel:
         target = self.target_spec or resolve_target(self.target, registry())
         timing = self.timing if timing is None else timing
         results = _simulate_ranks([core.ir for core in self.cores], [inputs] * len(self.cores), target, simulator,
-                                  timing, per_rank_trace(trace or self.trace_path or False), shared, precise=precise)
+                                  timing, per_rank_trace(trace or self.trace_path or False), shared, precise=precise,
+                                  lockstep=self.lockstep)
         reports = [r[1] for r in results]
         self.report["ranks"] = [r.to_dict() if r is not None else None for r in reports]
         self.sim_ranks = reports if all(r is not None for r in reports) else None
@@ -326,10 +330,14 @@ def _compile(fn, specs: dict[str, TensorSpec], constants: dict, name: str | None
     compiled.report["cache"] = plan.finish()
     if grid:
         compiled.report["grid"] = list(grid)
-    if grid and program is None and _meets_other_cores(pipeline.kernel):
-        # programs that meet (sendrecv, core_barrier, collectives) run at once, one core each
+    meet = grid and program is None and _meets_other_cores(pipeline.kernel)
+    race = grid and program is None and not meet and any(w.code == "W191" for w in compiled.trace.warnings)
+    if meet or race:
+        # programs that meet (sendrecv, core_barrier, collectives) run at once, one core each; programs
+        # that write the same HBM elements (W191) too, in lockstep, as cores that start together
         compiled.cores = [_compile(fn, specs, constants, name, unroll, passes, printer, cache, grid, p, dialect)
                           for p in itertools.product(*(range(g) for g in grid))]
+        compiled.lockstep = bool(race)
         compiled.report["cores"] = len(compiled.cores)
     reg.manager.hook.nkicc_compile_finished(report=compiled.report)
     return compiled

@@ -226,6 +226,14 @@ CODES: dict[str, tuple[str, str]] = {
              "compiler builds such loops; nkicc runs the loop in program order, as nl.sequential_range would, "
              "so the result is the one every order gives. Any other dependence stays E190. docs/loops.md says "
              "where the line is drawn. Write nl.sequential_range to silence it."),
+    "W191": ("every program of a launch writes the same elements of a shared tensor",
+             "In a launch grid (kernel[2](...)), a write to an argument or an nl.shared_hbm tensor whose address "
+             "does not depend on nl.program_id is made by every program to the same elements, and the kernel "
+             "writes that tensor elsewhere too (each program fills the whole output, then stores its own rows). "
+             "Which program writes last is the cores' timing, which no order of whole programs gives: cores that "
+             "start together all fill before any of them stores. nkicc runs such a launch's programs side by "
+             "side, one top-level statement of each in turn, and warns. Give each program its own part of the "
+             "tensor (index it by nl.program_id), or have one program write it. docs/guide.md, SPMD launches."),
     "W201": ("matmul accumulates onto PSUM a copy or memset initialised",
              "On NeuronCore-v2/v3, accumulating nc_matmul results onto PSUM that a non-matmul instruction "
              "wrote is undefined; nkicc's simulator gives the sum. The psum-legalize pass (on by default) "

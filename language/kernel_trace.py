@@ -22,6 +22,7 @@ from .argspec import TensorSpec
 from .tensor import Tensor, row_major
 from .tracing import GRID, Builder, LoopPlan, LoopSite, TraceRetry
 from .dialect import dialect_of, rebind, setitem_of
+from .grid_races import grid_races
 from .loop_effects import EffectChecker
 from .sources import function_node, source_file
 from .usererrors import user_error
@@ -168,7 +169,7 @@ def trace_kernel(fn, tensor_args: dict[str, TensorSpec], constants: dict, name: 
             if not outputs:
                 _warn_no_return(builder, fn, kernel_loc)
             kernel = builder.finish(outputs, list(tensor_args), kernel_loc, views)
-        for warning in check_affine_loops(kernel, builder.affine_vars):  # (E190 raises)
+        for warning in check_affine_loops(kernel, builder.affine_vars) + grid_races(kernel):  # (E190 raises)
             builder.warnings.setdefault((warning.code, warning.loc), warning)
         seconds = time.perf_counter() - start
         return TraceResult(kernel, attempt, seconds, dict(builder.loop_stats),

@@ -6,9 +6,15 @@ time it is ready, and waits until every rank of its group has arrived at the
 same call (the n-th collective this group makes); each then gets every
 rank's inputs and the time the last one was ready. A rank that arrives at a
 different instruction, or finishes while the others wait for it, is a
-one-line error (E191) naming both calls."""
+one-line error (E191) naming both calls.
+
+In lockstep (the programs of a launch that write the same HBM elements
+without meeting: language/grid_races.py) the ranks also take turns, one
+top-level statement each, in rank order: the order of cores that start
+together, made deterministic."""
 from __future__ import annotations
 
+import contextlib
 import threading
 
 from ..ir import NkiccError, Op
@@ -17,9 +23,11 @@ from ..ir import NkiccError, Op
 class Communicator:
     """Shared by the ranks of one run; `for_rank(r)` is what rank r's simulator holds."""
 
-    def __init__(self, size: int, timeout_s: float = 120.0) -> None:
+    def __init__(self, size: int, timeout_s: float = 120.0, lockstep: bool = False) -> None:
         self.size = size
         self.timeout_s = timeout_s
+        self.lockstep = lockstep and size > 1
+        self._turn = 0  # in lockstep: the rank whose statement runs now
         self._cv = threading.Condition()
         self._calls: dict[tuple, dict[int, tuple]] = {}   # (group, n) -> rank -> (op, payload, ready)
         self._count: dict[tuple, int] = {}                 # (rank, group) -> calls so far
@@ -32,7 +40,31 @@ class Communicator:
     def stop(self, rank: int, why: str = "finished") -> None:
         with self._cv:
             self._done[rank] = why
+            if self._turn == rank:
+                self._turn = self._next(rank)
             self._cv.notify_all()
+
+    def _next(self, rank: int) -> int:
+        """The rank after `rank` that has not stopped (itself when all have)."""
+        for k in range(1, self.size + 1):
+            if (rank + k) % self.size not in self._done:
+                return (rank + k) % self.size
+        return rank
+
+    @contextlib.contextmanager
+    def turn(self, rank: int):
+        """In lockstep: wait for `rank`'s turn, run one statement, pass the turn on."""
+        with self._cv:
+            while self._turn != rank:
+                if self.error is not None:
+                    raise self.error
+                self._cv.wait()
+        try:
+            yield
+        finally:
+            with self._cv:
+                self._turn = self._next(rank)
+                self._cv.notify_all()
 
     def fail(self, error: NkiccError) -> None:
         with self._cv:
@@ -92,6 +124,14 @@ class RankComm:
 
     def exchange(self, group, op: Op, payload, ready: float):
         return self.comm.exchange(self.rank, group, op, payload, ready)
+
+    def step(self):
+        """The context one top-level statement runs in: this rank's turn in lockstep."""
+        return self.comm.turn(self.rank) if self.comm.lockstep else contextlib.nullcontext()
+
+    @property
+    def lockstep(self) -> bool:
+        return self.comm.lockstep
 
 
 def single() -> RankComm:

@@ -628,7 +628,12 @@ class MachineSimulator(HazardChecks):
         # run for their data alone: _replay)
         self._timed = self.timing and memo is None
         with single_threaded_blas(), np.errstate(all="ignore"):  # semantics.compute's contract
-            self._block(self._program)
+            if self.comm.lockstep:  # (a launch's programs that race: simulator/comm.py)
+                for item in self._program:
+                    with self.comm.step():
+                        self._block((item,))
+            else:
+                self._block(self._program)
         if memo is not None:
             clock.restore(memo)
         elif static:

@@ -15,18 +15,19 @@ from .reference import ReferenceMachine
 
 def run_ranks(kernel: Kernel | list[Kernel], inputs_by_rank: list[dict], target=None, simulator: str = "machine",
               timing: bool = True, trace=False, shared_by_rank: list[dict] | None = None,
-              precise: bool | None = None) -> list[tuple[dict, object]]:
+              precise: bool | None = None, lockstep: bool = False) -> list[tuple[dict, object]]:
     """[(outputs by name, SimReport or None)] per rank. `kernel`: one program
     for every rank, or one per rank (the cores of a multi-core launch).
     shared_by_rank: per rank, HBM tensors by name backed by arrays the ranks
     share (a multi-core launch's common HBM). trace: a path pattern with
     `{rank}` for one Perfetto file per rank. precise: NKI_PRECISE_FP (None
-    reads it now), one value for every rank."""
+    reads it now), one value for every rank. lockstep: the ranks take turns, one
+    top-level statement each (the programs of a launch that race: comm.py)."""
     n = len(inputs_by_rank)
     precise = precise_from_env() if precise is None else bool(precise)
     kernels = kernel if isinstance(kernel, list) else [kernel] * n
     shared_by_rank = shared_by_rank or [None] * n
-    comm = Communicator(n)
+    comm = Communicator(n, lockstep=lockstep)
     results: list = [None] * n
     errors: list = [None] * n
 

@@ -145,7 +145,12 @@ class ReferenceMachine:
                     if self.defined is not None:
                         self.defined[decl.name][...] = True
         with np.errstate(all="ignore"):  # semantics.compute's contract: poison and overflow flow on silently
-            self.block(self.kernel.body)
+            if self.comm.lockstep:  # (a launch's programs that race: simulator/comm.py)
+                for s in self.kernel.body.stmts:
+                    with self.comm.step():
+                        self.block(Block((s,)))
+            else:
+                self.block(self.kernel.body)
         names = self.kernel.outputs + written_args(self.kernel)  # and the inputs the kernel updated
         return {name: self.memory[name].reshape(self.decls[name].shape) for name in names}
 
