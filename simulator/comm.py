@@ -31,6 +31,7 @@ class Communicator:
         self._cv = threading.Condition()
         self._calls: dict[tuple, dict[int, tuple]] = {}   # (group, n) -> rank -> (op, payload, ready)
         self._count: dict[tuple, int] = {}                 # (rank, group) -> calls so far
+        self._taken: dict[tuple, int] = {}                 # (group, n) -> ranks that took its inputs
         self._done: dict[int, str] = {}                    # rank -> why it stopped
         self.error: NkiccError | None = None
 
@@ -105,6 +106,11 @@ class Communicator:
                                      "every rank of a group must make the same collective calls")
             inputs = {r: p for r, (_, p, _) in arrived.items()}
             start = max(t for _, _, t in arrived.values())
+            # the last rank of the group to take the call's inputs lets them go (a run makes a call per
+            # layer and block: kept, every payload of the run stayed in memory, 5 GB in the library's MoE)
+            taken = self._taken[key] = self._taken.get(key, 0) + 1
+            if taken == len(group):
+                del self._calls[key], self._taken[key]
             return inputs, start
 
 

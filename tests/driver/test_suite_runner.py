@@ -17,7 +17,13 @@ import pytest
 
 CONFTEST = '''
 import builtins
+import os
+import resource
 import sys
+
+if os.environ.get("SUITE_MEMORY_CAP"):  # (set here, not by a preexec_fn: the parent may run threads)
+    cap = int(os.environ["SUITE_MEMORY_CAP"])
+    resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
 
 
 def pytest_addoption(parser):
@@ -186,14 +192,16 @@ def _suite(tmp_path, collectives=False):
     return root
 
 
-def _run(root, *args, pythonpath=None, preexec_fn=None):
+def _run(root, *args, pythonpath=None, memory_cap=None):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "NKICC_"))}
     env["NKICC_CACHE"] = "0"
     if pythonpath:
         env["PYTHONPATH"] = os.pathsep.join([pythonpath] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-s", "--rootdir", str(root),
            "--junitxml", str(root / "out.xml"), *args]
-    proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=300, preexec_fn=preexec_fn)
+    if memory_cap:
+        env["SUITE_MEMORY_CAP"] = str(memory_cap)
+    proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=300)
     return proc, root / "out.xml"
 
 
@@ -364,16 +372,9 @@ def test_memory_is_told_apart_from_the_suites(tmp_path):
     """Each item reports its peak RSS and the most an nkicc call added to it; an item
     that runs out of memory says whether nkicc or the suite's own code was running; a failed
     item's memory is given back before the next item starts."""
-    import resource
-
     root = _suite(tmp_path)
     (root / "test" / "test_memory.py").write_text(MEMORY)
-    cap = 4 * 2 ** 30
-
-    def limit():
-        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
-
-    proc, xml = _run(root, "--nkicc", "test/test_memory.py", "--test-mode", "simulation", preexec_fn=limit)
+    proc, xml = _run(root, "--nkicc", "test/test_memory.py", "--test-mode", "simulation", memory_cap=4 * 2 ** 30)
     cases = _cases(xml)
     assert {n: s for n, (s, _) in cases.items()} == {
         "test_golden_memory": "passed", "test_nkicc_memory": "passed",
