@@ -17,8 +17,9 @@ blocks (the iterations of loops traced concretely, where a kernel keeps tiles
 in Python lists) are reordered demand-first (live_order.py), each load issued
 a few compute steps ahead of its use, and the new order is kept where it
 lowers the peak. What still does not fit is spilled: the tensors live where
-placement failed whose eviction moves the fewest bytes per byte freed (uses x
-executions x view size), as many per round as the excess needs. An SBUF
+the most bytes are live (where placement failed, while that is under the
+capacity) whose eviction moves the fewest bytes per byte freed (uses x
+executions x view size), as many per round as the excess there needs. An SBUF
 tile that is a copy of input memory nothing writes (one DMA fills it whole,
 every use reads it whole) is rematerialised: the fill goes and each use loads
 its own short-lived tile from the input. Any other SBUF tensor gets an HBM
@@ -604,11 +605,29 @@ def _actions(shortened, spills, sunk=None, in_place=None, hoisted=None) -> list[
     return out
 
 
+def _peak_point(items) -> tuple[int, int]:
+    """(the first point where the most bytes are live, how many)."""
+    events = sorted([(s, _align(size)) for _, size, s, _ in items] + [(e + 1, -_align(size)) for _, size, _, e in items])
+    live = most = 0
+    at = 0
+    for point, delta in events:
+        live += delta
+        if live > most:
+            most, at = live, point
+    return at, most
+
+
 def _spill_some(kernel, buffer, capacity, failed, items, numbering, decls):
     """Evict the cheapest tensors live where `failed` did not fit, as many as
     the bytes live there exceed the capacity by (at least one), so that many
     small tiles over capacity take one round, not one round each."""
     start, end = numbering.live_range(failed)
+    at, most = _peak_point(items)
+    if most > capacity:
+        # evict where the pressure is highest, not where placement first failed: a tile freed at the
+        # first failure may miss the peak, and the next round fails a little further on (bwmm_shard_on_I
+        # at I 6144: 64 rounds of one 2 KiB tile each, 64 bytes over each time, the peak unchanged)
+        start = end = at
     offsets = {a.scalar.tensor for s in kernel.body.walk() if isinstance(s, Op)
                for a in s.outs + s.ins if isinstance(a, Access) and a.scalar is not None and a.scalar.tensor}
     offsets |= {a.vector.tensor for s in kernel.body.walk() if isinstance(s, Op)  # gather / scatter indices

@@ -211,3 +211,25 @@ def psum_drained_after(w, x):
         nisa.tensor_copy(dst=res[i], src=accs[i])
         nisa.dma_copy(dst=out[i * TM:(i + 1) * TM, :], src=res[i])
     return out
+
+
+@nkicc.jit
+def many_slices_then_sum(x):
+    """Every slice of x loaded into a tile of its own, all live until they are summed at the end:
+    past the capacity by a few tiles at each allocation, by many at the sum."""
+    P, F = x.shape
+    W = 16
+    out = nl.ndarray((P, W), dtype=x.dtype, buffer=nl.shared_hbm)
+    tiles = []
+    for i in range(F // W):
+        t = nl.ndarray((P, W), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x[:, i * W:(i + 1) * W])
+        tiles.append(t)
+    acc = nl.ndarray((P, W), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=acc, src=tiles[0])
+    # a loop on the device: nothing is reordered across it, so every tile stays live over it
+    nl.fori_loop(0, 1, lambda i: nisa.tensor_scalar(dst=acc, data=acc, op0=nl.multiply, operand0=1.0))
+    for t in tiles[1:]:
+        nisa.tensor_tensor(dst=acc, data1=acc, data2=t, op=nl.add)
+    nisa.dma_copy(dst=out, src=acc)
+    return out

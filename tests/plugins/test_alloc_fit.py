@@ -194,3 +194,16 @@ def test_drains_move_up_in_a_block_too_long_to_reorder(rng, monkeypatch):
     assert len(c.ir.body.stmts) > live_order.MAX_BLOCK
     assert alloc["last_uses_hoisted"]["peak_bytes_per_partition_after"] <= 2 * 2048 and not alloc["spills"]
     np.testing.assert_allclose(c.run(w, x), _matmul(w, x), rtol=1e-4, atol=1e-3)
+
+
+def test_a_round_of_spills_evicts_where_the_pressure_peaks(rng):
+    """200 tiles of 64 bytes per partition, all live at the sum, against room for 128 (the tiny
+    target): placement first fails a tile's worth over at each allocation from the 128th on. Evicting
+    where it first failed frees one tile a round, 72 rounds, past the 64 allowed (E400); evicting at
+    the peak, where all 200 are live, frees what the peak needs in one round."""
+    x = rng.standard_normal((16, 200 * 16)).astype(np.float32)
+    c = nkicc.compile(kernels.many_slices_then_sum, x, passes=TINY, cache=False)
+    alloc = c.report["notes"]["alloc"]
+    assert 200 * 64 > alloc["capacity_bytes_per_partition"]["sbuf"] >= len(alloc["spills"]) > 0
+    want = x.reshape(16, 200, 16).astype(np.float64).sum(axis=1)
+    np.testing.assert_allclose(c.run(x), want, rtol=1e-5, atol=1e-4)
