@@ -246,12 +246,11 @@ def _reload(kernel, name: str):
     decls = kernel.tensor_map()
     decl = decls[name]
     whole = row_major(decl.shape)
-    numbering = _Numbering(kernel)  # of this kernel: an earlier eviction this round rewrote it
-    start, chain = numbering.alloc_at[name]
     fills = [(s, c) for s, c in _ops_with_chain(kernel.body, ()) if any(a.tensor == name for a in s.outs)]
     if len(fills) != 1:
-        return None
+        return None  # (most candidates: before the walk below, which a round pays per candidate)
     fill, fill_chain = fills[0]
+    chain = _alloc_chain(kernel.body, name)  # of this kernel: an earlier eviction this round rewrote it
     src = fill.ins[0] if fill.ins else None
     if (fill.opcode != "dma_copy" or fill_chain != chain or len(fill.ins) != 1 or not isinstance(src, Access)
             or src.scalar is not None or decls[src.tensor].on_chip or len(fill.outs) != 1
@@ -286,6 +285,18 @@ def _reload(kernel, name: str):
     body = map_stmts(kernel.body, rewrite)
     tensors = tuple(t for t in kernel.tensors if t.name != name) + tuple(temps)
     return dataclasses.replace(kernel, body=body, tensors=tensors)
+
+
+def _alloc_chain(block: Block, name: str, chain: tuple = ()) -> tuple | None:
+    """The loops around the first Alloc of `name`, outermost first (None: no Alloc)."""
+    for s in block.stmts:
+        if isinstance(s, Alloc) and s.tensor == name:
+            return chain
+        if isinstance(s, Loop):
+            found = _alloc_chain(s.body, name, chain + (s,))
+            if found is not None:
+                return found
+    return None
 
 
 def _temp(base: str, access: Access, dtype: str, buffer: str, temps, counter) -> tuple[TensorDecl, Access]:
