@@ -419,20 +419,12 @@ def _demand(kernel, numbering=None) -> dict[str, int]:
     least this much, more where fragmentation and PSUM banks get in the way)."""
     numbering = numbering or _Numbering(kernel)
     decls = kernel.tensor_map()
-    events: dict[str, list] = {"sbuf": [], "psum": []}
+    items: dict[str, list] = {"sbuf": [], "psum": []}
     for name in numbering.alloc_at:
         d = decls[name]
-        if d.buffer in events:
-            start, end = numbering.live_range(name)
-            events[d.buffer] += [(start, _align(partition_bytes(d))), (end + 1, -_align(partition_bytes(d)))]
-    peaks = {}
-    for buffer, evs in events.items():
-        live = peak = 0
-        for _, delta in sorted(evs, key=lambda e: (e[0], e[1])):
-            live += delta
-            peak = max(peak, live)
-        peaks[buffer] = peak
-    return peaks
+        if d.buffer in items:
+            items[d.buffer].append((name, partition_bytes(d), *numbering.live_range(name)))
+    return {buffer: _peak_point(its)[1] for buffer, its in items.items()}
 
 
 def _local_tensors(numbering) -> set[str]:
@@ -617,7 +609,7 @@ def _actions(shortened, spills, sunk=None, in_place=None, hoisted=None) -> list[
 
 
 def _peak_point(items) -> tuple[int, int]:
-    """(the first point where the most bytes are live, how many)."""
+    """(the first point where the most bytes are live, how many), of (name, bytes, start, end) items."""
     events = sorted([(s, _align(size)) for _, size, s, _ in items] + [(e + 1, -_align(size)) for _, size, _, e in items])
     live = most = 0
     at = 0
@@ -629,9 +621,10 @@ def _peak_point(items) -> tuple[int, int]:
 
 
 def _spill_some(kernel, buffer, capacity, failed, items, numbering, decls):
-    """Evict the cheapest tensors live where `failed` did not fit, as many as
-    the bytes live there exceed the capacity by (at least one), so that many
-    small tiles over capacity take one round, not one round each."""
+    """Evict the cheapest tensors live where the most bytes are live (where `failed`
+    did not fit, if the peak is no higher there), as many as the bytes live there
+    exceed the capacity by (at least one), so that many small tiles over capacity
+    take one round, not one round each."""
     start, end = numbering.live_range(failed)
     at, most = _peak_point(items)
     if most > capacity:

@@ -21,8 +21,9 @@ import dataclasses
 
 from nkicc.ir import Access, Alloc, Block, Loop, Op
 from nkicc.ir.analysis import reads
-from nkicc.ir.dtypes import itemsize
 from nkicc.pass_api import Pass, hookimpl
+
+from .alloc import partition_bytes
 
 
 def _walk_ops(block: Block):
@@ -45,13 +46,6 @@ HOISTABLE = ("dma_copy", "memset", "tensor_tensor", "tensor_scalar", "tensor_cop
 
 # the share of a buffer's bytes per partition that the tiles hoisted out of one loop may take
 HOIST_SHARE = 0.5
-
-
-def _bytes_per_partition(decl) -> int:
-    n = itemsize(decl.dtype)
-    for d in decl.shape[1:]:
-        n *= d
-    return n
 
 
 def _hoist(loop: Loop, room: dict | None = None, decls=None) -> tuple[list, Loop]:
@@ -98,7 +92,7 @@ def _fits(tensor: str, room: dict | None, decls) -> bool:
     decl = decls[tensor]
     if decl.buffer not in room:
         return True
-    need = _bytes_per_partition(decl)
+    need = partition_bytes(decl)
     if need > room[decl.buffer]:
         return False
     room[decl.buffer] -= need
