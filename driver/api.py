@@ -199,7 +199,34 @@ class CompiledKernel:
     def _simulate_cores(self, inputs: dict, simulator: str, timing: bool | None, trace: str | None):
         """The cores of a multi-core launch at once, sharing the kernel's HBM:
         the inputs, and outputs each core writes its part of."""
+        outputs, reports = self._run_launches([inputs], simulator, timing, trace or self.trace_path or False)
+        self.sim_ranks = reports if all(r is not None for r in reports) else None
+        # the slowest core's report; without timing (total_ns None) any core's
+        self.sim = max((r for r in reports if r is not None), key=lambda r: r.total_ns or 0, default=None)
+        return outputs[0], self.sim
+
+    def _run_launches(self, inputs_by_rank: list[dict], simulator: str, timing: bool | None, trace):
+        """One multi-core launch per rank, every rank's cores at once: each rank's cores share
+        that rank's HBM (its inputs, the outputs each core writes its part of, and the kernel's
+        nl.shared_hbm scratch). ([outputs by name] per rank, [SimReport or None] per core of
+        each rank, rank-major)."""
         precise = precise_from_env()  # the shared arrays hold what every core's simulator holds
+        launches = [self._shared_hbm(inputs, precise) for inputs in inputs_by_rank]
+        target = self.target_spec or resolve_target(self.target, registry())
+        timing = self.timing if timing is None else timing
+        n = len(self.cores)
+        results = _simulate_ranks([core.ir for core in self.cores] * len(inputs_by_rank),
+                                  [inputs for inputs in inputs_by_rank for _ in range(n)], target, simulator,
+                                  timing, per_rank_trace(trace), [s for _, _, shared in launches for s in shared],
+                                  precise=precise, lockstep=self.lockstep, cores=n)
+        reports = [r[1] for r in results]
+        self.report["ranks"] = [r.to_dict() if r is not None else None for r in reports]
+        written = set(self.ir.outputs).union(*(written_args(core.ir) for core in self.cores))  # some core wrote
+        return [{**{a: args[a] for a in self.ir.args if a in written}, **outs} for args, outs, _ in launches], reports
+
+    def _shared_hbm(self, inputs: dict, precise: bool) -> tuple[dict, dict, list]:
+        """(arguments, outputs, [per core: HBM tensors by name]) of one launch, as arrays its
+        cores share."""
         args = {name: np.array(inputs[name], dtype=dtypes.storage(self.ir.tensor(name).dtype, precise), copy=True)
                 for name in self.ir.args}
         made = [o for o in self.ir.outputs if o not in args]  # (a returned argument lives in `args`)
@@ -218,18 +245,7 @@ class CompiledKernel:
                    **{d.name: scratch[d.name][2] for d in core.ir.tensors
                       if d.name in scratch and scratch[d.name][:2] == (d.shape, d.dtype)}}
                   for core in self.cores]
-        target = self.target_spec or resolve_target(self.target, registry())
-        timing = self.timing if timing is None else timing
-        results = _simulate_ranks([core.ir for core in self.cores], [inputs] * len(self.cores), target, simulator,
-                                  timing, per_rank_trace(trace or self.trace_path or False), shared, precise=precise,
-                                  lockstep=self.lockstep)
-        reports = [r[1] for r in results]
-        self.report["ranks"] = [r.to_dict() if r is not None else None for r in reports]
-        self.sim_ranks = reports if all(r is not None for r in reports) else None
-        # the slowest core's report; without timing (total_ns None) any core's
-        self.sim = max((r for r in reports if r is not None), key=lambda r: r.total_ns or 0, default=None)
-        written = set(self.ir.outputs).union(*(written_args(core.ir) for core in self.cores))  # some core wrote
-        return {**{a: args[a] for a in self.ir.args if a in written}, **outs}, self.sim
+        return args, outs, shared
 
     def run_ranks(self, inputs_by_rank: list[dict], simulator: str | None = None, timing: bool | None = None,
                   trace: str | None = None) -> tuple[list[dict], list]:
@@ -237,6 +253,10 @@ class CompiledKernel:
         own NeuronCore state, meeting at collectives: ([outputs by name], [SimReport
         or None]) per rank. trace: a path with `{rank}` for one timeline per rank."""
         simulator = simulator or self.simulator
+        if self.cores is not None:  # a multi-core launch on each rank
+            outputs, reports = self._run_launches(inputs_by_rank, simulator, timing, trace or False)
+            self.sim_ranks = reports if all(r is not None for r in reports) else None
+            return outputs, reports
         lowered = all(t.address is not None for t in self.ir.tensors if t.on_chip)
         if simulator == "reference" or not lowered:
             simulator = "reference"

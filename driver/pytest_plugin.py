@@ -30,6 +30,7 @@ from __future__ import annotations
 import gc
 import os
 import sys
+import sysconfig
 
 import pytest
 
@@ -120,16 +121,25 @@ def _out_of_memory(exc: BaseException | None) -> BaseException | None:
 
 
 def _nkicc_frame(tb) -> str | None:
-    """The innermost frame of nkicc's that was running when the exception was raised (its
-    packages, or the modules it serves as nki, nki_cpu_simulator and neuron_dtypes), as
-    module.function; None when none was."""
+    """nkicc's function (module.function) when nkicc's code was the last of nkicc's and the
+    suite's to run before the exception was raised; None when the suite's was. nkicc's code: its
+    packages and the modules it serves as nki, nki_cpu_simulator and neuron_dtypes. The suite's:
+    any other code outside the installed packages and the standard library (its golden, which
+    nkicc's collectives runner calls, is the suite's). Installed packages (numpy, torch) act for
+    whoever called them."""
     alias = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_nki_alias") + os.sep
+    installed = tuple({os.path.abspath(p) + os.sep for p in (sysconfig.get_paths()["purelib"],
+                                                           sysconfig.get_paths()["platlib"],
+                                                           sysconfig.get_paths()["stdlib"])})
     found = None
     while tb is not None:
         frame = tb.tb_frame
         name = frame.f_globals.get("__name__", "")
-        if name == "nkicc" or name.startswith("nkicc.") or os.path.abspath(frame.f_code.co_filename).startswith(alias):
+        path = os.path.abspath(frame.f_code.co_filename)
+        if name == "nkicc" or name.startswith("nkicc.") or path.startswith(alias):
             found = f"{name}.{frame.f_code.co_name}"
+        elif not path.startswith(installed) and not frame.f_code.co_filename.startswith("<"):
+            found = None
         tb = tb.tb_next
     return found
 

@@ -267,7 +267,7 @@ class NkiTensor(TensorOperand):
         start = self.access.offset + as_affine(0 if offset is None else offset, "ap offset")
         if not 0 <= indirect_dim < self.ndim:
             raise NkiccError("E103", f"indirect_dim={indirect_dim} for a tensor of {self.ndim} dimensions", loc)
-        scale = self.strides[indirect_dim]
+        scale = self._indirect_step(indirect_dim)
         scalar, scalar_scale = self.access.scalar, self.access.scalar_scale
         if scalar_offset is not None and scalar is not None:
             raise NkiccError("E160", f"{self.name}: this view already has a runtime offset; a second one is "
@@ -289,6 +289,19 @@ class NkiTensor(TensorOperand):
             except NkiccError as err:
                 unusable = err
         return self._view(access, unusable=unusable)
+
+    def _indirect_step(self, dim: int) -> int:
+        """The elements one step of a runtime offset along `dim` moves: the dimension's step. A
+        dimension of size 1 has none in the view's pattern (0, as a broadcast's); it steps as it
+        would in a row-major layout, over the dimensions inside it, as NKI's views give it (the
+        library selects a rank's part of a reshaped (d, ranks, 1) tensor along its last axis)."""
+        pattern = self.access.pattern
+        carried = 1  # the row-major step of the dimension after j: one element past the innermost
+        for j in range(len(pattern) - 1, dim - 1, -1):
+            s, n = pattern[j]
+            step = s if (s != 0 or n != 1) else carried
+            carried = step * n
+        return step
 
     # --- gathers and scatters: a per-partition offset from an index tile ------------------------
 
@@ -320,7 +333,7 @@ class NkiTensor(TensorOperand):
         if not 0 <= indirect_dim < self.ndim:
             raise NkiccError("E103", f"indirect_dim={indirect_dim} for a tensor of {self.ndim} dimensions", loc)
         start = self.access.offset + as_affine(0 if offset is None else offset, "ap offset")
-        access = Access(self.decl.name, start, pairs, None, self.strides[indirect_dim], self.access.dtype,
+        access = Access(self.decl.name, start, pairs, None, self._indirect_step(indirect_dim), self.access.dtype,
                         vector_offset.access)
         return self._view(access)
 

@@ -8,6 +8,13 @@ rank's inputs and the time the last one was ready. A rank that arrives at a
 different instruction, or finishes while the others wait for it, is a
 one-line error (E191) naming both calls.
 
+A multi-core launch run on several ranks has ranks x cores parties: party
+g is core g % cores of rank g // cores. The cores of one rank share its HBM
+and meet at the core-level instructions (sendrecv, core_barrier), whose
+groups name cores; every other collective's replica group names ranks, and
+each core meets the same core of the other ranks (the cores of a logical
+NeuronCore run one program, each its own share of the collective's work).
+
 In lockstep (the programs of a launch that write the same HBM elements
 without meeting: language/grid_races.py) the ranks also take turns, one
 top-level statement each, in rank order: the order of cores that start
@@ -18,13 +25,17 @@ import contextlib
 import threading
 
 from ..ir import NkiccError, Op
+from ..ir.ops.collectives import CORE_LEVEL
 
 
 class Communicator:
-    """Shared by the ranks of one run; `for_rank(r)` is what rank r's simulator holds."""
+    """Shared by the parties of one run; `for_rank(g)` is what party g's simulator holds."""
 
-    def __init__(self, size: int, timeout_s: float = 120.0, lockstep: bool = False) -> None:
-        self.size = size
+    def __init__(self, size: int, timeout_s: float = 120.0, lockstep: bool = False, cores: int = 1) -> None:
+        if size % cores:
+            raise ValueError(f"{size} parties are not whole ranks of {cores} cores")
+        self.size = size  # parties: ranks x cores
+        self.cores = cores
         self.timeout_s = timeout_s
         self.lockstep = lockstep and size > 1
         self._turn = 0  # in lockstep: the rank whose statement runs now
@@ -121,19 +132,33 @@ def _mismatch(op: Op, rank: int, their: Op, other: int) -> NkiccError:
 
 
 class RankComm:
-    """One rank's handle on the communicator."""
+    """One party's handle on the communicator: core `core` of rank `rank`."""
 
-    def __init__(self, comm: Communicator, rank: int) -> None:
+    def __init__(self, comm: Communicator, party: int) -> None:
         self.comm = comm
-        self.rank = rank
-        self.size = comm.size
+        self.party = party
+        self.rank, self.core = divmod(party, comm.cores)
+        self.size = comm.size // comm.cores  # ranks
+        self.cores = comm.cores
+
+    def local(self, op: Op) -> tuple[int, int]:
+        """(this party's index, how many there are) in the space the op's groups name: its core
+        among the rank's cores for the core-level instructions, else its rank among the ranks."""
+        return (self.core, self.cores) if op.opcode in CORE_LEVEL else (self.rank, self.size)
 
     def exchange(self, group, op: Op, payload, ready: float):
-        return self.comm.exchange(self.rank, group, op, payload, ready)
+        """Meet `group` (indices as `local` gives them); the inputs come back by those indices."""
+        if op.opcode in CORE_LEVEL:
+            parties = tuple(self.rank * self.cores + c for c in group)
+        else:
+            parties = tuple(r * self.cores + self.core for r in group)
+        inputs, start = self.comm.exchange(self.party, parties, op, payload, ready)
+        index = dict(zip(parties, group))
+        return {index[p]: v for p, v in inputs.items()}, start
 
     def step(self):
-        """The context one top-level statement runs in: this rank's turn in lockstep."""
-        return self.comm.turn(self.rank) if self.comm.lockstep else contextlib.nullcontext()
+        """The context one top-level statement runs in: this party's turn in lockstep."""
+        return self.comm.turn(self.party) if self.comm.lockstep else contextlib.nullcontext()
 
     @property
     def lockstep(self) -> bool:

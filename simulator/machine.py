@@ -123,7 +123,7 @@ class MachineSimulator(HazardChecks):
         self.scheduled = False
         self._all_accs: list[Acc] = []
         # loop nests run as whole-array operations where the IR allows (batched.py); one rank only
-        self.batch = bool(batch) and self.comm.size == 1
+        self.batch = bool(batch) and self.comm.comm.size == 1
         self._plan_of: dict[int, Plan] = {}
         self.nests: list[batched.Nest] = []
         self.unbatched: dict[str, str] = {}  # loop label -> why it can never run batched
@@ -825,7 +825,8 @@ class MachineSimulator(HazardChecks):
         """Meet the other ranks of the op's group: they start together, when the
         last is ready; the outputs come from everyone's inputs."""
         op, comm = p.op, self.comm
-        group = group_of(op, comm.rank, comm.size)
+        me, size = comm.local(op)
+        group = group_of(op, me, size)
         payload = collective_payload(op, lambda a: self._read_view(p.by_id[id(a)]))
         got = {}
 
@@ -837,7 +838,7 @@ class MachineSimulator(HazardChecks):
             self._time(p, meet)
         else:
             meet(0.0)
-        return p.collective(op, got["inputs"], comm.rank, group)
+        return p.collective(op, got["inputs"], me, group)
 
     # --- timing (timing.py) and hazards (hazards.py) --------------------------------------
 

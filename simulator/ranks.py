@@ -15,9 +15,11 @@ from .reference import ReferenceMachine
 
 def run_ranks(kernel: Kernel | list[Kernel], inputs_by_rank: list[dict], target=None, simulator: str = "machine",
               timing: bool = True, trace=False, shared_by_rank: list[dict] | None = None,
-              precise: bool | None = None, lockstep: bool = False) -> list[tuple[dict, object]]:
+              precise: bool | None = None, lockstep: bool = False, cores: int = 1) -> list[tuple[dict, object]]:
     """[(outputs by name, SimReport or None)] per rank. `kernel`: one program
-    for every rank, or one per rank (the cores of a multi-core launch).
+    for every rank, or one per rank (the cores of a multi-core launch). cores:
+    the parties are ranks of that many cores each, rank-major (party g is core
+    g % cores of rank g // cores: comm.py).
     shared_by_rank: per rank, HBM tensors by name backed by arrays the ranks
     share (a multi-core launch's common HBM). trace: a path pattern with
     `{rank}` for one Perfetto file per rank. precise: NKI_PRECISE_FP (None
@@ -27,7 +29,7 @@ def run_ranks(kernel: Kernel | list[Kernel], inputs_by_rank: list[dict], target=
     precise = precise_from_env() if precise is None else bool(precise)
     kernels = kernel if isinstance(kernel, list) else [kernel] * n
     shared_by_rank = shared_by_rank or [None] * n
-    comm = Communicator(n, lockstep=lockstep)
+    comm = Communicator(n, lockstep=lockstep, cores=cores)
     results: list = [None] * n
     errors: list = [None] * n
 

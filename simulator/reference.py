@@ -361,9 +361,10 @@ class ReferenceMachine:
         self._rows = None  # set by a gather that skipped rows out of range
         collective = ops.of(op).collective
         if collective is not None:
-            group = group_of(op, self.comm.rank, self.comm.size)
+            me, size = self.comm.local(op)
+            group = group_of(op, me, size)
             mine = collective_payload(op, lambda a: self.view(a, op))
-            results = collective(op, self.comm.exchange(group, op, mine, 0.0)[0], self.comm.rank, group)
+            results = collective(op, self.comm.exchange(group, op, mine, 0.0)[0], me, group)
         else:
             results = semantics.compute(op, lambda a: self.view(a, op))
         if op.opcode == "device_print":

@@ -58,8 +58,12 @@ def groups_attr(replica_group):
     return groups
 
 
+# the instructions between the cores of one logical NeuronCore: their groups name cores, not ranks
+CORE_LEVEL = frozenset({"sendrecv", "core_barrier"})
+
+
 def group_of(op: Op, rank: int, size: int) -> tuple[int, ...]:
-    """The ranks `rank` exchanges with in this op."""
+    """The ranks `rank` exchanges with in this op (the cores, for the CORE_LEVEL ones)."""
     groups = op.attr("groups")
     if groups is None:
         return tuple(range(size))
@@ -69,6 +73,9 @@ def group_of(op: Op, rank: int, size: int) -> tuple[int, ...]:
         return (rank,)  # one core (no multi-core launch): nobody to wait for
     for g in groups:
         if rank in g:
+            if max(g) >= size and op.opcode in CORE_LEVEL:
+                raise NkiccError("E191", f"{op.opcode}: core {max(g)} of a launch of {size} core(s)", op.loc,
+                                 f"launch the kernel on {max(g) + 1} cores (kernel[{max(g) + 1}])")
             if max(g) >= size:
                 raise NkiccError("E191", f"{op.opcode}: replica group {list(g)} names rank {max(g)} of a "
                                          f"{size}-rank run", op.loc, f"run with at least {max(g) + 1} ranks")

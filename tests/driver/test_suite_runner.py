@@ -364,6 +364,18 @@ def test_suite_out_of_memory():
 
 def test_nkicc_out_of_memory():
     nki.cpu_simulate(copy_into_big)[1](a=A, rows=2 ** 15, cols=2 ** 16)  # an 8 GiB output
+
+
+@nki.jit
+def builds_a_table(a):
+    table = np.ones((2 ** 15, 2 ** 16), dtype=np.float32)  # 8 GiB of the kernel's own, while nkicc traces it
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=a)
+    return out
+
+
+def test_suite_code_under_nkicc_out_of_memory():
+    nki.cpu_simulate(builds_a_table)(a=A)
 '''
 
 
@@ -380,7 +392,8 @@ def test_memory_is_told_apart_from_the_suites(tmp_path):
         "test_golden_memory": "passed", "test_nkicc_memory": "passed",
         "test_suite_out_of_memory": "failure", "test_nkicc_out_of_memory": "failure",
         "test_golden_then_fails": "failure", "test_after_a_failure": "passed",
-        "test_torch_like_out_of_memory": "failure"}, proc.stdout + proc.stderr
+        "test_torch_like_out_of_memory": "failure", "test_suite_code_under_nkicc_out_of_memory": "failure"}, \
+        proc.stdout + proc.stderr
     golden = {k: float(v) for k, v in cases["test_golden_memory"][1].items() if k.endswith("_mb")}
     assert golden["rss_peak_mb"] - golden["rss_start_mb"] > 280 and golden["nkicc_added_mb"] < 100, golden
     nkicc = {k: float(v) for k, v in cases["test_nkicc_memory"][1].items() if k.endswith("_mb")}
@@ -388,6 +401,8 @@ def test_memory_is_told_apart_from_the_suites(tmp_path):
     assert cases["test_suite_out_of_memory"][1]["out_of_memory_in"] == "suite"
     assert cases["test_nkicc_out_of_memory"][1]["out_of_memory_in"].startswith("nkicc: nkicc.simulator.")
     assert cases["test_torch_like_out_of_memory"][1]["out_of_memory_in"] == "suite"  # found in the chain
+    # the suite's code that nkicc called (the kernel's body, the harness's golden) is the suite's
+    assert cases["test_suite_code_under_nkicc_out_of_memory"][1]["out_of_memory_in"] == "suite"
     # a failed item's arrays are not held into the next item (pytest keeps its exception's frames)
     before, after = (float(cases[n][1]["rss_start_mb"]) for n in ("test_golden_then_fails", "test_after_a_failure"))
     assert after - before < 150, (before, after)

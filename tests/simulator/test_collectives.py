@@ -289,3 +289,68 @@ def test_a_collectives_inputs_are_let_go_once_every_rank_has_them(rng):
         np.testing.assert_allclose(g, np.sum(xs, axis=0), rtol=1e-5, atol=1e-5)
     if watch.available:
         assert watch.nkicc_added_mb < 150, watch.nkicc_added_mb
+
+
+@nkicc.jit
+def swap_gather_select(x, table):
+    """kernel[2] on several ranks: the cores of a rank swap halves (sendrecv), each core
+    all-gathers what it holds with the same core of every rank, and core 0 picks column
+    rank_id() of `table` seen as (32, ranks, 1), along its last (size-1) axis."""
+    ranks = table.shape[1]
+    pid = nl.program_id(0)
+    mine = nl.load(x[pid * 64:(pid + 1) * 64, :])
+    theirs = nl.ndarray((64, 32), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.sendrecv(src=mine, dst=theirs, send_to_rank=1 - pid, recv_from_rank=1 - pid, pipe_id=0)
+    held = nl.ndarray((2, 64, 32), dtype=x.dtype, buffer=nl.shared_hbm, name="held")
+    nl.store(held[pid], value=theirs)
+    gathered = nl.ndarray((2, ranks * 64, 32), dtype=x.dtype, buffer=nl.shared_hbm, name="gathered")
+    cc.all_gather(srcs=[held[pid]], dsts=[gathered[pid]], replica_group=cc.ReplicaGroup([list(range(ranks))]),
+                  collective_dim=0)
+    out = nl.ndarray((2 * ranks * 64, 32), dtype=x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out[pid * ranks * 64:(pid + 1) * ranks * 64, :], src=gathered[pid])
+    col = nl.ndarray((32, 1), dtype=table.dtype, buffer=nl.shared_hbm)
+    if pid == 0:
+        r = cc.rank_id()
+        seen = table.reshape((32, ranks, 1))
+        picked = nl.ndarray((32, 1), dtype=table.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=picked, src=seen.ap(pattern=[[ranks, 32], [1, 1]], offset=0, scalar_offset=r,
+                                              indirect_dim=2))
+        nisa.dma_copy(dst=col, src=picked)
+    return out, col
+
+
+@pytest.mark.parametrize("simulator", ["machine", "reference"])
+def test_a_two_core_launch_on_several_ranks(rng, simulator):
+    """Each rank is a launch of two cores sharing the rank's HBM: sendrecv pairs the cores of
+    one rank, a replica group names ranks (each core meets the same core of the others), and
+    rank_id() is the rank's. (The library's attention block on 8 ranks failed with E191: every
+    core was taken for a rank.)"""
+    ranks = 3
+    xs = per_rank(rng, ranks, (128, 32))
+    table = rng.standard_normal((32, ranks)).astype(np.float32)
+    ck = swap_gather_select[2].compile(xs[0], table)
+    outputs, _ = ck.run_ranks([{"x": x, "table": table} for x in xs], simulator=simulator, timing=False)
+    for r, got in enumerate(outputs):
+        out, col = (got[o] for o in ck.ir.outputs)
+        for c in range(2):  # core c gathered the other core's half of every rank
+            want = np.concatenate([x[(1 - c) * 64:(2 - c) * 64] for x in xs])
+            np.testing.assert_array_equal(out[c * ranks * 64:(c + 1) * ranks * 64], want)
+        np.testing.assert_array_equal(col[:, 0], table[:, r])
+
+
+def test_a_runtime_offset_along_a_size_one_axis_steps_row_major(rng):
+    """A size-1 axis has no step of its own in a view; a scalar_offset along it moves by the
+    elements inside it, as in NKI's row-major layout (not by 0)."""
+    @nkicc.jit
+    def pick(x, i):
+        out = nl.ndarray((4, 1), dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray((4, 1), dtype=x.dtype, buffer=nl.sbuf)
+        k = nl.load(i)
+        nisa.dma_copy(dst=t, src=x.reshape((4, 6, 1)).ap(pattern=[[6, 4], [1, 1]], offset=0, scalar_offset=k,
+                                                         indirect_dim=2))
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    x = rng.standard_normal((4, 6)).astype(np.float32)
+    for j in (0, 2, 5):
+        np.testing.assert_array_equal(pick(x, np.array([[j]], dtype=np.int32))[:, 0], x[:, j])
