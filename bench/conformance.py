@@ -584,6 +584,11 @@ def suite_main(argv) -> int:
     ap.add_argument("--suite", required=True, metavar="LIBRARY_DIR", help="a checkout of aws-neuron/nki-library")
     ap.add_argument("paths", nargs="*", help="test paths inside it (default: test/integration)")
     ap.add_argument("--first", type=int, default=None, help="only the first N items of each test file")
+    ap.add_argument("--every", type=int, default=1, help="only every K-th item of each test file (a sample)")
+    ap.add_argument("--chunk-items", type=int, default=40,
+                    help="items per pytest process and cluster task, at most (default 40; 0: a whole test file)")
+    ap.add_argument("--resume", action="store_true",
+                    help="keep the items a stopped run finished (its JSON.partial.jsonl) and run the rest")
     ap.add_argument("--all", action="store_true", help="large shapes too (NKILIB_SIMULATION_RUN_ALL=1)")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per item (default 300)")
     ap.add_argument("--mem-gb", type=float, default=8.0, help="memory cap per pytest process (default 8)")

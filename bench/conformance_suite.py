@@ -48,6 +48,7 @@ class Item:
     rss_start_mb: float = 0.0
     nkicc_added_mb: float = 0.0  # the most one nkicc call added to what the process held when it began
     out_of_memory_in: str = ""   # for an item that ran out of memory: "suite", or "nkicc: " and where in nkicc
+    commit: str = ""             # nkicc's commit that ran it (a resumed run may span several)
 
 
 @dataclass
@@ -59,6 +60,7 @@ class Chunk:
     mem_gb: float
     run_all: bool
     journal: str = ""  # each finished chunk's items are appended here (JSON lines): a stopped run keeps them
+    commit: str = ""   # nkicc's commit, recorded on each item
 
 
 def _env(chunk_or_library, run_all: bool) -> dict:
@@ -100,12 +102,21 @@ def collect(library: str, run_all: bool, paths=(TESTS,)) -> tuple[list, dict]:
 
 
 def chunks(library: str, ids: list, first: int | None, timeout: float, mem_gb: float, run_all: bool,
-           journal: str = "") -> list:
+           journal: str = "", size: int = 0, every: int = 1, done=frozenset(), commit: str = "") -> list:
+    """The items to run, a test file's at a time, in pieces of at most `size` items (0: whole
+    files): each file's first `first` items, or every `every`-th one, less those `done` (a
+    resumed run's). Pieces let a cluster share out the suite's large files (one holds a third
+    of its items) and a stopped run lose one piece, not a file."""
     by_file = collections.OrderedDict()
     for nodeid in ids:
         by_file.setdefault(nodeid.split("::")[0], []).append(nodeid)
-    return [Chunk(library, items[:first] if first else items, timeout, mem_gb, run_all, journal)
-            for items in by_file.values()]
+    out = []
+    for items in by_file.values():
+        items = [n for n in (items[:first] if first else items)[::every] if n not in done]
+        step = size or len(items) or 1
+        out += [Chunk(library, items[i:i + step], timeout, mem_gb, run_all, journal, commit)
+                for i in range(0, len(items), step)]
+    return out
 
 
 def run_chunk(chunk: Chunk) -> list:
@@ -129,7 +140,7 @@ def run_chunk(chunk: Chunk) -> list:
     items = []
     for nodeid in chunk.nodeids:
         item = done[nodeid]
-        item.nodeid = nodeid
+        item.nodeid, item.commit = nodeid, chunk.commit
         items.append(item)
     if chunk.journal:
         with open(chunk.journal, "a") as f:
@@ -381,6 +392,14 @@ def regressions(items: list, old_json: str) -> list:
             and i.status != "passed"]
 
 
+def nkicc_commit() -> str:
+    """This checkout's commit (short), with "+changes" when its work tree differs."""
+    head = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True)
+    return (head.stdout.strip() or "unknown") + ("+changes" if dirty.stdout.strip() else "")
+
+
 def snapshot(library: str) -> str:
     proc = subprocess.run(["git", "-C", library, "rev-parse", "HEAD"], capture_output=True, text=True)
     return proc.stdout.strip() or "unknown (not a git checkout: pass --snapshot)"
@@ -404,11 +423,20 @@ def main(args) -> int:
     for path, error in broken.items():
         log(f"does not collect: {path}: {error}")
     journal = args.json + ".partial.jsonl"
-    if os.path.exists(journal):
+    earlier = []
+    if args.resume and os.path.exists(journal):  # the items a stopped run finished are kept, not run again
+        wanted = set(ids)
+        earlier = [i for i in (Item(**json.loads(line)) for line in open(journal) if line.strip())
+                   if i.nodeid in wanted]
+        log(f"resuming: {len(earlier)} items done in {journal}")
+    elif os.path.exists(journal):
         os.remove(journal)
-    work = chunks(library, ids, args.first, args.timeout, args.mem_gb, args.all, os.path.abspath(journal))
+    work = chunks(library, ids, args.first, args.timeout, args.mem_gb, args.all, os.path.abspath(journal),
+                  args.chunk_items, args.every, {i.nodeid for i in earlier}, nkicc_commit())
     log(f"{len(ids)} items collected; running {sum(len(c.nodeids) for c in work)} in {len(work)} chunks")
-    items = run_all_chunks(work, args.workers, args.cluster, log)
+    items = earlier + run_all_chunks(work, args.workers, args.cluster, log)
+    order = {n: k for k, n in enumerate(ids)}
+    items.sort(key=lambda i: order.get(i.nodeid, len(order)))
     wall = time.perf_counter() - t0
     worse = regressions(items, args.compare) if args.compare else []
     for line in worse:
@@ -419,10 +447,18 @@ def main(args) -> int:
     where = f"{args.workers} local Dask workers" if args.workers else f"the Dask cluster {args.cluster}" \
         if args.cluster else "one process at a time"
     ran = f"the first {args.first} items of each test file" if args.first else "every item"
-    note = (f"It ran {ran} ({sum(len(c.nodeids) for c in work)} of the {len(ids)} collected"
+    ran += f", every {args.every}th of them" if args.every > 1 else ""
+    commits = collections.Counter(i.commit for i in items if i.commit)
+    note = (f"It ran {ran} ({len(items)} of the {len(ids)} collected"
             f"{', large shapes included (NKILIB_SIMULATION_RUN_ALL=1)' if args.all else ''}), {where}, "
-            f"{args.timeout:.0f} s and {args.mem_gb:g} GB per item.")
+            f"{args.timeout:.0f} s and {args.mem_gb:g} GB per item, in pieces of at most "
+            f"{args.chunk_items or 'a whole file'} items."
+            + (f" {len(earlier)} of them were run by an earlier, stopped run (--resume); the wall time is this "
+               f"run's." if earlier else "")
+            + (" nkicc's commits: " + ", ".join(f"`{c}` ({n} items)" for c, n in commits.most_common()) + "."
+               if len(commits) > 1 else f" nkicc's commit: `{next(iter(commits))}`." if commits else ""))
     command = "python bench/conformance.py --suite LIBRARY_DIR" + (f" --first {args.first}" if args.first else "") + \
+        (f" --every {args.every}" if args.every > 1 else "") + \
         (" --all" if args.all else "") + (f" --workers {args.workers}" if args.workers else "") + \
         f" --timeout {args.timeout:g} --mem-gb {args.mem_gb:g}"
     write_report(items, args.out, args.snapshot or snapshot(library), command, wall, note, broken)

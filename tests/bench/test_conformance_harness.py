@@ -148,3 +148,21 @@ def test_a_pytest_process_that_dies_costs_one_item(tmp_path):
     assert items[4].out_of_memory_in == "suite" and items[3].rss_peak_mb > 0
     assert items[1].message.startswith("the pytest process ended at this item (rc 3")
     assert "assert False" in items[2].message or "AssertionError" in items[2].message
+
+
+def test_the_suite_runs_in_pieces_and_a_stopped_run_resumes():
+    """Each file's items go out in pieces of at most --chunk-items (a cluster shares out the
+    suite's largest file, a third of it); --every samples; a resumed run leaves out the items
+    its journal holds, and the pieces keep the files' order."""
+    suite = load_bench("conformance_suite")
+    ids = [f"test/a.py::t[{k}]" for k in range(7)] + [f"test/b.py::t[{k}]" for k in range(3)]
+    pieces = suite.chunks("LIB", ids, None, 60, 6, True, size=3, commit="abc")
+    assert [len(c.nodeids) for c in pieces] == [3, 3, 1, 3]
+    assert [n for c in pieces for n in c.nodeids] == ids and {c.commit for c in pieces} == {"abc"}
+    assert [c.nodeids for c in suite.chunks("LIB", ids, None, 60, 6, True, every=3)] == [
+        ["test/a.py::t[0]", "test/a.py::t[3]", "test/a.py::t[6]"], ["test/b.py::t[0]"]]
+    done = {"test/a.py::t[0]", "test/a.py::t[1]", "test/b.py::t[2]"}
+    rest = suite.chunks("LIB", ids, None, 60, 6, True, size=4, done=done)
+    assert [c.nodeids for c in rest] == [[f"test/a.py::t[{k}]" for k in range(2, 6)], ["test/a.py::t[6]"],
+                                         ["test/b.py::t[0]", "test/b.py::t[1]"]]
+    assert [len(c.nodeids) for c in suite.chunks("LIB", ids, 2, 60, 6, True)] == [2, 2]  # --first, whole files
