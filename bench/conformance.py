@@ -587,6 +587,8 @@ def suite_main(argv) -> int:
     ap.add_argument("--every", type=int, default=1, help="only every K-th item of each test file (a sample)")
     ap.add_argument("--chunk-items", type=int, default=40,
                     help="items per pytest process and cluster task, at most (default 40; 0: a whole test file)")
+    ap.add_argument("--retry-memory-gb", type=float, default=None, metavar="GB",
+                    help="run the items that ran out of memory again, one at a time, under this cap")
     ap.add_argument("--resume", action="store_true",
                     help="keep the items a stopped run finished (its JSON.partial.jsonl) and run the rest")
     ap.add_argument("--all", action="store_true", help="large shapes too (NKILIB_SIMULATION_RUN_ALL=1)")

@@ -49,6 +49,7 @@ class Item:
     nkicc_added_mb: float = 0.0  # the most one nkicc call added to what the process held when it began
     out_of_memory_in: str = ""   # for an item that ran out of memory: "suite", or "nkicc: " and where in nkicc
     commit: str = ""             # nkicc's commit that ran it (a resumed run may span several)
+    mem_gb: float = 0.0          # the memory cap it ran under (a rerun after running out has a larger one)
 
 
 @dataclass
@@ -140,7 +141,7 @@ def run_chunk(chunk: Chunk) -> list:
     items = []
     for nodeid in chunk.nodeids:
         item = done[nodeid]
-        item.nodeid, item.commit = nodeid, chunk.commit
+        item.nodeid, item.commit, item.mem_gb = nodeid, chunk.commit, chunk.mem_gb
         items.append(item)
     if chunk.journal:
         with open(chunk.journal, "a") as f:
@@ -270,6 +271,28 @@ def run_all_chunks(work: list, workers: int | None, cluster: str | None, log) ->
             items += [Item(n, "failed", f"worker: {outcome.error}") for n in chunk.nodeids]
         log(f"{chunk.nodeids[0].split('::')[0]}: " + _summary(items[-len(chunk.nodeids):]))
     return items
+
+
+def ran_out_of_memory(item: Item) -> bool:
+    return item.status == "failed" and bool(item.out_of_memory_in or "MemoryError" in item.message
+                                             or "can't allocate memory" in item.message)
+
+
+def retry_out_of_memory(items: list, library: str, args, log) -> list:
+    """Run the items that ran out of memory under the per-worker cap again, one at a time, under
+    --retry-memory-gb (the suite's goldens of its largest shapes need most of a machine: they
+    cannot run two at once on it)."""
+    todo = [i.nodeid for i in items if ran_out_of_memory(i) and i.mem_gb < args.retry_memory_gb]
+    if not todo:
+        return items
+    log(f"running {len(todo)} items that ran out of memory again, one at a time, under {args.retry_memory_gb:g} GB")
+    again = {}
+    for k, nodeid in enumerate(todo):
+        chunk = Chunk(library, [nodeid], args.timeout, args.retry_memory_gb, args.all,
+                      os.path.abspath(args.json + ".partial.jsonl"), nkicc_commit())
+        again[nodeid] = run_chunk(chunk)[0]
+        log(f"[{k + 1}/{len(todo)}] {nodeid.split('::', 1)[1][:100]}: {again[nodeid].status}")
+    return [again.get(i.nodeid, i) for i in items]
 
 
 def _summary(items: list) -> str:
@@ -426,8 +449,8 @@ def main(args) -> int:
     earlier = []
     if args.resume and os.path.exists(journal):  # the items a stopped run finished are kept, not run again
         wanted = set(ids)
-        earlier = [i for i in (Item(**json.loads(line)) for line in open(journal) if line.strip())
-                   if i.nodeid in wanted]
+        latest = {i.nodeid: i for i in (Item(**json.loads(line)) for line in open(journal) if line.strip())}
+        earlier = [i for n, i in latest.items() if n in wanted]  # (a rerun's line comes after the first)
         log(f"resuming: {len(earlier)} items done in {journal}")
     elif os.path.exists(journal):
         os.remove(journal)
@@ -435,6 +458,8 @@ def main(args) -> int:
                   args.chunk_items, args.every, {i.nodeid for i in earlier}, nkicc_commit())
     log(f"{len(ids)} items collected; running {sum(len(c.nodeids) for c in work)} in {len(work)} chunks")
     items = earlier + run_all_chunks(work, args.workers, args.cluster, log)
+    if args.retry_memory_gb:
+        items = retry_out_of_memory(items, library, args, log)
     order = {n: k for k, n in enumerate(ids)}
     items.sort(key=lambda i: order.get(i.nodeid, len(order)))
     wall = time.perf_counter() - t0
@@ -453,6 +478,8 @@ def main(args) -> int:
             f"{', large shapes included (NKILIB_SIMULATION_RUN_ALL=1)' if args.all else ''}), {where}, "
             f"{args.timeout:.0f} s and {args.mem_gb:g} GB per item, in pieces of at most "
             f"{args.chunk_items or 'a whole file'} items."
+            + (f" The {sum(i.mem_gb == args.retry_memory_gb for i in items)} items that ran out of memory ran "
+               f"again, one at a time, under {args.retry_memory_gb:g} GB." if args.retry_memory_gb else "")
             + (f" {len(earlier)} of them were run by an earlier, stopped run (--resume); the wall time is this "
                f"run's." if earlier else "")
             + (" nkicc's commits: " + ", ".join(f"`{c}` ({n} items)" for c, n in commits.most_common()) + "."
@@ -460,7 +487,8 @@ def main(args) -> int:
     command = "python bench/conformance.py --suite LIBRARY_DIR" + (f" --first {args.first}" if args.first else "") + \
         (f" --every {args.every}" if args.every > 1 else "") + \
         (" --all" if args.all else "") + (f" --workers {args.workers}" if args.workers else "") + \
-        f" --timeout {args.timeout:g} --mem-gb {args.mem_gb:g}"
+        f" --timeout {args.timeout:g} --mem-gb {args.mem_gb:g}" + \
+        (f" --retry-memory-gb {args.retry_memory_gb:g}" if args.retry_memory_gb else "")
     write_report(items, args.out, args.snapshot or snapshot(library), command, wall, note, broken)
     os.remove(journal)
     log(f"{_summary(items)}; wrote {args.out} and {args.json}")

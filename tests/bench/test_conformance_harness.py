@@ -3,6 +3,7 @@ variant rows ("kernel[mx]") and typed inputs (packed MX `*_x4` arrays)."""
 import sys
 
 import numpy as np
+import pytest
 
 from tests.support.bench import load_bench
 
@@ -166,3 +167,22 @@ def test_the_suite_runs_in_pieces_and_a_stopped_run_resumes():
     assert [c.nodeids for c in rest] == [[f"test/a.py::t[{k}]" for k in range(2, 6)], ["test/a.py::t[6]"],
                                          ["test/b.py::t[0]", "test/b.py::t[1]"]]
     assert [len(c.nodeids) for c in suite.chunks("LIB", ids, 2, 60, 6, True)] == [2, 2]  # --first, whole files
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the memory cap is RLIMIT_AS")
+def test_an_item_that_ran_out_of_memory_runs_again_under_the_larger_cap(tmp_path):
+    """--retry-memory-gb: an item that ran out of memory under the per-worker cap runs again,
+    alone, under the larger one; the others keep their first result."""
+    import argparse
+    suite = load_bench("conformance_suite")
+    lib = tmp_path / "lib"
+    (lib / "test").mkdir(parents=True)
+    (lib / "test" / "conftest.py").write_text(SUITE_CONFTEST)
+    (lib / "test" / "test_m.py").write_text("import numpy\n\n\ndef test_small():\n    pass\n\n\n"
+                                           "def test_big():\n    assert numpy.ones(2 ** 31, dtype='u1').sum() > 0\n")
+    ids = [f"test/test_m.py::test_{n}" for n in ("small", "big")]
+    first = suite.run_chunk(suite.Chunk(str(lib), ids, 60, 1.5, False))
+    assert [i.status for i in first] == ["passed", "failed"] and suite.ran_out_of_memory(first[1])
+    args = argparse.Namespace(retry_memory_gb=4.0, timeout=60, all=False, json=str(tmp_path / "r.json"))
+    again = suite.retry_out_of_memory(first, str(lib), args, lambda msg: None)
+    assert [(i.status, i.mem_gb) for i in again] == [("passed", 1.5), ("passed", 4.0)]
