@@ -122,8 +122,11 @@ class MachineSimulator(HazardChecks):
         self._rot_keys: list[int] = []
         self.scheduled = False
         self._all_accs: list[Acc] = []
-        # loop nests run as whole-array operations where the IR allows (batched.py); one rank only
-        self.batch = bool(batch) and self.comm.comm.size == 1
+        # loop nests run as whole-array operations where the IR allows (batched.py). With other ranks
+        # or cores too: a nest holds no collective (batched.plan), so nothing meets another party
+        # inside it, and the order of its writes is nobody else's to see, except where the parties
+        # take turns a statement at a time (lockstep: the programs of a launch that race)
+        self.batch = bool(batch) and not self.comm.lockstep
         self._plan_of: dict[int, Plan] = {}
         self.nests: list[batched.Nest] = []
         self.unbatched: dict[str, str] = {}  # loop label -> why it can never run batched
@@ -658,7 +661,7 @@ class MachineSimulator(HazardChecks):
             elif kind == 2:
                 self._loop(x)
             elif kind == 4:
-                if self._shared or not batched.run(self, x[1]):
+                if not batched.run(self, x[1]):
                     self._loop(x[0])
                 elif self._timed:  # times and hazards per iteration, without the data
                     self._loop(x[0], self._walk_timing)

@@ -15,11 +15,13 @@ from .reference import ReferenceMachine
 
 def run_ranks(kernel: Kernel | list[Kernel], inputs_by_rank: list[dict], target=None, simulator: str = "machine",
               timing: bool = True, trace=False, shared_by_rank: list[dict] | None = None,
-              precise: bool | None = None, lockstep: bool = False, cores: int = 1) -> list[tuple[dict, object]]:
+              precise: bool | None = None, lockstep: bool = False, cores: int = 1,
+              batch: bool = True) -> list[tuple[dict, object]]:
     """[(outputs by name, SimReport or None)] per rank. `kernel`: one program
     for every rank, or one per rank (the cores of a multi-core launch). cores:
     the parties are ranks of that many cores each, rank-major (party g is core
-    g % cores of rank g // cores: comm.py).
+    g % cores of rank g // cores: comm.py). batch=False: the machine simulator runs
+    one instruction at a time (the oracle of its batched loops).
     shared_by_rank: per rank, HBM tensors by name backed by arrays the ranks
     share (a multi-core launch's common HBM). trace: a path pattern with
     `{rank}` for one Perfetto file per rank. precise: NKI_PRECISE_FP (None
@@ -38,7 +40,7 @@ def run_ranks(kernel: Kernel | list[Kernel], inputs_by_rank: list[dict], target=
             if simulator == "machine":
                 path = trace.format(rank=rank) if isinstance(trace, str) else trace
                 sim = MachineSimulator(kernels[rank], target, timing=timing, trace=path, comm=comm.for_rank(rank),
-                                       precise=precise)
+                                       precise=precise, batch=batch)
                 results[rank] = sim.run(inputs_by_rank[rank], shared_by_rank[rank])
             else:
                 machine = ReferenceMachine(kernels[rank], comm=comm.for_rank(rank), precise=precise)

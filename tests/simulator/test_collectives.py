@@ -354,3 +354,45 @@ def test_a_runtime_offset_along_a_size_one_axis_steps_row_major(rng):
     x = rng.standard_normal((4, 6)).astype(np.float32)
     for j in (0, 2, 5):
         np.testing.assert_array_equal(pick(x, np.array([[j]], dtype=np.int32))[:, 0], x[:, j])
+
+
+@nkicc.jit
+def scale_rows_then_reduce(x, w):
+    """kernel[2]: each core scales its 4 row tiles in a loop (a nest the machine simulator
+    batches), then the cores of every rank add their tiles up across ranks."""
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    part = nl.ndarray((4, 128, 64), dtype=x.dtype, buffer=nl.shared_hbm, name="part")
+    pid = nl.program_id(0)
+    wt = nl.load(w)
+    for i in nl.affine_range(4):
+        t = nl.load(x[(pid * 4 + i) * 128:(pid * 4 + i + 1) * 128, :])
+        nl.store(part[i], value=nl.multiply(t, wt))
+    summed = nl.ndarray((4, 128, 64), dtype=x.dtype, buffer=nl.shared_hbm, name="summed")
+    cc.all_reduce(srcs=[part], dsts=[summed], replica_group=cc.ReplicaGroup([[0, 1, 2]]), op=nl.add)
+    for i in nl.affine_range(4):
+        nisa.dma_copy(dst=out[(pid * 4 + i) * 128:(pid * 4 + i + 1) * 128, :], src=summed[i])
+    return out
+
+
+def test_ranks_and_cores_run_their_loops_batched_as_one_instruction_at_a_time_does(rng):
+    """The batched loops of a multi-party run (ranks x cores) give what the same parties give
+    one instruction at a time (the oracle of the fast path), and they did run batched."""
+    from nkicc.simulator.ranks import run_ranks
+
+    xs = per_rank(rng, 3, (1024, 64))
+    w = rng.standard_normal((128, 64)).astype(np.float32)
+    ck = scale_rows_then_reduce[2].compile(xs[0], w)
+    programs = [core.ir for core in ck.cores] * 3
+    results = {}
+    for batch in (True, False):
+        outs = [np.full((1024, 64), np.nan, dtype=np.float32) for _ in range(3)]
+        shared = [{"out": outs[g // 2]} for g in range(6)]  # (the rank's two cores write its output)
+        inputs = [{"x": xs[g // 2], "w": w} for g in range(6)]
+        reports = [rep for _, rep in run_ranks(programs, inputs, ck.target_spec, timing=False,
+                                               shared_by_rank=shared, cores=2, batch=batch)]
+        assert all(bool(rep.batched_loops) == batch for rep in reports)
+        results[batch] = outs
+    want = sum(x.reshape(8, 128, 64) * w for x in xs).reshape(1024, 64)
+    for r in range(3):
+        np.testing.assert_array_equal(results[True][r], results[False][r])
+        np.testing.assert_allclose(results[True][r], want, rtol=1e-5, atol=1e-5)
