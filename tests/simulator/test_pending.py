@@ -159,14 +159,59 @@ def test_a_rotating_write_drops_only_what_its_one_execution_covers():
     deps = []
     for i in range(500):
         deps.append(tr.visit(i, [whole]))
-    assert len(tr.recent["sbuf"]) == 1 and deps[-1] == {498}
+    assert len(tr.recent["sbuf"].entries()) == 1 and deps[-1] == {498}
     part = ("sbuf", *row, True, (0, 31, *row), True)            # rows 0..31 only
     tr.visit(500, [part])
-    assert sorted(e[0] for e in tr.recent["sbuf"]) == [499, 500]
+    assert sorted(e[0] for e in tr.recent["sbuf"].entries()) == [499, 500]
     in_loop = ("sbuf", *row, True, (0, 127, *row), False)       # the whole tile, but not exactly known
     tr.visit(1000, [in_loop])                                   # (not rotating, inside a loop)
-    assert sorted(e[0] for e in tr.recent["sbuf"]) == [499, 500, 1000]
+    assert sorted(e[0] for e in tr.recent["sbuf"].entries()) == [499, 500, 1000]
     plain = _Tracker(rotating=set())                            # no rotating DMA: covered is dropped
     plain.visit(1, [part])
     plain.visit(2, [in_loop])
-    assert [e[0] for e in plain.recent["sbuf"]] == [2]
+    assert [e[0] for e in plain.recent["sbuf"].entries()] == [2]
+
+
+def test_the_trackers_range_groups_find_what_a_scan_of_every_access_finds():
+    """The tracker groups accesses by range (plugins/schedule.py, _Ranges); oracle: a scan of
+    every access kept, with the same rules, on random accesses to a few tiles, parts of them,
+    rotating and not, some visited twice (a loop body)."""
+    import random
+
+    from nkicc.plugins.schedule import _Tracker, _within
+
+    def scan(recent, rotating, op_id, resources):
+        deps = set()
+        for res, lo, hi, is_write, _, _ in resources:
+            for other, lo2, hi2, w2, _ in recent.get(res, ()):
+                if other != op_id and (is_write or w2) and lo <= hi2 and lo2 <= hi:
+                    deps.add(other)
+        for res, lo, hi, is_write, box, exact in resources:
+            entries = recent.setdefault(res, [])
+            if is_write:
+                entries[:] = [e for e in entries if e[0] == op_id or not (lo <= e[1] and e[2] <= hi) or (
+                    (op_id in rotating or e[0] in rotating) and not (exact and _within(e[4], box)))]
+            entry = (op_id, lo, hi, is_write, box)
+            if entry not in entries:
+                entries.append(entry)
+        return deps
+
+    rnd = random.Random(7)
+    tiles = [(a, a + 2047) for a in range(0, 16384, 2048)] + [(0, 8191), (4096, 6143)]
+    rotating = set(range(0, 600, 3))
+    tracker, recent = _Tracker(rotating), {}
+    ops = []
+    for op_id in range(600):
+        resources = []
+        for _ in range(rnd.randint(1, 3)):
+            lo, hi = rnd.choice(tiles)
+            p0 = rnd.choice((0, 0, 32))
+            resources.append((rnd.choice(("sbuf", "psum")), lo, hi, rnd.random() < 0.4, (p0, 127, lo, hi),
+                              rnd.random() < 0.5))
+        ops.append((op_id, resources))
+        if rnd.random() < 0.2:  # a loop body's second visit
+            ops.append((op_id, resources))
+    for op_id, resources in ops:
+        assert tracker.visit(op_id, resources) == scan(recent, rotating, op_id, resources)
+        for res in recent:
+            assert sorted(tracker.recent[res].entries()) == sorted(recent[res])
