@@ -320,6 +320,9 @@ SUITE_BUGS = (
      "`mask_out_hbm.must_alias_input`"),
     ("'PerRankLazyInputGenerator' object has no attribute 'items'",
      "the CPU mode's harness passes no per-rank inputs to collectives"),
+    ("attention_block_tkg.py:1120: PSUM tile of shape",
+     "the kernel's QK-norm matmul moves B*q_heads*S > 512 fp32 columns into one PSUM tile: nc_matmul allows 512 on "
+     "trn2, the suite's default target (4096 from trn3, where the item passes)"),
 )
 
 
