@@ -186,3 +186,23 @@ def test_an_item_that_ran_out_of_memory_runs_again_under_the_larger_cap(tmp_path
     args = argparse.Namespace(retry_memory_gb=4.0, timeout=60, all=False, json=str(tmp_path / "r.json"))
     again = suite.retry_out_of_memory(first, str(lib), args, lambda msg: None)
     assert [(i.status, i.mem_gb) for i in again] == [("passed", 1.5), ("passed", 4.0)]
+
+
+def test_each_file_runs_the_ids_it_collects_alone(tmp_path):
+    """The suite draws some parameters at random at collection, so a file's ids depend on
+    what was collected before it; the runner takes each file's ids from the file collected
+    alone, as the process that runs it collects it, and they all run."""
+    suite = load_bench("conformance_suite")
+    lib = tmp_path / "lib"
+    (lib / "test").mkdir(parents=True)
+    (lib / "test" / "conftest.py").write_text(SUITE_CONFTEST + "\nimport random\nrandom.seed(0)\n")
+    (lib / "test" / "test_a.py").write_text("import random\nDRAWN = [random.random() for _ in range(5)]\n\n\n"
+                                           "def test_a():\n    pass\n")
+    (lib / "test" / "test_b.py").write_text("import random\n\nimport pytest\n\n\n"
+                                           "@pytest.mark.parametrize('v', [random.randint(0, 10 ** 9)])\n"
+                                           "def test_b(v):\n    pass\n")
+    whole, _ = suite._collect(str(lib), False, ("test",))
+    ids, broken = suite.collect(str(lib), False, ("test",))
+    assert not broken and len(ids) == len(whole) == 2 and ids != whole  # (b's draw came after a's, whole)
+    items = [i for c in suite.chunks(str(lib), ids, None, 60, 0, False) for i in suite.run_chunk(c)]
+    assert [i.status for i in items] == ["passed", "passed"], [i.message for i in items]
