@@ -87,6 +87,8 @@ class SuiteRunner:
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(self, item, call):
+        if call.excinfo is not None:
+            _drop_lineless_frames(call.excinfo)
         yield
         oom = _out_of_memory(call.excinfo.value) if call.when == "call" and call.excinfo is not None else None
         if oom is not None:
@@ -106,6 +108,24 @@ class SuiteRunner:
             if hasattr(sys, name):
                 delattr(sys, name)
         gc.collect()
+
+
+def _drop_lineless_frames(excinfo) -> None:
+    """Unlink from a failure's tracebacks (its exception's and the ones it was raised from)
+    the frames stopped at an instruction with no line (tb_lineno None: a timeout's signal can
+    land on one). pytest's report of such a frame raises an INTERNALERROR that ends the
+    session, so an item that timed out cost every item after it in its process."""
+    exc, seen = excinfo.value, set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        tb = exc.__traceback__
+        while tb is not None and tb.tb_next is not None:
+            if tb.tb_next.tb_lineno is None:
+                tb.tb_next = tb.tb_next.tb_next  # (writable: the chain pytest's cut() follows)
+            else:
+                tb = tb.tb_next
+        exc = exc.__cause__ or exc.__context__
+    excinfo.traceback = type(excinfo.traceback)(excinfo.tb)
 
 
 def _out_of_memory(exc: BaseException | None) -> BaseException | None:

@@ -406,3 +406,32 @@ def test_memory_is_told_apart_from_the_suites(tmp_path):
     # a failed item's arrays are not held into the next item (pytest keeps its exception's frames)
     before, after = (float(cases[n][1]["rss_start_mb"]) for n in ("test_golden_then_fails", "test_after_a_failure"))
     assert after - before < 150, (before, after)
+
+
+LINELESS = '''
+def stopped_where_no_line_is():
+    raise TimeoutError("a timeout's signal, at an instruction with no line")
+
+
+stopped_where_no_line_is.__code__ = stopped_where_no_line_is.__code__.replace(co_linetable=b"")
+
+
+def test_times_out():
+    stopped_where_no_line_is()
+
+
+def test_after_it():
+    pass
+'''
+
+
+def test_a_frame_with_no_line_fails_its_item_not_the_session(tmp_path):
+    """A traceback frame stopped at an instruction with no line (where a timeout's signal can
+    land) made pytest's report raise an INTERNALERROR, which ended the process and every item
+    after it; under --nkicc the item fails with its error and the next one runs."""
+    root = _suite(tmp_path)
+    (root / "test" / "test_lineless.py").write_text(LINELESS)
+    proc, xml = _run(root, "--nkicc", "test/test_lineless.py", "--test-mode", "simulation")
+    assert "INTERNALERROR" not in proc.stdout + proc.stderr, proc.stdout[-2000:]
+    cases = _cases(xml)
+    assert {n: s for n, (s, _) in cases.items()} == {"test_times_out": "failure", "test_after_it": "passed"}
