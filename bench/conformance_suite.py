@@ -432,6 +432,11 @@ def regressions(items: list, old_json: str) -> list:
             and i.status != "passed"]
 
 
+def _journal_items(path: str) -> dict:
+    """A run's journal, an item per node id: its last line (a rerun's comes after the first)."""
+    return {i.nodeid: i for i in (Item(**json.loads(line)) for line in open(path) if line.strip())}
+
+
 def nkicc_commit() -> str:
     """This checkout's commit (short), with "+changes" when its work tree differs."""
     head = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
@@ -452,7 +457,7 @@ def main(args) -> int:
         return 0
     log = lambda msg: print(msg, flush=True)  # noqa: E731
     if args.from_journal:  # a run that was stopped: report the items it finished
-        items = [Item(**json.loads(line)) for line in open(args.from_journal) if line.strip()]
+        items = list(_journal_items(args.from_journal).values())
         note = (f"It was stopped before the end: these are the {len(items)} items it finished "
                 f"({args.note or 'see the command'}).")
         write_report(items, args.out, args.snapshot or snapshot(library), args.command or "(see above)", 0.0, note)
@@ -466,8 +471,7 @@ def main(args) -> int:
     earlier = []
     if args.resume and os.path.exists(journal):  # the items a stopped run finished are kept, not run again
         wanted = set(ids)
-        latest = {i.nodeid: i for i in (Item(**json.loads(line)) for line in open(journal) if line.strip())}
-        earlier = [i for n, i in latest.items() if n in wanted]  # (a rerun's line comes after the first)
+        earlier = [i for n, i in _journal_items(journal).items() if n in wanted]
         log(f"resuming: {len(earlier)} items done in {journal}")
     elif os.path.exists(journal):
         os.remove(journal)
