@@ -87,9 +87,20 @@ def converter(dst: np.dtype):
     return functools.partial(_to_float, dst=dst)
 
 
+# elements converted at a time: the float64 and int64 temporaries of a whole array were 4-8 times
+# its size (the NKI Library suite's masks, 335 M elements, ran out of memory in the conversion)
+_INT_CHUNK = 1 << 22
+
+
 def _to_int(v: np.ndarray, dst: np.dtype, lo: int, hi: int) -> np.ndarray:
     if v.dtype == dst:
         return v
+    if v.size > _INT_CHUNK:
+        out = np.empty(v.shape, dtype=dst)
+        src, flat = v.reshape(-1), out.reshape(-1)
+        for start in range(0, v.size, _INT_CHUNK):
+            flat[start:start + _INT_CHUNK] = _to_int(src[start:start + _INT_CHUNK], dst, lo, hi)
+        return out
     if v.dtype.kind in "biu":
         return np.clip(v.astype(np.int64), lo, hi).astype(dst)
     x = v.astype(np.float64) if v.dtype != np.float64 else v  # exact for every narrower float

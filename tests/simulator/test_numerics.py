@@ -180,6 +180,19 @@ def test_every_conversion_pair_matches_the_oracle(rng, dst):
         assert_same(numerics.converter(np_dtype(dst))(x), oracle(x, src, dst), f"{src} -> {dst} (store)")
 
 
+@pytest.mark.parametrize("src,dst", [("float32", "uint8"), ("float32", "int32"), ("int32", "int8")])
+def test_a_large_conversion_to_integers_matches_the_oracle(rng, src, dst):
+    """Past numerics._INT_CHUNK elements an integer conversion goes a piece at a time (the
+    library suite's 335 M-element masks ran out of memory in its float64 temporaries); the
+    values are the oracle's, element for element, on either side of every piece's edge."""
+    n = 5 * (numerics._INT_CHUNK * 2 // 5 + 12345)
+    x = np.tile(sample(rng, src, dst), n // 1000 + 1)[:n]
+    rng.shuffle(x)
+    got = numerics.convert(x.reshape(-1, 5), dst)
+    assert got.shape == (n // 5, 5) and got.dtype == np.dtype(dst)
+    assert_same(got.reshape(-1), oracle(x, src, dst), f"{src} -> {dst}, {n} elements")
+
+
 def test_issue_values_and_named_rules():
     x = np.array([2.5, 3.5, -2.5, -3.7, 1e10, -1e10, np.nan, np.inf], dtype=np.float32)
     assert numerics.convert(x, "int32").tolist() == [2, 4, -2, -4, 2147483647, -2147483648, 0, 2147483647]
