@@ -337,6 +337,9 @@ SUITE_BUGS = (
     ("Incorrect shape for qkv weight scale for row quantization",
      "the test gives ROW-quantized (quantization_type 2) attention blocks a weight scale of one column per q/k/v, "
      "(128, 3), where ROW takes one per output column: the kernel's own assertion rejects it"),
+    ("Incorrect shape for weight scale for row quantization",
+     "the test gives ROW-quantized (quantization_type 2) attention blocks an output-projection weight scale "
+     "broadcast to (128, 1), where ROW takes (128, H): the kernel's own assertion rejects it"),
     ("must match the size of tensor b (3) at non-singleton dimension",
      "the test's ROW-quantized attention block: its torch golden fails on the (128, 3) weight scale the test made"),
     ("attention_block_tkg.py:1120: PSUM tile of shape",
