@@ -114,11 +114,17 @@ def test_cli_tune_table_json_and_best_command(dask_cluster, tmp_path):
     assert round(json.loads((tmp_path / "sim.json").read_text())["total_ns"] / 1000, 3) == best["estimated_us"]
 
 
+CTRL_C_AS_FROM_A_TERMINAL = ("import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+                             "sys.argv[0] = 'nkicc'; runpy.run_module('nkicc', run_name='__main__', alter_sys=True)")
+
+
 def test_ctrl_c_stops_the_sweep_and_prints_what_finished(tmp_path):
     """Ctrl-C once both slow variants have started: the tune hands a variant to a worker only
     after it has recorded the one that freed it, so the two quick rows are in by then."""
     started = Announcements(tmp_path / "started")
-    proc = subprocess.Popen([sys.executable, "-m", "nkicc", "tune", SCALE, "--sweep", "SLEEP=0,60",
+    # (as from a terminal: a shell that starts a job in the background, as CI may be, has it ignore
+    # SIGINT, and a child inherits that)
+    proc = subprocess.Popen([sys.executable, "-c", CTRL_C_AS_FROM_A_TERMINAL, "tune", SCALE, "--sweep", "SLEEP=0,60",
                              "--sweep", "T=64,128", "--const", "MODE='slow'", "--const", f"STARTED='{started.path}'",
                              "--workers", "2", "--no-cache", "--json", str(tmp_path / "rows.json")],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
