@@ -300,10 +300,9 @@ def retry_out_of_memory(items: list, library: str, args, log) -> list:
     if not todo:
         return items
     log(f"running {len(todo)} items that ran out of memory again, one at a time, under {args.retry_memory_gb:g} GB")
-    again = {}
+    again, journal, commit = {}, os.path.abspath(args.json + ".partial.jsonl"), nkicc_commit()
     for k, nodeid in enumerate(todo):
-        chunk = Chunk(library, [nodeid], args.timeout, args.retry_memory_gb, args.all,
-                      os.path.abspath(args.json + ".partial.jsonl"), nkicc_commit())
+        chunk = Chunk(library, [nodeid], args.timeout, args.retry_memory_gb, args.all, journal, commit)
         again[nodeid] = run_chunk(chunk)[0]
         log(f"[{k + 1}/{len(todo)}] {nodeid.split('::', 1)[1][:100]}: {again[nodeid].status}")
     return [again.get(i.nodeid, i) for i in items]

@@ -200,7 +200,6 @@ class CompiledKernel:
         """The cores of a multi-core launch at once, sharing the kernel's HBM:
         the inputs, and outputs each core writes its part of."""
         outputs, reports = self._run_launches([inputs], simulator, timing, trace or self.trace_path or False)
-        self.sim_ranks = reports if all(r is not None for r in reports) else None
         # the slowest core's report; without timing (total_ns None) any core's
         self.sim = max((r for r in reports if r is not None), key=lambda r: r.total_ns or 0, default=None)
         return outputs[0], self.sim
@@ -221,6 +220,7 @@ class CompiledKernel:
                                   precise=precise, lockstep=self.lockstep, cores=n)
         reports = [r[1] for r in results]
         self.report["ranks"] = [r.to_dict() if r is not None else None for r in reports]
+        self.sim_ranks = reports if all(r is not None for r in reports) else None
         written = set(self.ir.outputs).union(*(written_args(core.ir) for core in self.cores))  # some core wrote
         return [{**{a: args[a] for a in self.ir.args if a in written}, **outs} for args, outs, _ in launches], reports
 
@@ -254,9 +254,7 @@ class CompiledKernel:
         or None]) per rank. trace: a path with `{rank}` for one timeline per rank."""
         simulator = simulator or self.simulator
         if self.cores is not None:  # a multi-core launch on each rank
-            outputs, reports = self._run_launches(inputs_by_rank, simulator, timing, trace or False)
-            self.sim_ranks = reports if all(r is not None for r in reports) else None
-            return outputs, reports
+            return self._run_launches(inputs_by_rank, simulator, timing, trace or False)
         lowered = all(t.address is not None for t in self.ir.tensors if t.on_chip)
         if simulator == "reference" or not lowered:
             simulator = "reference"

@@ -148,9 +148,8 @@ def _nkicc_frame(tb) -> str | None:
     nkicc's collectives runner calls, is the suite's). Installed packages (numpy, torch) act for
     whoever called them."""
     alias = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_nki_alias") + os.sep
-    installed = tuple({os.path.abspath(p) + os.sep for p in (sysconfig.get_paths()["purelib"],
-                                                           sysconfig.get_paths()["platlib"],
-                                                           sysconfig.get_paths()["stdlib"])})
+    paths = sysconfig.get_paths()
+    installed = tuple({os.path.abspath(paths[k]) + os.sep for k in ("purelib", "platlib", "stdlib")})
     found = None
     while tb is not None:
         frame = tb.tb_frame

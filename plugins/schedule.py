@@ -25,6 +25,7 @@ linear in the rolled IR times two per loop level, never in the trip counts.
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import itertools
 
@@ -97,6 +98,16 @@ class _Ranges:
         """The (range, (writes, reads)) groups that meet lo..hi."""
         return [(r, g) for r, g in self.groups.items() if r[0] <= hi and lo <= r[1]]
 
+    def drop_covered(self, lo: int, hi: int, dropped) -> None:
+        """Forget the entries of the ranges inside lo..hi for which `dropped(entry)` holds."""
+        for (rlo, rhi), group in self.overlapping(lo, hi):
+            if lo <= rlo and rhi <= hi:
+                for kind in group:
+                    for e in [e for e in kind if dropped(e)]:
+                        del kind[e]
+                if not group[0] and not group[1]:
+                    del self.groups[(rlo, rhi)]
+
     def entries(self) -> list:
         return [e for writes, reads in self.groups.values() for e in (*writes, *reads)]
 
@@ -117,7 +128,7 @@ class _Tracker:
     implies them). Elsewhere it stays: the dependence is named in full."""
 
     def __init__(self, rotating: set[int]) -> None:
-        self.recent: dict[str, _Ranges] = {}
+        self.recent: dict[str, _Ranges] = collections.defaultdict(_Ranges)
         self.rotating = rotating
 
     def visit(self, op_id: int, resources) -> set[int]:
@@ -132,18 +143,10 @@ class _Tracker:
         deps.discard(op_id)
         narrowed = op_id in self.rotating
         for res, lo, hi, is_write, box, exact in resources:
-            ranges = self.recent.get(res)
-            if ranges is None:
-                ranges = self.recent[res] = _Ranges()
-            if is_write:
-                for (rlo, rhi), group in ranges.overlapping(lo, hi):
-                    if lo <= rlo and rhi <= hi:  # covered by this write
-                        for kind in group:
-                            for e in [e for e in kind if e[0] != op_id and not (
-                                    (narrowed or e[0] in self.rotating) and not (exact and _within(e[4], box)))]:
-                                del kind[e]
-                        if not group[0] and not group[1]:
-                            del ranges.groups[(rlo, rhi)]
+            ranges = self.recent[res]
+            if is_write:  # what this write covers, unless a narrowed wait would not imply it
+                ranges.drop_covered(lo, hi, lambda e: e[0] != op_id and not (
+                    (narrowed or e[0] in self.rotating) and not (exact and _within(e[4], box))))
             ranges.add((op_id, lo, hi, is_write, box))
         return deps
 
@@ -152,11 +155,8 @@ class _Tracker:
 
     def merge(self, other: dict) -> None:
         for res, entries in other.items():
-            ranges = self.recent.get(res)
-            if ranges is None:
-                ranges = self.recent[res] = _Ranges()
             for e in entries:
-                ranges.add(e)
+                self.recent[res].add(e)
 
 
 def _within(inner: tuple, outer: tuple) -> bool:

@@ -25,7 +25,7 @@ import contextlib
 import threading
 
 from ..ir import NkiccError, Op
-from ..ir.ops.collectives import CORE_LEVEL
+from ..ir.ops.collectives import CORE_LEVEL, group_of
 
 
 class Communicator:
@@ -141,13 +141,14 @@ class RankComm:
         self.size = comm.size // comm.cores  # ranks
         self.cores = comm.cores
 
-    def local(self, op: Op) -> tuple[int, int]:
-        """(this party's index, how many there are) in the space the op's groups name: its core
+    def group(self, op: Op) -> tuple[int, tuple[int, ...]]:
+        """(this party's index, the group it meets) in the space the op's groups name: its core
         among the rank's cores for the core-level instructions, else its rank among the ranks."""
-        return (self.core, self.cores) if op.opcode in CORE_LEVEL else (self.rank, self.size)
+        me, size = (self.core, self.cores) if op.opcode in CORE_LEVEL else (self.rank, self.size)
+        return me, group_of(op, me, size)
 
     def exchange(self, group, op: Op, payload, ready: float):
-        """Meet `group` (indices as `local` gives them); the inputs come back by those indices."""
+        """Meet `group` (indices as `group` gives them); the inputs come back by those indices."""
         if op.opcode in CORE_LEVEL:
             parties = tuple(self.rank * self.cores + c for c in group)
         else:

@@ -43,7 +43,7 @@ from .hazards import HazardChecks
 from .scratch import Scratch
 from .report import DMA_DIRECTIONS, EngineStats, SimReport
 from .timing import CHAINED_ENGINES
-from ..ir.ops.collectives import group_of, payload as collective_payload
+from ..ir.ops.collectives import payload as collective_payload
 from ..ir.ops.dma import engine_share
 from .comm import RankComm, single
 from .program import Acc, Plan, Tensor
@@ -828,8 +828,7 @@ class MachineSimulator(HazardChecks):
         """Meet the other ranks of the op's group: they start together, when the
         last is ready; the outputs come from everyone's inputs."""
         op, comm = p.op, self.comm
-        me, size = comm.local(op)
-        group = group_of(op, me, size)
+        me, group = comm.group(op)
         payload = collective_payload(op, lambda a: self._read_view(p.by_id[id(a)]))
         got = {}
 

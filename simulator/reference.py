@@ -21,7 +21,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from ..ir import Access, Alloc, Block, Const, Kernel, Loop, NkiccError, Op, TensorDecl
 from ..ir.analysis import runtime_guard, written_args
-from ..ir.ops.collectives import group_of, payload as collective_payload
+from ..ir.ops.collectives import payload as collective_payload
 from .comm import RankComm, single
 from ..ir import dtypes, ops
 from ..ir.ops import debug
@@ -361,8 +361,7 @@ class ReferenceMachine:
         self._rows = None  # set by a gather that skipped rows out of range
         collective = ops.of(op).collective
         if collective is not None:
-            me, size = self.comm.local(op)
-            group = group_of(op, me, size)
+            me, group = self.comm.group(op)
             mine = collective_payload(op, lambda a: self.view(a, op))
             results = collective(op, self.comm.exchange(group, op, mine, 0.0)[0], me, group)
         else:

@@ -73,10 +73,10 @@ def group_of(op: Op, rank: int, size: int) -> tuple[int, ...]:
         return (rank,)  # one core (no multi-core launch): nobody to wait for
     for g in groups:
         if rank in g:
-            if max(g) >= size and op.opcode in CORE_LEVEL:
-                raise NkiccError("E191", f"{op.opcode}: core {max(g)} of a launch of {size} core(s)", op.loc,
-                                 f"launch the kernel on {max(g) + 1} cores (kernel[{max(g) + 1}])")
             if max(g) >= size:
+                if op.opcode in CORE_LEVEL:
+                    raise NkiccError("E191", f"{op.opcode}: core {max(g)} of a launch of {size} core(s)", op.loc,
+                                     f"launch the kernel on {max(g) + 1} cores (kernel[{max(g) + 1}])")
                 raise NkiccError("E191", f"{op.opcode}: replica group {list(g)} names rank {max(g)} of a "
                                          f"{size}-rank run", op.loc, f"run with at least {max(g) + 1} ranks")
             return g
