@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .ir import Counts, Kernel, Loop, NkiccError, Op, count_instructions, dtypes, format_kernel, ops
+from .ir import Counts, Kernel, NkiccError, Op, count_instructions, count_loops, dtypes, format_kernel, ops
 from .simulator.reference import poison
 from .simulator import run_reference
 from .simulator.reference import check_defined
@@ -31,7 +31,7 @@ from .passes import DEFAULT_TARGET, PassOptions, PipelineResult, registry, resol
 from .report import peak_rss_mb
 from .sim_progress import simulation_progress
 from .specs import TensorSpec, bind_call, constant_key
-from .language.tracing import current_builder
+from .language.tracing import MeetsOtherCores, current_builder
 from .language.kernel_trace import TraceResult, inspect_unwrap, trace_kernel
 from .language.spmd import normalize_grid
 from .language.userframes import caller_loc
@@ -318,7 +318,7 @@ def compile(kernel, *args, name: str | None = None, unroll: bool = False, passes
 def _compile(fn, specs: dict[str, TensorSpec], constants: dict, name: str | None,
              unroll: bool = False, passes=None, printer=print, cache: bool | None = None,
              grid: tuple[int, ...] | None = None, program: tuple[int, ...] | None = None,
-             dialect: str | None = None) -> CompiledKernel:
+             dialect: str | None = None, learned=None) -> CompiledKernel:
     options = PassOptions.coerce(passes)
     reg = registry(options.no_plugins, options.plugins)
     target = resolve_target(options.target, reg)
@@ -327,11 +327,24 @@ def _compile(fn, specs: dict[str, TensorSpec], constants: dict, name: str | None
     t0 = time.perf_counter()
     warm = plan.warm(fn, specs, constants, name, grid, program)  # a source-level hit: no trace
     compile_s = time.perf_counter() - t0
+    whole_grid = bool(grid) and program is None
     if warm is not None:
         pipeline, result = warm
     else:
-        result = trace_kernel(fn, specs, constants, name, unroll=unroll, grid=grid, program=program,
-                              nc_version=target.nc_version, dialect=dialect)
+        try:
+            if plan.meets:
+                raise MeetsOtherCores()
+            result = trace_kernel(fn, specs, constants, name, unroll=unroll, grid=grid, program=program,
+                                  nc_version=target.nc_version, dialect=dialect, stop_if_meeting=whole_grid,
+                                  learned=learned)
+        except MeetsOtherCores as stop:
+            # programs that meet (sendrecv, core_barrier, collectives) run at once, one core each:
+            # traced and compiled one program at a time, and the grid's own program is never made
+            plan.remember_meets()
+            launch = _compile_cores(fn, specs, constants, name, unroll, passes, printer, cache, grid, dialect,
+                                    stop.policy)
+            reg.manager.hook.nkicc_compile_finished(report=launch.report)
+            return launch
         t0 = time.perf_counter()
         try:
             pipeline = plan.pipeline(result.kernel, printer, trace=result)
@@ -348,17 +361,33 @@ def _compile(fn, specs: dict[str, TensorSpec], constants: dict, name: str | None
     compiled.report["cache"] = plan.finish()
     if grid:
         compiled.report["grid"] = list(grid)
-    meet = grid and program is None and _meets_other_cores(pipeline.kernel)
-    race = grid and program is None and not meet and any(w.code == "W191" for w in compiled.trace.warnings)
+    # (a grid compiled before its trace stopped at meetings: a cached whole-grid program)
+    meet = whole_grid and _meets_other_cores(pipeline.kernel)
+    race = whole_grid and not meet and any(w.code == "W191" for w in compiled.trace.warnings)
     if meet or race:
-        # programs that meet (sendrecv, core_barrier, collectives) run at once, one core each; programs
-        # that write the same HBM elements (W191) too, in lockstep, as cores that start together
-        compiled.cores = [_compile(fn, specs, constants, name, unroll, passes, printer, cache, grid, p, dialect)
-                          for p in itertools.product(*(range(g) for g in grid))]
+        # programs that write the same HBM elements (W191) run in lockstep, as cores that start together
+        compiled.cores = _compile_cores(fn, specs, constants, name, unroll, passes, printer, cache, grid, dialect,
+                                        result.policy).cores
         compiled.lockstep = bool(race)
         compiled.report["cores"] = len(compiled.cores)
     reg.manager.hook.nkicc_compile_finished(report=compiled.report)
     return compiled
+
+
+def _compile_cores(fn, specs, constants, name, unroll, passes, printer, cache, grid, dialect,
+                   learned) -> CompiledKernel:
+    """A multi-core launch: one program per core, each traced starting from what the
+    traces before it learned (where to split and unroll its loops). Stands for the
+    launch as core 0's program with `cores` (its report: core 0's, with `grid` and `cores`)."""
+    cores = []
+    for p in itertools.product(*(range(g) for g in grid)):
+        core = _compile(fn, specs, constants, name, unroll, passes, printer, cache, grid, p, dialect, learned)
+        learned = core.trace.policy or learned  # (a cache hit traced nothing)
+        cores.append(core)
+    launch = dataclasses.replace(cores[0], cores=cores, lockstep=False, report=dict(cores[0].report),
+                                 _verdicts={}, _machine=None, _machine_lock=threading.Lock())
+    launch.report.update(grid=list(grid), cores=len(cores))
+    return launch
 
 
 def _meets_other_cores(kernel: Kernel) -> bool:
@@ -400,13 +429,10 @@ def build_report(c: CompiledKernel, pipeline: PipelineResult) -> dict:
         "instructions_compiled_executed": compiled.executed,
         # static loops in the IR as traced and as compiled: a pass that unrolls
         # (unroll) or merges loops changes the second, and the summary says so
-        "static_loops": {"traced": _static_loops(c.traced_ir), "compiled": _static_loops(c.ir)},
+        "static_loops": {"traced": c.trace.static_loops if c.trace.static_loops is not None
+                         else count_loops(c.traced_ir.body)["static"], "compiled": count_loops(c.ir.body)["static"]},
         "notes": pipeline.notes,
     }
-
-
-def _static_loops(kernel) -> int:
-    return sum(1 for s in kernel.body.walk() if isinstance(s, Loop) and s.kind == "static")
 
 
 class JitKernel:

@@ -19,7 +19,7 @@ from .cache import env, keys, source
 from .cache.format import pack
 from .cache.regions import RegionSession
 from .cache.store import Store, enabled_by_env, open_store
-from .ir import Kernel, Loc, Loop, NkiccError, NotCanonical, count_instructions, exact_hash
+from .ir import Kernel, Loc, Loop, NkiccError, NotCanonical, count_instructions, count_loops, exact_hash
 from .ir.serialize import Unserialisable
 from .passes import PassOptions, PipelineResult, Registry, registry, resolve_target, run_pipeline, select
 from .language.kernel_trace import TraceResult
@@ -93,6 +93,7 @@ class CachePlan:
         self.source_why: str | None = None
         self.source_key: str | None = None
         self.files: list[str] = []      # the files of the walked functions (source.fingerprint)
+        self.meets = False  # the source level knows this launch's programs meet (remember_meets)
 
     @staticmethod
     def prepare(options: PassOptions, reg: Registry, target, cache: bool | None = None,
@@ -196,6 +197,10 @@ class CachePlan:
             if found is None:
                 return None
             meta, _ = found
+            if meta.get("meets") is True:
+                self.source = "hit"
+                self.meets = True
+                return None
             try:
                 t = meta["trace"]
                 stored_files = list(meta["files"])
@@ -205,6 +210,7 @@ class CachePlan:
                 trace = TraceResult(None, int(t["attempts"]), 0.0, dict(t["loops"]), dict(t["decisions"]),
                                     [_warning_from_json(w) for w in t["warnings"]])
                 counts = [int(n) for n in t["counts"]]
+                static_loops = int(t["static_loops"])
                 traced_s = float(t["s"])
             except (KeyError, TypeError, ValueError):
                 self.store.count("corrupt")
@@ -224,6 +230,7 @@ class CachePlan:
                 names = {**moved, **{os.path.basename(a): os.path.basename(b) for a, b in moved.items()}}
                 result.notes = json.loads(_moved(json.dumps(result.notes), names))
             trace.counts = counts
+            trace.static_loops = static_loops
             self.source = "hit"
             self.saved_s = max(self.saved_s + traced_s - (time.perf_counter() - t0), 0.0)
             return result, trace
@@ -238,11 +245,24 @@ class CachePlan:
         meta = {"kernel": kernel_key, "files": self.files, "trace": {
             "attempts": trace.attempts, "s": round(trace.seconds, 9), "loops": trace.loops,
             "decisions": trace.decisions, "warnings": [_warning_json(w) for w in trace.warnings],
-            "counts": [counts.rolled, counts.unrolled, counts.executed]}}
+            "counts": [counts.rolled, counts.unrolled, counts.executed],
+            "static_loops": count_loops(trace.kernel.body)["static"]}}
         try:
             return [(self.source_key, pack("source", self.source_key, meta))]
         except (TypeError, ValueError):
             return []
+
+    def remember_meets(self) -> None:
+        """Store that this launch's programs meet other cores, so that they are traced one
+        program at a time (api._compile): the next compile skips the grid's own trace."""
+        if self.store is None or self.source_key is None:
+            return
+        _, tag = _base(self.reg, self.target)
+        try:
+            self.store.put_many([(self.source_key, pack("source", self.source_key, {"meets": True,
+                                                                                    "files": self.files}))], tag=tag)
+        except (TypeError, ValueError):
+            pass
 
     # --- the kernel level --------------------------------------------------------------------
 

@@ -20,7 +20,7 @@ from ..ir.loopdeps import check_affine_loops
 from . import ranges
 from .argspec import TensorSpec
 from .tensor import Tensor, row_major
-from .tracing import GRID, Builder, LoopPlan, LoopSite, TraceRetry
+from .tracing import GRID, Builder, LoopPlan, LoopSite, MeetsOtherCores, TraceRetry
 from .dialect import dialect_of, rebind, setitem_of
 from .grid_races import grid_races
 from .loop_effects import EffectChecker
@@ -38,7 +38,6 @@ class RetryPolicy:
     concrete: dict = field(default_factory=dict)  # key -> reason
     effects: EffectChecker = field(default_factory=EffectChecker)
     _sites: dict = field(default_factory=dict)
-    _body_reasons: dict = field(default_factory=dict)
     unroll: bool = False  # trace every static loop concretely: NKI's own semantics, the oracle
 
     def site(self, frame) -> LoopSite | None:
@@ -85,6 +84,13 @@ class RetryPolicy:
         # the checker caches per node and per value of the compile-time switches it read
         return self.effects.loop_reason(node, site.frame_globals, site.frame_locals)
 
+    def carried(self) -> "RetryPolicy":
+        """A policy for another program of the same launch that starts from this one's
+        decisions (a split or a concrete loop is valid in any program: at worst less rolled)
+        and shares its caches."""
+        return RetryPolicy({k: set(v) for k, v in self.splits.items()}, dict(self.concrete), self.effects,
+                           self._sites, self.unroll)
+
     def learn(self, retry: TraceRetry) -> None:
         if retry.concrete:
             if retry.key in self.concrete:
@@ -106,6 +112,8 @@ class TraceResult:
     decisions: dict
     warnings: list
     counts: list | None = None  # [rolled, unrolled, executed] of the traced kernel, kept by a cache hit
+    static_loops: int | None = None  # the traced kernel's static loops, kept by a cache hit
+    policy: RetryPolicy | None = field(default=None, repr=False, compare=False)  # what the attempts learned
 
 
 def _traced_function(fn: types.FunctionType, dialect: str | None = None) -> types.FunctionType:
@@ -123,22 +131,27 @@ def _traced_function(fn: types.FunctionType, dialect: str | None = None) -> type
 def trace_kernel(fn, tensor_args: dict[str, TensorSpec], constants: dict, name: str | None = None,
                  unroll: bool = False, grid: tuple[int, ...] | None = None,
                  program: tuple[int, ...] | None = None, nc_version: int | None = None,
-                 dialect: str | None = None) -> TraceResult:
+                 dialect: str | None = None, stop_if_meeting: bool = False,
+                 learned: RetryPolicy | None = None) -> TraceResult:
     """Trace `fn` with HBM tensors for `tensor_args` and Python values for
     `constants` (both keyed by parameter name). With `unroll`, every static
     loop runs once per iteration, as NKI itself traces. With a launch `grid`
-    the body runs once per program id, as rolled loops (language/spmd.py)."""
+    the body runs once per program id, as rolled loops (language/spmd.py).
+    stop_if_meeting: a grid's trace raises MeetsOtherCores at the first instruction that
+    meets another core (its `policy` what the attempts learned). learned: start from
+    another program's policy (RetryPolicy.carried) instead of from nothing."""
     start = time.perf_counter()
     fn = inspect_unwrap(fn)
     dialect = dialect or dialect_of(fn)
     traced = _traced_function(fn, dialect)
-    policy = RetryPolicy(unroll=unroll)
+    policy = learned.carried() if learned is not None and learned.unroll == unroll else RetryPolicy(unroll=unroll)
     kernel_loc = Loc(fn.__code__.co_filename, _source_lines(fn)[0])
     for attempt in range(1, MAX_ATTEMPTS + 1):
         builder = Builder(name or fn.__name__, policy)
         if nc_version is not None:
             builder.nc_version = nc_version
         builder.setitem = setitem_of(dialect)
+        builder.stop_if_meeting = stop_if_meeting
         with builder:
             kwargs = dict(constants)
             for pname, spec in tensor_args.items():
@@ -148,6 +161,9 @@ def trace_kernel(fn, tensor_args: dict[str, TensorSpec], constants: dict, name: 
             except TraceRetry as retry:
                 policy.learn(retry)
                 continue
+            except MeetsOtherCores as stop:
+                stop.policy = policy
+                raise
             except NkiccError as err:
                 if err.loc is None:  # raised below a layer that did not know the kernel's line
                     err.loc = _user_frame(err.__traceback__)
@@ -175,7 +191,7 @@ def trace_kernel(fn, tensor_args: dict[str, TensorSpec], constants: dict, name: 
         return TraceResult(kernel, attempt, seconds, dict(builder.loop_stats),
                            {"splits": {str(k): sorted(v) for k, v in policy.splits.items()},
                             "concrete": {str(k): v for k, v in policy.concrete.items()}},
-                           list(builder.warnings.values()))
+                           list(builder.warnings.values()), policy=policy)
     raise NkiccError("E180", f"tracing did not settle after {MAX_ATTEMPTS} attempts", kernel_loc,
                      "the kernel branches on loop indices in too many places; use smaller static loops")
 

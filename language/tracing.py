@@ -58,6 +58,14 @@ class TraceRetry(BaseException):
         self.why = why
 
 
+class MeetsOtherCores(BaseException):
+    """Raised mid-trace of a whole launch grid (Builder.stop_if_meeting) at the first
+    instruction that meets another core or rank: such programs run at once, one core
+    each, and are traced one program at a time; the grid's own trace is not needed.
+    `policy` (set by trace_kernel): what the stopped attempts learned."""
+    policy = None
+
+
 @dataclass(frozen=True)
 class LoopPlan:
     concrete: bool = False
@@ -130,6 +138,7 @@ class Builder:
         self.nc_version: int = DEFAULT_GENERATION
         # `t[key] = value` of an NKI 0.1 kernel (language/legacy.py assign); None in 0.2 and later
         self.setitem = None
+        self.stop_if_meeting = False  # raise MeetsOtherCores at a collective, sendrecv or core_barrier
 
     # context management
     def __enter__(self) -> "Builder":
@@ -238,6 +247,8 @@ class Builder:
     def emit(self, opcode: str, outs, ins, attrs: dict | None = None, loc: Loc | None = None) -> Op:
         for a in list(outs) + [x for x in ins if isinstance(x, Access)]:
             self.check_live(a, loc)
+        if self.stop_if_meeting and ops.get(opcode).collective is not None and (attrs or {}).get("groups") != "self":
+            raise MeetsOtherCores()
         op = Op(opcode, tuple(outs), tuple(ins), tuple((attrs or {}).items()), loc or user_loc(3))
         self._blocks[-1].append(op)
         return op

@@ -1,0 +1,89 @@
+"""A launch whose programs meet (kernel[2] with sendrecv / core_barrier) compiles one program
+per core: the trace of the whole grid stops at the first meeting, each core's trace starts from
+what the traces before it learned, and the compile cache remembers that the programs meet."""
+import numpy as np
+
+import nkicc
+import nkicc.api as api
+import nkicc.isa as nisa
+import nkicc.language as nl
+from nkicc.cache.store import forget_stores
+
+
+@nkicc.jit
+def scale_one_quarter_then_swap(x):
+    """Each core scales the third of its four column blocks (a Python branch on the loop index:
+    the trace splits the loop), then the cores swap halves and meet at a barrier."""
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    pid = nl.program_id(0)
+    mine = nl.ndarray((64, 32), dtype=x.dtype, buffer=nl.sbuf)
+    for i in range(4):
+        cols = nl.load(x[pid * 64:(pid + 1) * 64, i * 8:(i + 1) * 8])
+        if i == 2:
+            cols = nl.multiply(cols, 3.0)
+        nisa.tensor_copy(dst=mine[:, i * 8:(i + 1) * 8], src=cols)
+    theirs = nl.ndarray((64, 32), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.sendrecv(src=mine, dst=theirs, send_to_rank=1 - pid, recv_from_rank=1 - pid, pipe_id=0)
+    nl.store(out[pid * 64:(pid + 1) * 64, :], value=theirs)
+    nisa.core_barrier(data=out, cores=(0, 1))
+    return out
+
+
+def expected(x):
+    scaled = x.copy()
+    scaled[:, 16:24] *= 3.0
+    return np.concatenate([scaled[64:], scaled[:64]])
+
+
+class TraceCounter:
+    """Counts the traces nkicc makes (the real ones: it wraps trace_kernel, changes nothing)."""
+
+    def __init__(self, monkeypatch):
+        self.calls = []
+        real = api.trace_kernel
+
+        def counted(*args, **kw):
+            try:
+                result = real(*args, **kw)
+            except BaseException as exc:
+                self.calls.append((kw.get("program"), type(exc).__name__))
+                raise
+            self.calls.append((kw.get("program"), result.attempts))
+            return result
+        monkeypatch.setattr(api, "trace_kernel", counted)
+
+
+def test_meeting_programs_are_traced_one_core_at_a_time_from_what_was_learned(rng, monkeypatch):
+    x = rng.standard_normal((128, 32)).astype(np.float32)
+    traces = TraceCounter(monkeypatch)
+    ck = nkicc.compile(scale_one_quarter_then_swap[2], x, cache=False)
+    assert ck.report["cores"] == 2 and ck.report["grid"] == [2]
+    # the whole grid's trace stopped at the sendrecv, having learned the split; no core retraces
+    assert traces.calls == [(None, "MeetsOtherCores"), ((0,), 1), ((1,), 1)]
+    assert ck.ir is ck.cores[0].ir  # (no program of the whole grid was made)
+    np.testing.assert_array_equal(ck.run(x), expected(x))
+    # the oracle: each core traced from nothing gives the same program's results
+    fresh = [api._compile(scale_one_quarter_then_swap.fn, ck.specs, {}, None, cache=False, grid=(2,), program=(p,))
+             for p in range(2)]
+    assert [c.trace.attempts for c in fresh] == [2, 2]
+    launch = ck.cores
+    ck.cores = fresh
+    np.testing.assert_array_equal(ck.run(x), expected(x))
+    ck.cores = launch
+
+
+def test_the_cache_remembers_that_a_launchs_programs_meet(rng, monkeypatch, tmp_path):
+    monkeypatch.setenv("NKICC_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("NKICC_CACHE", raising=False)
+    forget_stores()
+    try:
+        x = rng.standard_normal((128, 32)).astype(np.float32)
+        cold = nkicc.compile(scale_one_quarter_then_swap[2], x)
+        traces = TraceCounter(monkeypatch)
+        warm = nkicc.compile(scale_one_quarter_then_swap[2], x)
+        assert traces.calls == []  # neither the grid nor a core was traced again
+        assert [c.report["cache"]["source"] for c in warm.cores] == ["hit", "hit"]
+        assert [c.ir for c in warm.cores] == [c.ir for c in cold.cores]
+        np.testing.assert_array_equal(warm.run(x), expected(x))
+    finally:
+        forget_stores()
