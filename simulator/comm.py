@@ -157,6 +157,13 @@ class RankComm:
         index = dict(zip(parties, group))
         return {index[p]: v for p, v in inputs.items()}, start
 
+    def check(self) -> None:
+        """Raise the run's error, if a party or the caller (stopping the run) reported one: a
+        party between meetings stops here (each iteration of a top-level loop) instead of
+        running to its end."""
+        if self.comm.error is not None:
+            raise self.comm.error
+
     def step(self):
         """The context one top-level statement runs in: this party's turn in lockstep."""
         return self.comm.turn(self.party) if self.comm.lockstep else contextlib.nullcontext()

@@ -600,7 +600,8 @@ class MachineSimulator(HazardChecks):
     def run(self, inputs: dict[str, np.ndarray], shared: dict[str, np.ndarray] | None = None):
         """Run the kernel; returns (outputs: name -> array, SimReport). `shared`:
         HBM tensors by name that live in the given arrays, which other cores
-        of a multi-core launch read and write at the same time."""
+        of a multi-core launch read and write at the same time (an output among
+        them comes back as a view of that array, not a copy)."""
         t0 = time.perf_counter()
         self._shared = shared or {}
         self._init_memory(inputs)
@@ -643,8 +644,9 @@ class MachineSimulator(HazardChecks):
             self._timing_memo = clock.snapshot()
         # and the inputs the kernel updated (once: a kernel may return an argument it wrote)
         names = list(dict.fromkeys(self.kernel.outputs + written_args(self.kernel)))
-        # handed over, not copied: the next run() starts from new arrays (peak memory: one copy of E)
-        outputs = {name: (self.hbm[name].copy() if name in self._shared else self.hbm.pop(name))
+        # handed over, not copied: the next run() starts from new arrays (peak memory: one copy of E);
+        # a shared tensor is the caller's own array (a KV cache of every core: copies cost seconds)
+        outputs = {name: (self.hbm[name] if name in self._shared else self.hbm.pop(name))
                    .reshape(self.decls[name].shape) for name in names}
         report = self._report(time.perf_counter() - t0)
         if self.tracing and self.trace_path:
@@ -751,6 +753,12 @@ class MachineSimulator(HazardChecks):
                             outer[0] = lo
                         if hi > outer[1]:
                             outer[1] = hi
+        elif depth == 0:
+            check = self.comm.check
+            for t in range(trip):
+                check()
+                env[var] = t
+                block(body)
         else:
             for t in range(trip):
                 env[var] = t

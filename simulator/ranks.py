@@ -12,6 +12,8 @@ from .machine import MachineSimulator
 from ..ir.numerics import precise_from_env
 from .reference import ReferenceMachine
 
+STOP_WAIT_S = 30.0  # how long an interrupted run waits for its parties to stop (at their next loop iteration)
+
 
 def run_ranks(kernel: Kernel | list[Kernel], inputs_by_rank: list[dict], target=None, simulator: str = "machine",
               timing: bool = True, trace=False, shared_by_rank: list[dict] | None = None,
@@ -39,8 +41,10 @@ def run_ranks(kernel: Kernel | list[Kernel], inputs_by_rank: list[dict], target=
         try:
             if simulator == "machine":
                 path = trace.format(rank=rank) if isinstance(trace, str) else trace
-                sim = MachineSimulator(kernels[rank], target, timing=timing, trace=path, comm=comm.for_rank(rank),
+                mine = comm.for_rank(rank)
+                sim = MachineSimulator(kernels[rank], target, timing=timing, trace=path, comm=mine,
                                        precise=precise, batch=batch)
+                mine.check()  # (making the plans takes seconds; the run may have stopped meanwhile)
                 results[rank] = sim.run(inputs_by_rank[rank], shared_by_rank[rank])
             else:
                 machine = ReferenceMachine(kernels[rank], comm=comm.for_rank(rank), precise=precise)
@@ -55,10 +59,17 @@ def run_ranks(kernel: Kernel | list[Kernel], inputs_by_rank: list[dict], target=
             comm.stop(rank, "finished" if errors[rank] is None else "stopped on an error")
 
     threads = [threading.Thread(target=work, args=(r,), name=f"nkicc-rank-{r}", daemon=True) for r in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    except BaseException:  # the caller's thread stopped (a test's timeout, Ctrl-C): so do the parties
+        comm.fail(NkiccError("E900", "the multi-rank run was interrupted"))
+        for t in threads:
+            if t.is_alive():
+                t.join(STOP_WAIT_S)
+        raise
     failed = [e for e in errors if e is not None]
     if failed:
         # the cause, not the ranks that then waited in vain

@@ -103,6 +103,8 @@ def payload(op: Op, read) -> list:
     threads read them after this one has moved on), floats in fp32 and integers
     in their own dtype: fp32 holds integers only to 2^24, and packed MX data
     (uint32 storage) must arrive bit for bit."""
+    if op.opcode == "core_barrier":  # (its input names the tensor it orders: nothing is sent)
+        return []
     out = []
     for a in op.ins:
         if isinstance(a, Access):

@@ -8,7 +8,7 @@ from ..errors import NkiccError
 from ..nodes import Access, Op
 from .checks import tensor
 from . import alu, enums
-from .core import CostContext, Emit, any_shape, instruction, partitions, require_generation
+from .core import Batched, CostContext, Emit, any_shape, instruction, partitions, require_generation
 from .values import f32
 
 
@@ -162,6 +162,12 @@ def _transpose(op: Op, read):
     return [(0, np.transpose(np.asarray(x), op.attr("perm")))]
 
 
+def _transpose_batched(op: Op, read, nlead: int, reduce: tuple) -> list:
+    """Every iteration's transpose at once: the loop axes lead and stay where they are."""
+    x = np.asarray(read(op.ins[0]))
+    return [(0, np.transpose(x, tuple(range(nlead)) + tuple(nlead + p for p in op.attr("perm"))))]
+
+
 def _transpose_ns(op: Op, ctx: CostContext) -> float:
     """A DMA at a fraction of a copy's peak: all engines cooperate on one
     transpose, at up to 90% of a copy from HBM and 50% from SBUF (ARCH2)."""
@@ -171,7 +177,7 @@ def _transpose_ns(op: Op, ctx: CostContext) -> float:
 
 
 @instruction(family="dma", compute=_transpose, engine="dma", cost=_transpose_ns, traffic=_bytes, verify=_no_psum,
-             free_limited=False, since=3)
+             free_limited=False, since=3, batched=Batched(_transpose_batched))
 def dma_transpose(dst, src, axes=None, priority=None, dge_mode=enums.dge_mode.unknown,
                   oob_mode=enums.oob_mode.error, name=None, **_hw_hints):
     """dst = src transposed by the DMA engine: 2-d [1, 0], 3-d [2, 1, 0], 4-d

@@ -1239,3 +1239,32 @@ def test_row_groups_join_only_where_their_operands_hold_still(rng, monkeypatch, 
         for i in range(8):
             want[i * 200 + 192:(i + 1) * 200] *= 2
     assert np.allclose(fast["out"], want, rtol=1e-4, atol=1e-3)
+
+
+@nkicc.jit
+def transposes_in_a_loop(a, b):
+    """dma_transpose of HBM tiles in a loop, a 2-d one and a 3-d one with its own axes, each
+    stored straight back: the loop's iterations are independent."""
+    out1 = nl.ndarray((4, 32, 16), dtype=a.dtype, buffer=nl.shared_hbm)
+    out2 = nl.ndarray((4, 8, 2, 16), dtype=b.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(4):
+        t1 = nl.ndarray((32, 16), dtype=a.dtype, buffer=nl.sbuf)
+        nisa.dma_transpose(dst=t1, src=a[i * 16:(i + 1) * 16, :])
+        nisa.dma_copy(dst=out1[i], src=t1)
+        t2 = nl.ndarray((8, 2, 16), dtype=b.dtype, buffer=nl.sbuf)
+        nisa.dma_transpose(dst=t2, src=b[i], axes=(1, 0, 2))
+        nisa.dma_copy(dst=out2[i], src=t2)
+    return out1, out2
+
+
+def test_dma_transposes_in_a_loop_run_batched_as_one_at_a_time_does(rng):
+    a = rng.standard_normal((64, 32)).astype(np.float16)
+    b = rng.standard_normal((4, 2, 8, 16)).astype(np.float16)
+    c = nkicc.compile(transposes_in_a_loop, a, b)
+    (fast, frep), (slow, srep) = both(c.ir, {"a": a, "b": b})
+    assert frep.batched_loops and not srep.batched_loops
+    for name in c.ir.outputs:
+        np.testing.assert_array_equal(fast[name], slow[name])
+    o1, o2 = (fast[name] for name in c.ir.outputs)
+    np.testing.assert_array_equal(o1, a.reshape(4, 16, 32).transpose(0, 2, 1))
+    np.testing.assert_array_equal(o2, b.transpose(0, 2, 1, 3))

@@ -388,11 +388,52 @@ def test_ranks_and_cores_run_their_loops_batched_as_one_instruction_at_a_time_do
         outs = [np.full((1024, 64), np.nan, dtype=np.float32) for _ in range(3)]
         shared = [{"out": outs[g // 2]} for g in range(6)]  # (the rank's two cores write its output)
         inputs = [{"x": xs[g // 2], "w": w} for g in range(6)]
-        reports = [rep for _, rep in run_ranks(programs, inputs, ck.target_spec, timing=False,
-                                               shared_by_rank=shared, cores=2, batch=batch)]
-        assert all(bool(rep.batched_loops) == batch for rep in reports)
+        ran = run_ranks(programs, inputs, ck.target_spec, timing=False, shared_by_rank=shared, cores=2, batch=batch)
+        assert all(bool(rep.batched_loops) == batch for _, rep in ran)
+        # a shared output comes back as the rank's own array, not a copy of it
+        assert all(np.shares_memory(got["out"], outs[g // 2]) for g, (got, _) in enumerate(ran))
         results[batch] = outs
     want = sum(x.reshape(8, 128, 64) * w for x in xs).reshape(1024, 64)
     for r in range(3):
         np.testing.assert_array_equal(results[True][r], results[False][r])
         np.testing.assert_allclose(results[True][r], want, rtol=1e-5, atol=1e-5)
+
+
+@nkicc.jit
+def long_walk_then_all_reduce(x):
+    """Many small loads and stores, one instruction at a time, then an all_reduce."""
+    out = nl.ndarray((128, 8), dtype=x.dtype, buffer=nl.shared_hbm)
+    acc = nl.ndarray((128, 8), dtype=x.dtype, buffer=nl.shared_hbm)
+    for i in nl.sequential_range(2_000_000):
+        t = nl.load(x[:, 8:16])
+        nl.store(acc, value=t)
+    cc.all_reduce(srcs=[acc], dsts=[out], replica_group=cc.ReplicaGroup([[0, 1]]), op=nl.add)
+    return out
+
+
+def test_a_multi_rank_run_interrupted_in_the_callers_thread_stops_its_ranks(rng):
+    """A timeout (pytest-timeout's SIGALRM) or Ctrl-C reaches the thread that waits for the ranks:
+    the ranks stop too, at their next top-level loop iteration, instead of running on behind the
+    next test."""
+    import signal
+    import threading
+
+    from nkicc.simulator.ranks import run_ranks
+
+    class Interrupted(Exception):
+        pass
+
+    def interrupt(signum, frame):
+        raise Interrupted()
+
+    xs = per_rank(rng, 2, (128, 32))
+    ck = nkicc.compile(long_walk_then_all_reduce, xs[0])
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 0.5)
+    try:
+        with pytest.raises(Interrupted):
+            run_ranks(ck.ir, [{"x": x} for x in xs], ck.target_spec, timing=False, batch=False)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert not [t.name for t in threading.enumerate() if t.name.startswith("nkicc-rank-")]
