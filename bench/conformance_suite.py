@@ -324,7 +324,8 @@ def function(nodeid: str) -> str:
 
 
 # failures whose first error is the suite's or the library's own bug at the snapshot, whatever
-# simulator runs it: (a piece of the first error, the one-line reason), from reading their code
+# simulator runs it: (a piece of the first error, the one-line reason, pieces its node id holds
+# too), from reading their code
 SUITE_BUGS = (
     ("missing 1 required positional argument: 'remainderIFused'",
      "the library's mlp_tkg_constants.py builds MLPTKGConstantsDimensionSizes without its remainderIFused argument"),
@@ -344,17 +345,26 @@ SUITE_BUGS = (
     ("attention_block_tkg.py:1120: PSUM tile of shape",
      "the kernel's QK-norm matmul moves B*q_heads*S > 512 fp32 columns into one PSUM tile: nc_matmul allows 512 on "
      "trn2, the suite's default target (4096 from trn3, where the item passes)"),
+    ("AssertionError: Validation failed for",
+     "STATIC-quantized attention block (quantization_type 1): the kernel rounds its normalized input to bfloat16 and "
+     "float8_e4m3 before the QKV matmul (qkv_tkg.py:850-862), the torch golden only divides and clips it "
+     "(qkv_tkg_torch.py:148-149); that rounding alone moves the new K rows by up to 3 fp8 steps, past the test's "
+     "tolerance (docs/conformance.md, Wrong values)",
+     ("test_attention_block_tkg.py::", "-bfloat16-1-")),
 )
 
 
-def suite_bug(message: str) -> str | None:
+def suite_bug(item) -> str | None:
     """The one-line reason an item fails on the suite's or library's own bug, if it does."""
-    return next((why for piece, why in SUITE_BUGS if piece in message), None)
+    for piece, why, *in_id in SUITE_BUGS:
+        if piece in item.message and all(p in item.nodeid for p in (in_id[0] if in_id else ())):
+            return why
+    return None
 
 
 def write_report(items: list, out: str, snapshot: str, command: str, wall: float, note: str,
                  broken: dict | None = None) -> None:
-    blocked = [i for i in items if i.status == "failed" and suite_bug(i.message)]
+    blocked = [i for i in items if i.status == "failed" and suite_bug(i)]
     c = collections.Counter(i.status for i in items)
     nk = sum(i.nkicc_s for i in items)
     lines = [BEGIN, "## The library's own test suite", "",
@@ -368,7 +378,7 @@ def write_report(items: list, out: str, snapshot: str, command: str, wall: float
     lines += [f"| {p} | {_cell(e)} |" for p, e in sorted((broken or {}).items())]
     lines += ["", "### Blocked by the suite's own bugs (counted apart from the failures)", "",
               "| items | reason |", "|---:|---|"]
-    lines += [f"| {n} | {_cell(why)} |" for why, n in collections.Counter(suite_bug(i.message) for i in blocked).most_common()]
+    lines += [f"| {n} | {_cell(why)} |" for why, n in collections.Counter(suite_bug(i) for i in blocked).most_common()]
     lines += ["", "### Failures by first error", "", "| items | first error |", "|---:|---|"]
     errors = collections.Counter(i.message for i in items if i.status in ("failed", "timeout") and i not in blocked)
     lines += [f"| {n} | {_cell(m)} |" for m, n in errors.most_common()]
