@@ -16,18 +16,29 @@ are set on the new object after the dataclass `__init__` ran with the rest.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 
 class _NKIObjectType(type):
     def __call__(cls, *args, **kwargs):
-        extra = {}
-        if dataclasses.is_dataclass(cls) and kwargs:
-            fields = {f.name for f in dataclasses.fields(cls)}
-            extra = {k: kwargs.pop(k) for k in list(kwargs) if k not in fields and _class_attribute(cls, k)}
+        if not kwargs:
+            return super().__call__(*args)
+        fields = _field_names(cls)
+        if fields is None or all(k in fields for k in kwargs):
+            return super().__call__(*args, **kwargs)
+        extra = {k: kwargs.pop(k) for k in list(kwargs) if k not in fields and _class_attribute(cls, k)}
         obj = super().__call__(*args, **kwargs)
         for name, value in extra.items():
             object.__setattr__(obj, name, value)  # also on frozen dataclasses, as their own __init__ does
         return obj
+
+
+@functools.lru_cache(maxsize=1024)
+def _field_names(cls) -> frozenset | None:
+    """A dataclass's field names (None for other classes). A class is a dataclass once its
+    decorator has run, before its first instance (the library makes 600 k TensorViews a trace:
+    dataclasses.fields on each was a tenth of the trace)."""
+    return frozenset(f.name for f in dataclasses.fields(cls)) if dataclasses.is_dataclass(cls) else None
 
 
 # Frames that only pass a kernel's call on: an exception raised at one of them
