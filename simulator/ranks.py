@@ -5,6 +5,7 @@ groups tell them apart."""
 from __future__ import annotations
 
 import threading
+import time
 
 from ..ir import Kernel, NkiccError
 from .comm import Communicator
@@ -57,18 +58,26 @@ def run_ranks(kernel: Kernel | list[Kernel], inputs_by_rank: list[dict], target=
             comm.fail(NkiccError("E900", f"rank {rank} stopped: {type(e).__name__}: {e}"))
         finally:
             comm.stop(rank, "finished" if errors[rank] is None else "stopped on an error")
+            ended.release()
 
+    ended = threading.Semaphore(0)  # one release per party whose work is over
     threads = [threading.Thread(target=work, args=(r,), name=f"nkicc-rank-{r}", daemon=True) for r in range(n)]
+    started = 0
     try:
         for t in threads:
+            started += 1  # (before start(): interrupted inside it, the thread may run all the same)
             t.start()
         for t in threads:
             t.join()
     except BaseException:  # the caller's thread stopped (a test's timeout, Ctrl-C): so do the parties
         comm.fail(NkiccError("E900", "the multi-rank run was interrupted"))
+        deadline = time.monotonic() + STOP_WAIT_S
+        for _ in range(started):
+            if not ended.acquire(timeout=max(0.0, deadline - time.monotonic())):
+                break
         for t in threads:
             if t.is_alive():
-                t.join(STOP_WAIT_S)
+                t.join(max(0.0, deadline - time.monotonic()))
         raise
     failed = [e for e in errors if e is not None]
     if failed:
