@@ -9,6 +9,8 @@ whether it fills that box (`Acc.is_dense`), follow from the pairs (hazard checks
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ..ir import Access, Op, TensorDecl, dtypes
@@ -48,6 +50,11 @@ def _combos(pairs) -> np.ndarray:
 def _dense_pairs(pairs) -> bool | None:
     """Whether the values of the pairs (as _combos) are one run of consecutive integers,
     from the steps alone; None where that needs the values."""
+    return _dense_steps(tuple(pairs))
+
+
+@functools.lru_cache(maxsize=4096)
+def _dense_steps(pairs: tuple) -> bool | None:
     nested = _nested(pairs)
     return None if nested is None else run_length(nested[1]) is not None
 
@@ -80,6 +87,33 @@ class Tensor:
         self.fill = semantics.poison_value(self.dtype)
 
 
+@functools.lru_cache(maxsize=16384)
+def _geometry(pattern: tuple, stepping: str, onchip: bool, F: int, item: int, partition_bytes: int) -> tuple:
+    """What an access's pattern gives on its tensor, whatever the op: (lo_span, hi_span, shape,
+    byte strides, (partition pairs, free pairs), part_lo, part_hi, free_lo, free_hi). A program
+    repeats a few hundred patterns over its tens of thousands of accesses (and every party of a
+    multi-rank run compiles its program's accesses anew)."""
+    stepped = pattern if stepping == "all" else pattern[:1] if stepping == "rows" else pattern[1:]
+    lo_span = sum(s * (n - 1) for s, n in stepped if s < 0)
+    hi_span = sum(s * (n - 1) for s, n in stepped if s > 0)
+    part_pairs, free_pairs = [], []
+    if onchip:
+        strides = []
+        for s, n in pattern:
+            if n > 1 and s and s % F == 0:
+                strides.append((s // F) * partition_bytes)
+                part_pairs.append((s // F, n))
+            else:
+                strides.append(s * item)
+                free_pairs.append((s, n))
+    else:
+        strides = [s * item for s, _ in pattern]
+        free_pairs = list(pattern)
+    return (lo_span, hi_span, tuple(n for _, n in pattern), tuple(strides), (tuple(part_pairs), tuple(free_pairs)),
+            sum(s * (n - 1) for s, n in part_pairs if s < 0), sum(s * (n - 1) for s, n in part_pairs if s > 0),
+            sum(s * (n - 1) for s, n in free_pairs if s < 0), sum(s * (n - 1) for s, n in free_pairs if s > 0))
+
+
 class Acc:
     """One access of one op, with everything precomputed that does not depend
     on loop indices. On chip, a pair whose step is a multiple of the row
@@ -99,10 +133,9 @@ class Acc:
         self.vector: Acc | None = None  # the index tile of a gather / scatter (its rows replace pair 0's steps)
         pattern = access.pattern
         # a gather's index tile replaces the stepping of pair 0 (rows), an indirect view's pair 1 (columns)
-        stepped = pattern if access.vector is None else pattern[:1] if access.vector_group else pattern[1:]
-        self.lo_span = sum(s * (n - 1) for s, n in stepped if s < 0)
-        self.hi_span = sum(s * (n - 1) for s, n in stepped if s > 0)
-        self.shape = tuple(n for _, n in pattern)
+        stepping = "all" if access.vector is None else "rows" if access.vector_group else "columns"
+        (self.lo_span, self.hi_span, self.shape, self.strides, self.pairs, self.part_lo, self.part_hi,
+         self.free_lo, self.free_hi) = _geometry(pattern, stepping, t.onchip, t.F, t.item, partition_bytes)
         self.count = access.count
         self.rel = None  # fallback: element offsets of the view, shape self.shape
         self.part_rel = self.free_rel = None
@@ -116,27 +149,6 @@ class Acc:
         if self.static:
             self.cur = self.const
         self.wrecs = self.rrecs = None  # hazard records of its memory group (tensors sharing bytes)
-        item = t.item
-        part_pairs, free_pairs = [], []
-        if t.onchip:
-            F = t.F
-            strides = []
-            for s, n in pattern:
-                if n > 1 and s and s % F == 0:
-                    strides.append((s // F) * partition_bytes)
-                    part_pairs.append((s // F, n))
-                else:
-                    strides.append(s * item)
-                    free_pairs.append((s, n))
-            self.strides = tuple(strides)
-        else:
-            self.strides = tuple(s * item for s, _ in pattern)
-            free_pairs = list(pattern)
-        self.pairs = (part_pairs, free_pairs)
-        self.part_lo = sum(s * (n - 1) for s, n in part_pairs if s < 0)
-        self.part_hi = sum(s * (n - 1) for s, n in part_pairs if s > 0)
-        self.free_lo = sum(s * (n - 1) for s, n in free_pairs if s < 0)
-        self.free_hi = sum(s * (n - 1) for s, n in free_pairs if s > 0)
 
     def is_dense(self) -> bool:
         """Whether the access fills the box of its partitions and bytes (every element in it),
