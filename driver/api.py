@@ -227,7 +227,11 @@ class CompiledKernel:
     def _shared_hbm(self, inputs: dict, precise: bool) -> tuple[dict, dict, list]:
         """(arguments, outputs, [per core: HBM tensors by name]) of one launch, as arrays its
         cores share."""
-        args = {name: np.array(inputs[name], dtype=dtypes.storage(self.ir.tensor(name).dtype, precise), copy=True)
+        # an argument some core writes is a copy the caller gets back; one no core writes is the caller's
+        # own array (converted only where its dtype is not the simulator's: a KV cache per rank, not two)
+        written = set().union(*(written_args(core.ir) for core in self.cores))
+        args = {name: (np.array if name in written else np.asarray)(
+                    inputs[name], dtype=dtypes.storage(self.ir.tensor(name).dtype, precise))
                 for name in self.ir.args}
         made = [o for o in self.ir.outputs if o not in args]  # (a returned argument lives in `args`)
         out_dtypes = [(d.shape, dtypes.storage(d.dtype, precise)) for d in map(self.ir.tensor, made)]

@@ -87,3 +87,15 @@ def test_the_cache_remembers_that_a_launchs_programs_meet(rng, monkeypatch, tmp_
         np.testing.assert_array_equal(warm.run(x), expected(x))
     finally:
         forget_stores()
+
+
+def test_a_launch_reads_the_callers_arrays_that_no_core_writes(rng):
+    """An input no core writes is the caller's own array in every core's HBM, not a copy per
+    launch (a KV cache on each of 8 KVDP ranks); the result is the same."""
+    x = rng.standard_normal((128, 32)).astype(np.float32)
+    ck = nkicc.compile(scale_one_quarter_then_swap[2], x, cache=False)
+    _, _, shared = ck._shared_hbm({"x": x}, precise=True)
+    assert all(core["x"] is x for core in shared)
+    before = x.copy()
+    np.testing.assert_array_equal(ck.run(x), expected(x))
+    np.testing.assert_array_equal(x, before)
