@@ -657,8 +657,11 @@ def _slice_bounds(k, num: int, dim: int, loc, t: NkiTensor) -> tuple[Affine, int
         start = Affine.of(start.const + num)
     if stop.is_const and stop.const < 0:
         stop = Affine.of(stop.const + num)
-    extent = t.builder.constant_size(stop - start, f"the size of slice [{k.start}:{k.stop}] on dimension {dim}",
-                                     "slice sizes in a hardware loop are constants; use nl.ds(start, size)")
+    if start.is_const and stop.is_const:  # (most slices: no Affine arithmetic, no message made)
+        extent = stop.const - start.const
+    else:
+        extent = t.builder.constant_size(stop - start, f"the size of slice [{k.start}:{k.stop}] on dimension {dim}",
+                                         "slice sizes in a hardware loop are constants; use nl.ds(start, size)")
     size = -(-extent // stride)
     if size <= 0:
         raise NkiccError("E101", f"slice [{k.start}:{k.stop}] on dimension {dim} is empty", loc)
