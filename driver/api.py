@@ -26,7 +26,7 @@ from .ir.numerics import precise_from_env
 from .simulator.plot import plot_timeline
 from .simulator.ranks import run_ranks as _simulate_ranks
 from .pass_api import BudgetExceeded, Target
-from .cached import CachePlan
+from .cached import CachePlan, cycle_collection_paused
 from .passes import DEFAULT_TARGET, PassOptions, PipelineResult, registry, resolve_target
 from .report import peak_rss_mb
 from .sim_progress import simulation_progress
@@ -157,6 +157,7 @@ class CompiledKernel:
             return None
         return values[0] if len(values) == 1 else tuple(values)
 
+    @cycle_collection_paused()  # (a simulator's plans are tens of thousands of objects: 2x on the attention block)
     def simulate(self, inputs: dict, simulator: str | None = None, timing: bool | None = None,
                  trace: str | None = None):
         """(outputs by name, SimReport or None) of one simulation of the compiled
@@ -251,6 +252,7 @@ class CompiledKernel:
                   for core in self.cores]
         return args, outs, shared
 
+    @cycle_collection_paused()
     def run_ranks(self, inputs_by_rank: list[dict], simulator: str | None = None, timing: bool | None = None,
                   trace: str | None = None) -> tuple[list[dict], list]:
         """Simulate the program on len(inputs_by_rank) ranks at once, each with its
@@ -338,9 +340,10 @@ def _compile(fn, specs: dict[str, TensorSpec], constants: dict, name: str | None
         try:
             if plan.meets:
                 raise MeetsOtherCores()
-            result = trace_kernel(fn, specs, constants, name, unroll=unroll, grid=grid, program=program,
-                                  nc_version=target.nc_version, dialect=dialect, stop_if_meeting=whole_grid,
-                                  learned=learned)
+            with cycle_collection_paused():
+                result = trace_kernel(fn, specs, constants, name, unroll=unroll, grid=grid, program=program,
+                                      nc_version=target.nc_version, dialect=dialect, stop_if_meeting=whole_grid,
+                                      learned=learned)
         except MeetsOtherCores as stop:
             # programs that meet (sendrecv, core_barrier, collectives) run at once, one core each:
             # traced and compiled one program at a time, and the grid's own program is never made
@@ -351,7 +354,8 @@ def _compile(fn, specs: dict[str, TensorSpec], constants: dict, name: str | None
             return launch
         t0 = time.perf_counter()
         try:
-            pipeline = plan.pipeline(result.kernel, printer, trace=result)
+            with cycle_collection_paused():
+                pipeline = plan.pipeline(result.kernel, printer, trace=result)
         except BudgetExceeded as exc:
             raise BudgetError(exc) from None
         compile_s += time.perf_counter() - t0

@@ -9,6 +9,7 @@ trace, the kernel level around the pass pipeline, the region level inside it
 """
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
@@ -61,6 +62,22 @@ def _warning_json(w) -> list:
 def _warning_from_json(d) -> NkiccError:
     code, message, loc, hint = d
     return NkiccError(code, message, None if loc is None else Loc(loc[0], loc[1]), hint)
+
+
+@contextlib.contextmanager
+def cycle_collection_paused():
+    """No cyclic garbage collection inside. A trace, a pass pipeline or a cache lookup makes
+    hundreds of thousands of small objects, nearly all acyclic (reference counting frees them),
+    and each collection they trigger scans the process's whole heap (torch's and a test suite's
+    included): a third of the library attention block's compile. Cycles made inside are
+    collected after."""
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_on:
+            gc.enable()
 
 
 def remote_factory(manager):
@@ -127,17 +144,9 @@ class CachePlan:
         if store is None:
             return run_pipeline(kernel, self.options, self.reg, self.target, printer)
         base, tag = _base(self.reg, self.target)
-        # The lookup builds a few thousand small acyclic objects: no cycle
-        # collection in the middle of it (it would be paid for the trace's
-        # garbage); reference counting frees whatever is dropped.
-        gc_was_on = gc.isenabled()
-        gc.disable()
-        try:
+        with cycle_collection_paused():
             key = self._key(kernel, base)
             found = self._lookup(key) if key is not None else None
-        finally:
-            if gc_was_on:
-                gc.enable()
         if found is not None:
             if trace is not None:
                 store.put_many(self._source_entry(key, trace), tag=tag)
@@ -176,67 +185,65 @@ class CachePlan:
             self.source_why = self.why_not or "cache off"
             return None
         base, _ = _base(self.reg, self.target)
-        gc_was_on = gc.isenabled()
-        gc.disable()
+        with cycle_collection_paused():
+            return self._warm(fn, specs, constants, name, grid, program, base)
+
+    def _warm(self, fn, specs, constants, name, grid, program, base):
+        t0 = time.perf_counter()
         try:
-            t0 = time.perf_counter()
-            try:
-                what, self.files = source.fingerprint(fn, constants)
-                self.source_key = keys.make_key("source", {
-                    **self._compile_parts(base), "source": what, "name": name,
-                    "grid": list(grid) if grid else None, "program": list(program) if program else None,
-                    "specs": [[k, str(v)] for k, v in specs.items()]})
-            except source.Incomplete as exc:
-                self.source_why = f"incomplete: {exc}"
-                return None
-            except (TypeError, ValueError) as exc:
-                self.source_why = f"incomplete: {type(exc).__name__}"
-                return None
-            self.source = "miss"
-            found = self.store.get(self.source_key, "source")
-            if found is None:
-                return None
-            meta, _ = found
-            if meta.get("meets") is True:
-                self.source = "hit"
-                self.meets = True
-                return None
-            try:
-                t = meta["trace"]
-                stored_files = list(meta["files"])
-                kernel_key = str(meta["kernel"])
-                if len(stored_files) != len(self.files):
-                    raise ValueError("files")
-                trace = TraceResult(None, int(t["attempts"]), 0.0, dict(t["loops"]), dict(t["decisions"]),
-                                    [_warning_from_json(w) for w in t["warnings"]])
-                counts = [int(n) for n in t["counts"]]
-                static_loops = int(t["static_loops"])
-                traced_s = float(t["s"])
-            except (KeyError, TypeError, ValueError):
-                self.store.count("corrupt")
-                self.store.delete(self.source_key)
-                return None
-            result = self._lookup(kernel_key)
-            if result is None:  # the kernel entry is gone: trace, and both are stored again
-                self.kernel = "bypass"
-                return None
-            moved = {old: new for old, new in zip(stored_files, self.files) if old != new}
-            if moved:  # the same code in another file (a restarted notebook): point at it
-                result.kernel = source.relocate(result.kernel, moved)
-                for w in result.warnings + trace.warnings:  # (fresh objects, read from the entries)
-                    if getattr(w, "loc", None) is not None and w.loc.file in moved:
-                        w.loc = Loc(moved[w.loc.file], w.loc.line)
-                trace.decisions = {k: {_moved(s, moved): v for s, v in d.items()} for k, d in trace.decisions.items()}
-                names = {**moved, **{os.path.basename(a): os.path.basename(b) for a, b in moved.items()}}
-                result.notes = json.loads(_moved(json.dumps(result.notes), names))
-            trace.counts = counts
-            trace.static_loops = static_loops
+            what, self.files = source.fingerprint(fn, constants)
+            self.source_key = keys.make_key("source", {
+                **self._compile_parts(base), "source": what, "name": name,
+                "grid": list(grid) if grid else None, "program": list(program) if program else None,
+                "specs": [[k, str(v)] for k, v in specs.items()]})
+        except source.Incomplete as exc:
+            self.source_why = f"incomplete: {exc}"
+            return None
+        except (TypeError, ValueError) as exc:
+            self.source_why = f"incomplete: {type(exc).__name__}"
+            return None
+        self.source = "miss"
+        found = self.store.get(self.source_key, "source")
+        if found is None:
+            return None
+        meta, _ = found
+        if meta.get("meets") is True:
             self.source = "hit"
-            self.saved_s = max(self.saved_s + traced_s - (time.perf_counter() - t0), 0.0)
-            return result, trace
-        finally:
-            if gc_was_on:
-                gc.enable()
+            self.meets = True
+            return None
+        try:
+            t = meta["trace"]
+            stored_files = list(meta["files"])
+            kernel_key = str(meta["kernel"])
+            if len(stored_files) != len(self.files):
+                raise ValueError("files")
+            trace = TraceResult(None, int(t["attempts"]), 0.0, dict(t["loops"]), dict(t["decisions"]),
+                                [_warning_from_json(w) for w in t["warnings"]])
+            counts = [int(n) for n in t["counts"]]
+            static_loops = int(t["static_loops"])
+            traced_s = float(t["s"])
+        except (KeyError, TypeError, ValueError):
+            self.store.count("corrupt")
+            self.store.delete(self.source_key)
+            return None
+        result = self._lookup(kernel_key)
+        if result is None:  # the kernel entry is gone: trace, and both are stored again
+            self.kernel = "bypass"
+            return None
+        moved = {old: new for old, new in zip(stored_files, self.files) if old != new}
+        if moved:  # the same code in another file (a restarted notebook): point at it
+            result.kernel = source.relocate(result.kernel, moved)
+            for w in result.warnings + trace.warnings:  # (fresh objects, read from the entries)
+                if getattr(w, "loc", None) is not None and w.loc.file in moved:
+                    w.loc = Loc(moved[w.loc.file], w.loc.line)
+            trace.decisions = {k: {_moved(s, moved): v for s, v in d.items()} for k, d in trace.decisions.items()}
+            names = {**moved, **{os.path.basename(a): os.path.basename(b) for a, b in moved.items()}}
+            result.notes = json.loads(_moved(json.dumps(result.notes), names))
+        trace.counts = counts
+        trace.static_loops = static_loops
+        self.source = "hit"
+        self.saved_s = max(self.saved_s + traced_s - (time.perf_counter() - t0), 0.0)
+        return result, trace
 
     def _source_entry(self, kernel_key: str, trace: TraceResult) -> list[tuple[str, bytes]]:
         if self.source_key is None or trace.kernel is None:

@@ -13,26 +13,34 @@ def _used(block: Block, read: set, touched: set) -> None:
         if isinstance(s, Loop):
             _used(s.body, read, touched)
         elif isinstance(s, Op):
-            for a in reads(s):
+            r = reads(s)
+            for a in r:
                 read.add(a.tensor)
-            for a in writes(s) + reads(s) + tuple(x for x in s.ins if isinstance(x, Access)):
+            for a in writes(s) + r + tuple(x for x in s.ins if isinstance(x, Access)):
                 touched.add(a.tensor)  # dependency tokens (writes/reads) included
 
 
-def _prune(block: Block, live: set, touched: set) -> Block:
+def _prune(block: Block, live: set, touched: set, removed: list) -> Block:
+    """The block without what is dead; removed[0] counts the statements taken out."""
     out = []
     for s in block.stmts:
         if isinstance(s, Loop):
-            body = _prune(s.body, live, touched)
+            body = _prune(s.body, live, touched, removed)
             if body.stmts:
                 out.append(dataclasses.replace(s, body=body))
+            else:
+                removed[0] += 1
         elif isinstance(s, Op):
             d = ops.of(s)
             # a collective stays even where its result is dead: the other ranks wait for this one to join
             if any(a.tensor in live for a in s.outs) or not s.outs or d.control or d.collective is not None:
                 out.append(s)
+            else:
+                removed[0] += 1
         elif s.tensor in touched or s.tensor in live:
             out.append(s)
+        else:
+            removed[0] += 1
     return Block(tuple(out))
 
 
@@ -41,8 +49,9 @@ def dce(kernel, ctx):
     while True:
         read, touched = set(), set()
         _used(kernel.body, read, touched)
-        body = _prune(kernel.body, read | keep, touched)
-        if body == kernel.body:
+        removed = [0]  # (counted, not found by comparing the whole IR with the last round's)
+        body = _prune(kernel.body, read | keep, touched, removed)
+        if not removed[0]:
             break
         kernel = dataclasses.replace(kernel, body=body)
     used = set(touched) | keep
