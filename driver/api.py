@@ -369,7 +369,7 @@ def _compile(fn, specs: dict[str, TensorSpec], constants: dict, name: str | None
     compiled.report["cache"] = plan.finish()
     if grid:
         compiled.report["grid"] = list(grid)
-    # (a grid compiled before its trace stopped at meetings: a cached whole-grid program)
+    # (meetings stop a whole grid's trace above; this finds one that a pass, not the trace, made)
     meet = whole_grid and _meets_other_cores(pipeline.kernel)
     race = whole_grid and not meet and any(w.code == "W191" for w in compiled.trace.warnings)
     if meet or race:
