@@ -337,19 +337,23 @@ def _compile(fn, specs: dict[str, TensorSpec], constants: dict, name: str | None
     if warm is not None:
         pipeline, result = warm
     else:
-        try:
-            if plan.meets:
-                raise MeetsOtherCores()
-            with cycle_collection_paused():
-                result = trace_kernel(fn, specs, constants, name, unroll=unroll, grid=grid, program=program,
-                                      nc_version=target.nc_version, dialect=dialect, stop_if_meeting=whole_grid,
-                                      learned=learned)
-        except MeetsOtherCores as stop:
+        meets, learned_there = plan.meets, None
+        if not meets:
+            try:
+                with cycle_collection_paused():
+                    result = trace_kernel(fn, specs, constants, name, unroll=unroll, grid=grid, program=program,
+                                          nc_version=target.nc_version, dialect=dialect, stop_if_meeting=whole_grid,
+                                          learned=learned)
+            except MeetsOtherCores as stop:
+                # (only what it learned is kept: its traceback holds the stopped trace's frames)
+                meets, learned_there = True, stop.policy
+        if meets:
             # programs that meet (sendrecv, core_barrier, collectives) run at once, one core each:
             # traced and compiled one program at a time, and the grid's own program is never made
+            # (outside the except clause: an error of a core's compile is not reported as its context)
             plan.remember_meets()
             launch = _compile_cores(fn, specs, constants, name, unroll, passes, printer, cache, grid, dialect,
-                                    stop.policy)
+                                    learned_there)
             reg.manager.hook.nkicc_compile_finished(report=launch.report)
             return launch
         t0 = time.perf_counter()

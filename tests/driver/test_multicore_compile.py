@@ -99,3 +99,28 @@ def test_a_launch_reads_the_callers_arrays_that_no_core_writes(rng):
     before = x.copy()
     np.testing.assert_array_equal(ck.run(x), expected(x))
     np.testing.assert_array_equal(x, before)
+
+
+@nkicc.jit
+def core_one_reads_past_its_input(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    pid = nl.program_id(0)
+    mine = nl.load(x[pid * 64:(pid + 1) * 64, :])
+    theirs = nl.ndarray((64, 32), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.sendrecv(src=mine, dst=theirs, send_to_rank=1 - pid, recv_from_rank=1 - pid, pipe_id=0)
+    if pid == 1:
+        theirs = nl.load(x[64:192, :])  # rows 128-191 do not exist
+    nl.store(out[pid * 64:(pid + 1) * 64, :], value=theirs)
+    return out
+
+
+def test_an_error_in_one_cores_program_is_reported_as_itself(rng):
+    """The grid's trace stops at the sendrecv, before core 1's mistake; core 1's own trace
+    finds it: one error, E101 at the kernel's line, not wrapped in the stop that led there."""
+    import pytest
+    from nkicc.ir import NkiccError
+    x = rng.standard_normal((128, 32)).astype(np.float32)
+    with pytest.raises(NkiccError) as caught:
+        nkicc.compile(core_one_reads_past_its_input[2], x, cache=False)
+    assert caught.value.code == "E101" and caught.value.loc.file == __file__
+    assert caught.value.__context__ is None
