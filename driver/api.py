@@ -229,9 +229,10 @@ class CompiledKernel:
         """(arguments, outputs, [per core: HBM tensors by name]) of one launch, as arrays its
         cores share."""
         # an argument some core writes is a copy the caller gets back; one no core writes is the caller's
-        # own array (converted only where its dtype is not the simulator's: a KV cache per rank, not two)
+        # own array where it is already contiguous in the simulator's dtype (a KV cache per rank, not two;
+        # the simulators view HBM arrays flat and reinterpret their bytes)
         written = set().union(*(written_args(core.ir) for core in self.cores))
-        args = {name: (np.array if name in written else np.asarray)(
+        args = {name: (np.array if name in written else np.ascontiguousarray)(
                     inputs[name], dtype=dtypes.storage(self.ir.tensor(name).dtype, precise))
                 for name in self.ir.args}
         made = [o for o in self.ir.outputs if o not in args]  # (a returned argument lives in `args`)

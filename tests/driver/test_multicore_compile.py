@@ -99,6 +99,10 @@ def test_a_launch_reads_the_callers_arrays_that_no_core_writes(rng):
     before = x.copy()
     np.testing.assert_array_equal(ck.run(x), expected(x))
     np.testing.assert_array_equal(x, before)
+    # a strided view is copied (the simulators read HBM arrays flat, and reinterpret their bytes)
+    wide = np.zeros((128, 64), dtype=np.float32)
+    wide[:, ::2] = x
+    np.testing.assert_array_equal(ck.run(wide[:, ::2]), expected(x))
 
 
 @nkicc.jit
