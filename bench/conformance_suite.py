@@ -478,7 +478,10 @@ def main(args) -> int:
         note = (f"It was stopped before the end: these are the {len(items)} items it finished "
                 f"({args.note or 'see the command'}).")
         write_report(items, args.out, args.snapshot or snapshot(library), args.command or "(see above)", 0.0, note)
-        log(f"{_summary(items)}; wrote {args.out}")
+        with open(args.json, "w") as f:  # (the per-item results, as a finished run writes them; no wall time)
+            json.dump({"snapshot": args.snapshot or snapshot(library), "wall_s": None, "not_collected": {},
+                       "items": [asdict(i) for i in items]}, f, indent=0)
+        log(f"{_summary(items)}; wrote {args.out} and {args.json}")
         return 0
     t0 = time.perf_counter()
     ids, broken = collect(library, args.all, args.paths or (TESTS,))

@@ -206,3 +206,29 @@ def test_each_file_runs_the_ids_it_collects_alone(tmp_path):
     assert not broken and len(ids) == len(whole) == 2 and ids != whole  # (b's draw came after a's, whole)
     items = [i for c in suite.chunks(str(lib), ids, None, 60, 0, False) for i in suite.run_chunk(c)]
     assert [i.status for i in items] == ["passed", "passed"], [i.message for i in items]
+
+
+def test_a_stopped_runs_journal_gives_the_report_and_the_per_item_results(tmp_path):
+    """--from-journal: the report section and the per-item JSON from the items a stopped run
+    finished, the last line of an item winning (its rerun under a larger memory cap)."""
+    import argparse
+    import json
+    suite = load_bench("conformance_suite")
+    lib = tmp_path / "lib"
+    (lib / "test" / "integration").mkdir(parents=True)
+    journal = tmp_path / "run.jsonl"
+    rows = [{"nodeid": "test/integration/nkilib/core/x/test_x.py::test_a", "status": "failed",
+             "message": "MemoryError", "mem_gb": 8.0},
+            {"nodeid": "test/integration/nkilib/core/x/test_x.py::test_b", "status": "passed", "nkicc_s": 1.5},
+            {"nodeid": "test/integration/nkilib/core/x/test_x.py::test_a", "status": "passed", "mem_gb": 20.0}]
+    journal.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out, js = tmp_path / "report.md", tmp_path / "items.json"
+    out.write_text(f"before\n{suite.BEGIN}\nold\n{suite.END}\nafter\n")
+    args = argparse.Namespace(suite=str(lib), from_journal=str(journal), out=str(out), json=str(js),
+                              snapshot="abc", command="the command", note="a test")
+    assert suite.main(args) == 0
+    items = json.loads(js.read_text())["items"]
+    assert [(i["nodeid"].rsplit("::", 1)[1], i["status"], i["mem_gb"]) for i in items] == \
+        [("test_a", "passed", 20.0), ("test_b", "passed", 0.0)]
+    text = out.read_text()
+    assert "**2 items: 2 passed" in text and text.startswith("before") and text.rstrip().endswith("after")
