@@ -241,8 +241,17 @@ def parse_junit(path: str) -> dict:
 _NKICC = re.compile(r"(error\[E\d+\][^\n]*|E\d{3} [^\n]*)")
 
 
+# pytest's report of a chained exception: the exception that was raised comes after the last of these
+_CHAINED = re.compile(r"^(During handling of the above exception, another exception occurred:"
+                      r"|The above exception was the direct cause of the following exception:)$", re.M)
+
+
 def first_error(message: str, text: str) -> str:
-    """One line: nkicc's diagnostic where there is one, else the exception's first line."""
+    """One line: nkicc's diagnostic where there is one, else the exception's first line (of the
+    exception raised, not of those it was raised while handling)."""
+    chained = list(_CHAINED.finditer(text))
+    if chained:
+        text = text[chained[-1].end():]
     for source in (message, text):
         m = _NKICC.search(source)
         if m:

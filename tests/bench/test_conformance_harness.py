@@ -232,3 +232,13 @@ def test_a_stopped_runs_journal_gives_the_report_and_the_per_item_results(tmp_pa
         [("test_a", "passed", 20.0), ("test_b", "passed", 0.0)]
     text = out.read_text()
     assert "**2 items: 2 passed" in text and text.startswith("before") and text.rstrip().endswith("after")
+
+
+def test_a_chained_failure_is_named_by_the_exception_raised():
+    """pytest reports a chained exception context first; the runner names the one raised."""
+    suite = load_bench("conformance_suite")
+    text = ("    def f():\nE   KeyError: 'stop'\n\nx.py:3: KeyError\n\n"
+            "During handling of the above exception, another exception occurred:\n\n"
+            "    def g():\nE   Failed: Timeout (>120.0s) from pytest-timeout.\n")
+    assert suite.first_error("", text) == "Failed: Timeout (>120.0s) from pytest-timeout."
+    assert suite.first_error("", "E   ValueError: plain\n") == "ValueError: plain"
