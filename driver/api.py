@@ -14,12 +14,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .ir import Counts, Kernel, NkiccError, Op, count_instructions, count_loops, dtypes, format_kernel, ops
+from .ir import Counts, Kernel, NkiccError, Op, count_instructions, count_loops, dtypes, format_kernel
 from .simulator.reference import poison
 from .simulator import run_reference
 from .simulator.reference import check_defined
 from .simulator.returned import returned_values
 from .ir.analysis import written_args
+from .ir.ops.collectives import meets_others
 from . import dialects, frameworks
 from .simulator.machine import MachineSimulator
 from .ir.numerics import precise_from_env
@@ -404,7 +405,7 @@ def _compile_cores(fn, specs, constants, name, unroll, passes, printer, cache, g
 
 
 def _meets_other_cores(kernel: Kernel) -> bool:
-    return any(isinstance(s, Op) and ops.of(s).collective is not None and s.attr("groups") != "self"
+    return any(isinstance(s, Op) and meets_others(s.opcode, s.attr("groups"))
                for s in kernel.body.walk())
 
 

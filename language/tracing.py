@@ -18,6 +18,7 @@ from typing import Callable, Iterator, Protocol
 
 from ..ir import Access, Affine, Alloc, Block, Kernel, Loc, Loop, NkiccError, Op, Stmt, TensorDecl
 from ..ir import ops
+from ..ir.ops.collectives import meets_others
 from ..ir.origin import is_nkicc
 from ..ir.rewrite import map_stmts
 
@@ -247,7 +248,7 @@ class Builder:
     def emit(self, opcode: str, outs, ins, attrs: dict | None = None, loc: Loc | None = None) -> Op:
         for a in list(outs) + [x for x in ins if isinstance(x, Access)]:
             self.check_live(a, loc)
-        if self.stop_if_meeting and ops.get(opcode).collective is not None and (attrs or {}).get("groups") != "self":
+        if self.stop_if_meeting and meets_others(opcode, (attrs or {}).get("groups")):
             raise MeetsOtherCores()
         op = Op(opcode, tuple(outs), tuple(ins), tuple((attrs or {}).items()), loc or user_loc(3))
         self._blocks[-1].append(op)

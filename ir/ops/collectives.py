@@ -15,7 +15,7 @@ from ..errors import NkiccError
 from ..nodes import Access, Op
 from . import alu, enums
 from .checks import free, tensor
-from .core import CostContext, Emit, instruction, require_generation
+from .core import CostContext, Emit, get, instruction, require_generation
 from .dma import queue_options
 
 _REDUCE = ("add", "minimum", "maximum")
@@ -60,6 +60,12 @@ def groups_attr(replica_group):
 
 # the instructions between the cores of one logical NeuronCore: their groups name cores, not ranks
 CORE_LEVEL = frozenset({"sendrecv", "core_barrier"})
+
+
+def meets_others(opcode: str, groups) -> bool:
+    """Whether an instruction (by opcode and its `groups` attribute) waits for another core or
+    rank: a collective, sendrecv or core_barrier whose group is not just this one."""
+    return get(opcode).collective is not None and groups != "self"
 
 
 def group_of(op: Op, rank: int, size: int) -> tuple[int, ...]:
