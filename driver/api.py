@@ -25,6 +25,7 @@ from . import dialects, frameworks
 from .simulator.machine import MachineSimulator
 from .ir.numerics import precise_from_env
 from .simulator.plot import plot_timeline
+from .simulator.scratch import small_pages
 from .simulator.ranks import run_ranks as _simulate_ranks
 from .pass_api import BudgetExceeded, Target
 from .cached import CachePlan, cycle_collection_paused
@@ -144,13 +145,15 @@ class CompiledKernel:
         for name in self.ir.args:
             check_array(name, inputs[name], self.specs[name], caller_loc(self.ir.loc))
         mode = undefined_mode(self.undefined)  # (a bad NKICC_UNDEFINED fails before the simulation)
-        outputs = self.simulate(inputs)[0]
+        donated = self._donatable(inputs)
+        outputs = self.simulate(inputs, donated=donated)[0]
         if self.cores is None and mode == "error":  # (a multi-core run has no single-program reference)
             check_defined(self.ir, inputs, outputs)  # E173/E174: never-written memory reached an output
         in_place = set()  # the caller's arrays that hold the kernel's result for an argument
         for name in written_args(self.ir):  # an input the kernel wrote is updated in place, as on the device
             if name in outputs and isinstance(inputs[name], np.ndarray) and inputs[name].flags.writeable:
-                inputs[name][...] = outputs[name]
+                if not (name in donated and np.may_share_memory(outputs[name], inputs[name])):
+                    inputs[name][...] = outputs[name]  # (a simulator that copied it)
                 in_place.add(name)
         # a returned argument (an nt.mutable_tensor output the caller passed in) is the caller's own array
         values = returned_values(self.ir, [inputs[o] if o in in_place else outputs[o] for o in self.ir.outputs])
@@ -158,16 +161,36 @@ class CompiledKernel:
             return None
         return values[0] if len(values) == 1 else tuple(values)
 
+    def _donatable(self, inputs: dict) -> frozenset:
+        """The written arguments whose caller's arrays the simulation may write directly: the
+        caller gets them updated in place anyway (run()), and a copy in and a copy back of a
+        KV cache cost more than the kernel that updates one row of it. Only arrays already in
+        the simulator's layout and dtype, writeable, and sharing no memory with another argument
+        (which must still read the values from before the call)."""
+        precise = precise_from_env()
+        names = set()
+        for name in written_args(self.ir):
+            a = inputs.get(name)
+            if (isinstance(a, np.ndarray) and a.flags.writeable and a.flags.c_contiguous
+                    and a.dtype == dtypes.storage(self.ir.tensor(name).dtype, precise)
+                    and not any(np.may_share_memory(a, b) for other, b in inputs.items()
+                                if other != name and isinstance(b, np.ndarray))):
+                names.add(name)
+        return frozenset(names)
+
     @cycle_collection_paused()  # (a simulator's plans are tens of thousands of objects: 2x on the attention block)
+    @small_pages()
     def simulate(self, inputs: dict, simulator: str | None = None, timing: bool | None = None,
-                 trace: str | None = None):
+                 trace: str | None = None, donated: frozenset = frozenset()):
         """(outputs by name, SimReport or None) of one simulation of the compiled
-        program; arguments override the kernel's simulator / timing / trace_path."""
+        program; arguments override the kernel's simulator / timing / trace_path.
+        donated: written arguments whose arrays in `inputs` the simulation updates in place
+        (the machine simulator; the reference one copies)."""
         simulator = simulator or self.simulator
         if simulator not in ("machine", "reference"):
             raise NkiccError("E201", f"unknown simulator {simulator!r}", None, "machine or reference")
         if self.cores is not None:
-            return self._simulate_cores(inputs, simulator, timing, trace)
+            return self._simulate_cores(inputs, simulator, timing, trace, donated)
         lowered = all(t.address is not None for t in self.ir.tensors if t.on_chip)
         if simulator == "reference" or not lowered:
             return run_reference(self.ir, inputs), None
@@ -187,7 +210,7 @@ class CompiledKernel:
                     self._machine = (settings, sim)
             self.running = sim  # (how far it is: driver/sim_progress.py reads sim.executed)
             try:
-                outputs, self.sim = sim.run(inputs)
+                outputs, self.sim = sim.run(inputs, donated=donated)
             finally:
                 self.running = None
                 sim.release_memory()
@@ -198,21 +221,24 @@ class CompiledKernel:
         self.report["sim"] = self.sim.to_dict()
         return outputs, self.sim
 
-    def _simulate_cores(self, inputs: dict, simulator: str, timing: bool | None, trace: str | None):
+    def _simulate_cores(self, inputs: dict, simulator: str, timing: bool | None, trace: str | None,
+                        donated: frozenset):
         """The cores of a multi-core launch at once, sharing the kernel's HBM:
         the inputs, and outputs each core writes its part of."""
-        outputs, reports = self._run_launches([inputs], simulator, timing, trace or self.trace_path or False)
+        outputs, reports = self._run_launches([inputs], simulator, timing, trace or self.trace_path or False,
+                                              donated)
         # the slowest core's report; without timing (total_ns None) any core's
         self.sim = max((r for r in reports if r is not None), key=lambda r: r.total_ns or 0, default=None)
         return outputs[0], self.sim
 
-    def _run_launches(self, inputs_by_rank: list[dict], simulator: str, timing: bool | None, trace):
+    def _run_launches(self, inputs_by_rank: list[dict], simulator: str, timing: bool | None, trace,
+                      donated: frozenset = frozenset()):
         """One multi-core launch per rank, every rank's cores at once: each rank's cores share
         that rank's HBM (its inputs, the outputs each core writes its part of, and the kernel's
         nl.shared_hbm scratch). ([outputs by name] per rank, [SimReport or None] per core of
         each rank, rank-major)."""
         precise = precise_from_env()  # the shared arrays hold what every core's simulator holds
-        launches = [self._shared_hbm(inputs, precise) for inputs in inputs_by_rank]
+        launches = [self._shared_hbm(inputs, precise, donated) for inputs in inputs_by_rank]
         target = self.target_spec or resolve_target(self.target, registry())
         timing = self.timing if timing is None else timing
         n = len(self.cores)
@@ -226,14 +252,14 @@ class CompiledKernel:
         written = set(self.ir.outputs).union(*(written_args(core.ir) for core in self.cores))  # some core wrote
         return [{**{a: args[a] for a in self.ir.args if a in written}, **outs} for args, outs, _ in launches], reports
 
-    def _shared_hbm(self, inputs: dict, precise: bool) -> tuple[dict, dict, list]:
+    def _shared_hbm(self, inputs: dict, precise: bool, donated: frozenset = frozenset()) -> tuple[dict, dict, list]:
         """(arguments, outputs, [per core: HBM tensors by name]) of one launch, as arrays its
         cores share."""
-        # an argument some core writes is a copy the caller gets back; one no core writes is the caller's
-        # own array where it is already contiguous in the simulator's dtype (a KV cache per rank, not two;
-        # the simulators view HBM arrays flat and reinterpret their bytes)
+        # an argument some core writes is a copy the caller gets back (or the caller's own array, donated);
+        # one no core writes is the caller's own array where it is already contiguous in the simulator's
+        # dtype (a KV cache per rank, not two; the simulators view HBM arrays flat and reinterpret their bytes)
         written = set().union(*(written_args(core.ir) for core in self.cores))
-        args = {name: (np.array if name in written else np.ascontiguousarray)(
+        args = {name: inputs[name] if name in donated else (np.array if name in written else np.ascontiguousarray)(
                     inputs[name], dtype=dtypes.storage(self.ir.tensor(name).dtype, precise))
                 for name in self.ir.args}
         made = [o for o in self.ir.outputs if o not in args]  # (a returned argument lives in `args`)
@@ -255,6 +281,7 @@ class CompiledKernel:
         return args, outs, shared
 
     @cycle_collection_paused()
+    @small_pages()
     def run_ranks(self, inputs_by_rank: list[dict], simulator: str | None = None, timing: bool | None = None,
                   trace: str | None = None) -> tuple[list[dict], list]:
         """Simulate the program on len(inputs_by_rank) ranks at once, each with its
@@ -526,7 +553,11 @@ class JitKernel:
 
     def _call(self, *args, **kwargs):
         key, specs, constants, arrays = self.signature(args, kwargs)
+        t_compile = time.perf_counter()
         compiled, fresh = self._variant(key, specs, constants)
+        # what this call spent compiling: the trace and every core's pipeline (compiled.compile_s is
+        # core 0's pipeline alone; the suite's seconds read this record)
+        compile_s = time.perf_counter() - t_compile if fresh else 0.0
         settings = RUN_SETTINGS.get()
         compiled.undefined = (settings and settings.undefined) or self.undefined
         if settings is None:
@@ -537,7 +568,7 @@ class JitKernel:
         t0 = time.perf_counter()
         with simulation_progress(compiled):  # under `nkicc run`: a long simulation shows how far it is
             result = compiled.run(**arrays)
-        settings.records.append({"kernel": compiled.name, "compiled_now": fresh, "compile_s": compiled.compile_s,
+        settings.records.append({"kernel": compiled.name, "compiled_now": fresh, "compile_s": compile_s,
                                  "run_s": time.perf_counter() - t0, "peak_rss_mb": peak_rss_mb(),
                                  "report": compiled.report})
         _draw_for_run(settings, compiled.sim_ranks or compiled.sim)

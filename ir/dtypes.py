@@ -13,6 +13,7 @@ as float32, so a kernel's precision loss can be told from a logic bug.
 """
 from __future__ import annotations
 
+import functools
 import sys
 from dataclasses import dataclass
 
@@ -84,6 +85,10 @@ def is_float(name: str) -> bool:
 
 def name_of_numpy(dt: np.dtype) -> str | None:
     """The IR name of a numpy dtype, or None (uint32 is uint32, never a packed type)."""
+    return _name_of_dtype(dt) if isinstance(dt, np.dtype) else _scan(dt)
+
+
+def _scan(dt) -> str | None:
     for d in _TABLE:
         if d.numpy and d.kind != "packed" and d.name != "tfloat32" and np.dtype(d.numpy) == dt:
             return d.name
@@ -92,3 +97,8 @@ def name_of_numpy(dt: np.dtype) -> str | None:
             if np.dtype(ml_dtype(name)) == dt:
                 return name
     return None
+
+
+# (a tracer asks once per operand: the scan was 3% of tracing the library's attention block; an
+# ml_dtypes dtype reaches here only once ml_dtypes is imported, so a cached answer stays right)
+_name_of_dtype = functools.lru_cache(maxsize=256)(_scan)

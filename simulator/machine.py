@@ -431,7 +431,9 @@ class MachineSimulator(HazardChecks):
                 if t.name not in inputs:
                     raise NkiccError("E002", f"kernel {self.kernel.name} needs an array for {t.name}", None)
                 arr = np.asarray(inputs[t.name])
-                if t.name in written or arr.dtype != t.dtype or not arr.flags.c_contiguous:
+                if t.name in self._donated and arr.dtype == t.dtype and arr.flags.c_contiguous:
+                    pass  # the caller's array: run() updates it in place
+                elif t.name in written or arr.dtype != t.dtype or not arr.flags.c_contiguous:
                     arr = np.array(arr, dtype=t.dtype, copy=True)  # the kernel writes it: the caller's stays
                 else:  # read in place, so memory holds one copy of the inputs; read-only: a write would raise
                     arr = arr.view()
@@ -597,13 +599,17 @@ class MachineSimulator(HazardChecks):
 
     # --- execution -----------------------------------------------------------------------
 
-    def run(self, inputs: dict[str, np.ndarray], shared: dict[str, np.ndarray] | None = None):
+    def run(self, inputs: dict[str, np.ndarray], shared: dict[str, np.ndarray] | None = None,
+            donated: frozenset = frozenset()):
         """Run the kernel; returns (outputs: name -> array, SimReport). `shared`:
         HBM tensors by name that live in the given arrays, which other cores
         of a multi-core launch read and write at the same time (an output among
-        them comes back as a view of that array, not a copy)."""
+        them comes back as a view of that array, not a copy). `donated`: written
+        arguments the run updates in their arrays in `inputs` (contiguous, in the
+        tensor's storage dtype), which come back as views of them."""
         t0 = time.perf_counter()
         self._shared = shared or {}
+        self._donated = donated
         self._init_memory(inputs)
         self.env.clear()  # (loop indices and registers a run that raised left behind)
         self.executed = 0

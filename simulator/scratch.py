@@ -9,9 +9,51 @@ back only once nothing reads it (the end of its nest).
 """
 from __future__ import annotations
 
+import contextlib
 import math
+import threading
 
 import numpy as np
+
+# numpy asks the kernel for transparent huge pages on large arrays (madvise); where
+# defrag is "madvise" (this machine, many distributions) the kernel then compacts memory
+# synchronously on the first write to each 2 MB page. In a long-lived process whose heap
+# is fragmented (a test suite's: torch and goldens of several GB) that stall dominates a
+# fresh array: a 268 MB KV-cache copy took 0.76 s, 0.12 s on small pages (library
+# attention block, docs/conformance.md).
+_set_huge_pages = getattr(getattr(getattr(np, "_core", None) or getattr(np, "core", None), "multiarray", None),
+                          "_set_madvise_hugepage", None)
+
+
+class _PageSetting:
+    """numpy's huge-page switch, off while any simulation runs: it is one setting for the
+    process, so simulations in several threads count themselves in and the last one out
+    restores what was set outside."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._inside = 0
+        self._outside = True
+
+    @contextlib.contextmanager
+    def small(self):
+        if _set_huge_pages is None:
+            yield
+            return
+        with self._lock:
+            if not self._inside:
+                self._outside = _set_huge_pages(False)
+            self._inside += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._inside -= 1
+                if not self._inside:
+                    _set_huge_pages(self._outside)
+
+
+small_pages = _PageSetting().small
 
 
 class Scratch:

@@ -64,6 +64,106 @@ def test_an_input_the_kernel_writes_is_updated_in_place(rng):
     np.testing.assert_allclose(out, 3 * before[0:1, 0:1], rtol=1e-6)
 
 
+@nkicc.jit
+def update_row(cache, row, idx):
+    """A KV-cache update: one row of a large argument written, the rest untouched."""
+    t = nl.ndarray((1, cache.shape[1]), dtype=cache.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=row)
+    nisa.activation(dst=t, op=nl.exp, data=t)
+    nisa.dma_copy(dst=cache[idx:idx + 1, :], src=t)
+    return row
+
+
+def _peak_traced_bytes(call) -> int:
+    import tracemalloc
+    tracemalloc.start()
+    try:
+        call()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize("cores", [1, 2])
+def test_a_written_argument_is_updated_without_a_copy_of_it(rng, cores):
+    """The simulation writes the caller's own array when it can (contiguous, writeable, in
+    the storage dtype): memory does not grow by a second KV cache, and the result is the same.
+    (Oracle for the memory: the same call on a cache 8x smaller; a run's own arrays, SBUF and
+    PSUM, are the same for both.)"""
+    kernel = update_row if cores == 1 else update_row[cores]
+    peaks = []
+    for rows in (1024, 8192):
+        cache = rng.standard_normal((rows, 512)).astype(np.float32)  # 2 and 16 MiB
+        row = rng.standard_normal((1, 512)).astype(np.float32)
+        expect = cache.copy()
+        expect[37] = np.exp(row[0])
+        kernel(cache.copy(), row, 37)  # compiled and warmed: the measured call allocates only what a run needs
+        peaks.append(_peak_traced_bytes(lambda: kernel(cache, row, 37)))
+        np.testing.assert_allclose(cache, expect, rtol=1e-6)
+    grew, cache_grew = peaks[1] - peaks[0], 7 * 1024 * 512 * 4
+    assert grew < cache_grew // 2, (peaks, cache_grew)
+
+
+def test_a_strided_written_argument_is_still_updated_in_place(rng):
+    backing = rng.standard_normal((64, 512)).astype(np.float32)
+    cache = backing[:, ::2]  # not contiguous: simulated on a copy, the copy written back
+    row = rng.standard_normal((1, 256)).astype(np.float32)
+    expect = cache.copy()
+    expect[5] = np.exp(row[0])
+    update_row(cache, row, 5)
+    np.testing.assert_allclose(cache, expect, rtol=1e-6)
+    np.testing.assert_array_equal(backing[:, 1::2], backing[:, 1::2].copy())
+
+
+def test_an_argument_that_aliases_the_written_one_reads_the_values_from_before(rng):
+    """The same array passed twice: the argument read must not see the kernel's writes to the
+    other (numpy's semantics of a copy in, as every simulator gave before in-place runs)."""
+    @nkicc.jit
+    def shift_rows(src, dst):
+        t = nl.ndarray((src.shape[0] - 1, src.shape[1]), dtype=src.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=src[0:src.shape[0] - 1, :])
+        nisa.dma_copy(dst=dst[1:dst.shape[0], :], src=t)
+        return src
+
+    a = rng.standard_normal((32, 16)).astype(np.float32)
+    expect = a.copy()
+    expect[1:] = a[:-1]
+    shift_rows(a, a)
+    np.testing.assert_array_equal(a, expect)
+
+
+def test_simulations_in_threads_restore_numpys_page_setting():
+    """small_pages(): off while any simulation runs, the setting from outside after the last."""
+    import threading
+    from nkicc.simulator import scratch
+    if scratch._set_huge_pages is None:
+        pytest.skip("this numpy has no huge-page switch")
+
+    def current() -> bool:
+        was = scratch._set_huge_pages(True)
+        scratch._set_huge_pages(was)
+        return was
+
+    outside = current()
+    inside, first_in, second_out = [], threading.Event(), threading.Event()
+
+    def first():
+        with scratch.small_pages():
+            first_in.set()
+            second_out.wait(5)
+            inside.append(current())  # the second left first: still off for this one
+
+    t = threading.Thread(target=first)
+    t.start()
+    first_in.wait(5)
+    with scratch.small_pages():
+        inside.append(current())
+    second_out.set()
+    t.join()
+    assert inside == [False, False]
+    assert current() == outside
+
+
 def test_never_written_memory_is_nan_for_floats_and_4_for_integers():
     from nkicc.simulator.semantics import poison_value
     assert np.isnan(poison_value(np.dtype(np.float32)))

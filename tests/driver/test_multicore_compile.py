@@ -128,3 +128,25 @@ def test_an_error_in_one_cores_program_is_reported_as_itself(rng):
         nkicc.compile(core_one_reads_past_its_input[2], x, cache=False)
     assert caught.value.code == "E101" and caught.value.loc.file == __file__
     assert caught.value.__context__ is None
+
+
+def test_a_calls_compile_seconds_cover_every_cores_trace_and_pipeline(rng, monkeypatch):
+    """The record `nkicc run` and the suite runner read: a fresh launch's compile seconds are at
+    least what each core's own report says it spent tracing and compiling (oracle: the reports),
+    not core 0's pipeline alone; a call that reuses the compiled kernel spent none."""
+    monkeypatch.setenv("NKICC_CACHE", "0")
+    settings = api.RunSettings(timing=False)
+    token = api.RUN_SETTINGS.set(settings)
+    try:
+        x = rng.standard_normal((128, 32)).astype(np.float32)
+        launch = scale_one_quarter_then_swap[2]
+        np.testing.assert_allclose(launch(x), expected(x), rtol=1e-6)
+        launch(x)
+    finally:
+        api.RUN_SETTINGS.reset(token)
+    first, again = settings.records
+    compiled = launch.compiled[-1]
+    spent = sum(core.trace.seconds + core.compile_s for core in compiled.cores)
+    assert len(compiled.cores) == 2 and first["compiled_now"]
+    assert first["compile_s"] >= spent > compiled.cores[0].compile_s
+    assert not again["compiled_now"] and again["compile_s"] == 0.0

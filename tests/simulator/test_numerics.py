@@ -450,3 +450,36 @@ def test_precise_fp_off_on_cores_and_ranks_equals_fp32(rng, monkeypatch, simulat
         assert lo.dtype == np.float32 and p.dtype == ml_dtypes.bfloat16
         np.testing.assert_array_equal(lo, want)
         assert (p.astype(np.float32) != want).any()
+
+
+# --- bfloat16's fast conversions: the same bits as ml_dtypes ------------------------------------
+
+def test_bfloat16_widens_exactly_for_every_pattern():
+    every = np.arange(1 << 16, dtype=np.uint16).view(ml_dtypes.bfloat16)
+    expect = every.astype(np.float32).view(np.uint32)
+    np.testing.assert_array_equal(numerics.bf16_to_f32(every).view(np.uint32), expect)
+    strided = every.reshape(256, 256)[:, ::3]  # a view the simulator reads (not contiguous)
+    np.testing.assert_array_equal(numerics.bf16_to_f32(strided).view(np.uint32),
+                                  strided.astype(np.float32).view(np.uint32))
+
+
+def test_bfloat16_narrows_as_ml_dtypes_does(rng):
+    """Random float32 patterns, the ties (low half 0x8000 with an even and an odd kept bit),
+    carries into the exponent, the largest finite values, infinities, and NaNs of both signs
+    with all kinds of payload. (Run once over all 2**32 patterns when written: no difference.)"""
+    random = rng.integers(0, 1 << 32, size=1 << 20, dtype=np.uint64).astype(np.uint32)
+    kept = rng.integers(0, 1 << 16, size=4096, dtype=np.uint64).astype(np.uint32) << 16
+    edges = np.concatenate([kept | 0x8000, kept | 0x7FFF, kept | 0x8001, kept | 0xFFFF, np.array([
+        0x7F7FFFFF, 0xFF7FFFFF, 0x7F7F8000, 0x7F800000, 0xFF800000, 0x7F800001, 0xFF800001,
+        0x7FC00000, 0xFFFFFFFF, 0x7FBFFFFF, 0x00000000, 0x80000000, 0x00008000, 0x00018000,
+    ], dtype=np.uint32)])
+    for bits in (random, edges):
+        f = bits.view(np.float32)
+        with np.errstate(invalid="ignore"):
+            expect = f.astype(ml_dtypes.bfloat16).view(np.uint16)
+        got = numerics.f32_to_bf16(f, np.dtype(ml_dtypes.bfloat16)).view(np.uint16)
+        np.testing.assert_array_equal(got, expect)
+    # and through the conversion a store uses, from float64 (rounded to fp32 first, as before)
+    x = rng.standard_normal(1000) * 1e3
+    np.testing.assert_array_equal(numerics.convert(x, "bfloat16").view(np.uint16),
+                                  x.astype(np.float32).astype(ml_dtypes.bfloat16).view(np.uint16))
