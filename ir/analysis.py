@@ -46,6 +46,16 @@ def writes(op: Op) -> tuple[Access, ...]:
 
 
 def reads(op: Op) -> tuple[Access, ...]:
+    """What the op reads: its operands, scalar and vector offsets, dependence tokens, and the
+    destination of an accumulation. (Kept on the op, which is immutable: the passes ask again and
+    again, 180 k times in one compile of the library's attention block.)"""
+    known = op.__dict__.get("_reads")
+    if known is None:
+        known = op.__dict__["_reads"] = _reads(op)
+    return known
+
+
+def _reads(op: Op) -> tuple[Access, ...]:
     ins = tuple(a for a in op.ins if isinstance(a, Access))
     scalars = tuple(Access(a.scalar.tensor, a.scalar.offset, ((1, 1),))
                     for a in ins + op.outs if a.scalar is not None and a.scalar.tensor)

@@ -5,6 +5,8 @@ hashes and serialises without object identity.
 """
 from __future__ import annotations
 
+import functools
+
 from dataclasses import dataclass, field
 from typing import Iterator, Union
 
@@ -106,7 +108,7 @@ class Access:
     # -1 until the instruction that reads the view is known (G is 32 on the Tensor Engine, else 16)
     vector_group: int = 0
 
-    @property
+    @functools.cached_property  # (a tracer reads it for every view it makes: 400 k times a compile)
     def shape(self) -> tuple[int, ...]:
         return tuple(n for _, n in self.pattern)
 
