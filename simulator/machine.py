@@ -400,6 +400,15 @@ class MachineSimulator(HazardChecks):
         self._rows = self._cur_op = None
         self.scratch = Scratch()
 
+    def close(self) -> None:
+        """Done with this simulator: release_memory(), and drop the timing model, whose hold on
+        this simulator (a bound method) is the one reference cycle release_memory leaves. A
+        simulator made for one run is then freed by reference counting when its caller lets go,
+        not by a cyclic collection later: 400 k objects, 0.3 s after each launch of the library's
+        attention block on 2 cores."""
+        self.release_memory()
+        self.clock = None
+
     # --- memory --------------------------------------------------------------------------
 
     def _init_memory(self, inputs: dict[str, np.ndarray]) -> None:

@@ -45,8 +45,11 @@ def run_ranks(kernel: Kernel | list[Kernel], inputs_by_rank: list[dict], target=
                 mine = comm.for_rank(rank)
                 sim = MachineSimulator(kernels[rank], target, timing=timing, trace=path, comm=mine,
                                        precise=precise, batch=batch)
-                mine.check()  # (making the plans takes seconds; the run may have stopped meanwhile)
-                results[rank] = sim.run(inputs_by_rank[rank], shared_by_rank[rank])
+                try:
+                    mine.check()  # (making the plans takes seconds; the run may have stopped meanwhile)
+                    results[rank] = sim.run(inputs_by_rank[rank], shared_by_rank[rank])
+                finally:
+                    sim.close()  # (made for this run: freed now, not by a cyclic collection later)
             else:
                 machine = ReferenceMachine(kernels[rank], comm=comm.for_rank(rank), precise=precise)
                 results[rank] = (machine.run(inputs_by_rank[rank], shared_by_rank[rank]), None)
