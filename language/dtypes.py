@@ -9,6 +9,8 @@ plain name ("float32", "bfloat16", "float8_e4m3"), which kernels compare
 types numpy lacks (`*_x4`, tfloat32) are names with the same str()."""
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ..ir import NkiccError
@@ -80,6 +82,7 @@ def dtype_name(dtype) -> str:
     raise NkiccError("E160", f"dtype {np_dtype} is not an NKI dtype", hint="use nl.float32, nl.bfloat16, ...")
 
 
+@functools.lru_cache(maxsize=None)  # (asked for every view a kernel reads `.dtype` of: 245 k times a compile)
 def public(name: str):
     """The object `t.dtype` returns for a tensor of this dtype."""
     return _NUMPY_PUBLIC[name] if name in _NUMPY_PUBLIC else np.dtype(ml_dtype(name))
