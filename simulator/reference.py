@@ -60,18 +60,30 @@ def gather_index(a: Access, start: int, indices, size: int, op: Op, decl: Tensor
     if a.vector_group:
         return _indirect_index(a, start, indices, size, op, decl)
     rows = _index_values(np.asarray(indices).reshape(-1))
-    idx = (start + rows * a.scalar_scale).reshape((-1,) + (1,) * (len(a.pattern) - 1))
+    first = start + rows * a.scalar_scale  # each row's first element
+    idx = first.reshape((-1,) + (1,) * (len(a.pattern) - 1))
     for axis, (s, n) in enumerate(a.pattern[1:], 1):
         shape = [1] * len(a.pattern)
         shape[axis] = n
         idx = idx + (np.arange(n, dtype=np.int64) * s).reshape(shape)
-    inside = ((idx >= 0) & (idx < size)).reshape(len(rows), -1).all(axis=1)
+    inside = rows_inside(first, a.pattern[1:], size)
     if not inside.all() and op.attr("oob") != "skip":
         bad = int(np.flatnonzero(~inside)[0])
         raise NkiccError("E170", f"{op.opcode}: row {bad} of the vector_offset view of {decl.described()} (index "
                                  f"{int(rows[bad])}) falls outside it", op.loc,
                          "keep the indices in range, or pass oob_mode=nisa.oob_mode.skip")
     return idx, inside
+
+
+def rows_inside(first: np.ndarray, pattern, size: int) -> np.ndarray:
+    """Which gathered rows lie inside [0, size): a row from `first` over the (step, num) pairs
+    reaches first + the negative spans at its lowest and first + the positive ones at its
+    highest (one comparison per row, not per element: a gather's rows are thousands of elements)."""
+    if any(n == 0 for _, n in pattern):  # (no element at all: nothing to be outside)
+        return np.ones(len(first), dtype=bool)
+    lo = sum(min(0, s * (n - 1)) for s, n in pattern)
+    hi = sum(max(0, s * (n - 1)) for s, n in pattern)
+    return (first + lo >= 0) & (first + hi < size)
 
 
 def _index_values(values: np.ndarray) -> np.ndarray:

@@ -334,3 +334,21 @@ def test_gpsimd_operands_stay_in_sbuf_after_the_passes(rng, opcode):
     with pytest.raises(nkicc.NkiccError) as ei:
         ops.get(opcode).verify(op, decls)
     assert ei.value.code == "E120" and ei.value.loc == op.loc
+
+
+def test_rows_inside_agrees_with_every_element(rng):
+    """A gathered row is in range when its lowest and highest elements are (one comparison a row);
+    oracle: every element of every row compared, on random patterns with negative steps, rows
+    straddling both ends and empty axes."""
+    from nkicc.simulator.reference import rows_inside
+    for _ in range(300):
+        pattern = tuple((int(rng.integers(-40, 41)), int(rng.integers(0, 5))) for _ in range(rng.integers(0, 4)))
+        size = int(rng.integers(1, 400))
+        first = rng.integers(-100, 500, size=int(rng.integers(1, 20))).astype(np.int64)
+        idx = first.reshape((-1,) + (1,) * len(pattern))
+        for axis, (s, n) in enumerate(pattern, 1):
+            shape = [1] * (len(pattern) + 1)
+            shape[axis] = n
+            idx = idx + (np.arange(n, dtype=np.int64) * s).reshape(shape)
+        every = ((idx >= 0) & (idx < size)).reshape(len(first), -1).all(axis=1)
+        np.testing.assert_array_equal(rows_inside(first, pattern, size), every)
