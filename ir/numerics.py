@@ -109,9 +109,10 @@ def _to_int(v: np.ndarray, dst: np.dtype, lo: int, hi: int) -> np.ndarray:
     return x.astype(dst)
 
 
-def _f32(v: np.ndarray) -> np.ndarray:
+def as_f32(v: np.ndarray) -> np.ndarray:
     """The fp32 value an engine holds: exact from narrower floats and small
-    ints, rounded to nearest even from float64 and wide ints."""
+    ints, rounded to nearest even from float64 and wide ints (an fp32 array is
+    returned as it is, not copied)."""
     if v.dtype == _F32:
         return v
     return bf16_to_f32(v) if v.dtype.name == "bfloat16" else v.astype(_F32)
@@ -120,7 +121,7 @@ def _f32(v: np.ndarray) -> np.ndarray:
 def _to_float(v: np.ndarray, dst: np.dtype) -> np.ndarray:
     if v.dtype == dst:
         return v
-    return f32_to_bf16(_f32(v), dst) if dst.name == "bfloat16" else _f32(v).astype(dst)
+    return f32_to_bf16(as_f32(v), dst) if dst.name == "bfloat16" else as_f32(v).astype(dst)
 
 
 # bfloat16 is the top half of float32: widening is a shift, and narrowing rounds to nearest even
@@ -158,13 +159,13 @@ def f32_to_bf16(f: np.ndarray, dst: np.dtype) -> np.ndarray:
 def _to_e4m3fn(v: np.ndarray, dst: np.dtype) -> np.ndarray:
     if v.dtype == dst:
         return v
-    return np.clip(_f32(v), -E4M3FN_MAX, E4M3FN_MAX).astype(dst)  # NaN passes clip unchanged
+    return np.clip(as_f32(v), -E4M3FN_MAX, E4M3FN_MAX).astype(dst)  # NaN passes clip unchanged
 
 
 def _to_e2m1fn(v: np.ndarray, dst: np.dtype) -> np.ndarray:
     if v.dtype == dst:
         return v
-    x = _f32(v)
+    x = as_f32(v)
     return np.where(np.isnan(x), np.float32(0.0), x).astype(dst)  # ml_dtypes saturates to +-6 itself
 
 

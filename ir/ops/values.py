@@ -4,15 +4,13 @@ from __future__ import annotations
 import numpy as np
 
 from ..nodes import Const
-from ..numerics import bf16_to_f32
+from ..numerics import as_f32
 
 F32 = np.float32
 
 
 def f32(view: np.ndarray) -> np.ndarray:
-    if view.dtype.name == "bfloat16":  # (a shift: numerics.bf16_to_f32)
-        return bf16_to_f32(view)
-    return np.asarray(view, dtype=F32)
+    return as_f32(np.asarray(view))
 
 
 def address(x: np.ndarray) -> int:
