@@ -71,18 +71,27 @@ def tensors_touched(op: Op) -> set[str]:
     return {a.tensor for a in reads(op) + writes(op)}
 
 
+def pattern_span(pattern) -> tuple[int, int]:
+    """(lowest, highest) element a (step, num) pattern reaches, relative to its first: the sum of
+    its negative spans and the sum of its positive ones."""
+    lo = hi = 0
+    for step, num in pattern:
+        span = step * (num - 1)
+        if span >= 0:
+            hi += span
+        else:
+            lo += span
+    return lo, hi
+
+
 def extent(a: Access, trips: Mapping[str, int], decl: TensorDecl) -> tuple[int, int]:
     """Smallest and largest element index the access can touch over the given
     loop ranges; a runtime scalar offset makes it the whole tensor."""
     if a.scalar is not None or a.vector is not None:
         return 0, decl.size - 1
     lo, hi = a.offset.bounds(trips)
-    for step, num in a.pattern:
-        span = step * (num - 1)
-        if span >= 0:
-            hi += span
-        else:
-            lo += span
+    below, above = pattern_span(a.pattern)
+    lo, hi = lo + below, hi + above
     if a.dtype is not None and a.dtype != decl.dtype:  # elements of another dtype: the tensor's own they touch
         ai, ti = itemsize(a.dtype), itemsize(decl.dtype)
         lo, hi = (lo * ai) // ti, ((hi + 1) * ai - 1) // ti

@@ -20,7 +20,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from ..ir import Access, Alloc, Block, Const, Kernel, Loop, NkiccError, Op, TensorDecl
-from ..ir.analysis import runtime_guard, written_args
+from ..ir.analysis import pattern_span, runtime_guard, written_args
 from ..ir.ops.collectives import payload as collective_payload
 from .comm import RankComm, single
 from ..ir import dtypes, ops
@@ -81,8 +81,7 @@ def rows_inside(first: np.ndarray, pattern, size: int) -> np.ndarray:
     highest (one comparison per row, not per element: a gather's rows are thousands of elements)."""
     if any(n == 0 for _, n in pattern):  # (no element at all: nothing to be outside)
         return np.ones(len(first), dtype=bool)
-    lo = sum(min(0, s * (n - 1)) for s, n in pattern)
-    hi = sum(max(0, s * (n - 1)) for s, n in pattern)
+    lo, hi = pattern_span(pattern)
     return (first + lo >= 0) & (first + hi < size)
 
 
