@@ -582,7 +582,8 @@ def suite_main(argv) -> int:
 
     ap = argparse.ArgumentParser(description=conformance_suite.__doc__.split("\n\n")[0])
     ap.add_argument("--suite", required=True, metavar="LIBRARY_DIR", help="a checkout of aws-neuron/nki-library")
-    ap.add_argument("paths", nargs="*", help="test paths inside it (default: test/integration)")
+    ap.add_argument("paths", nargs="*", help="test paths inside it, or items as a report names them "
+                    "(FILE::TEST[PARAMS]: that item alone) (default: test/integration)")
     ap.add_argument("--first", type=int, default=None, help="only the first N items of each test file")
     ap.add_argument("--every", type=int, default=1, help="only every K-th item of each test file (a sample)")
     ap.add_argument("--chunk-items", type=int, default=40,

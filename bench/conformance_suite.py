@@ -92,12 +92,25 @@ def collect(library: str, run_all: bool, paths=(TESTS,)) -> tuple[list, dict]:
     Each test file's ids are those it collects alone, as the pytest process that runs it
     collects it: the suite draws some parameters at random at collection (its ranged tests),
     and the draws depend on what was collected before (95 of router_topk's 695 ids differ
-    between the whole suite's collection and the file's own)."""
+    between the whole suite's collection and the file's own).
+
+    A path that names an item (`FILE::TEST[PARAMS]`, as a report lists it) is that item
+    alone: it is run as named, not widened to its file."""
+    named = [_from_library(library, p) for p in paths if "::" in p]
+    paths = [p for p in paths if "::" not in p]
+    if not paths:
+        return list(dict.fromkeys(named)), {}
     ids, broken = _collect(library, run_all, paths)
     files = list(dict.fromkeys(i.split("::")[0] for i in ids))
     with concurrent.futures.ThreadPoolExecutor(2) as pool:  # (subprocesses: a core each)
         alone = dict(zip(files, pool.map(lambda f: _collect(library, run_all, (f,))[0], files)))
-    return [i for f in files for i in alone[f]], broken
+    return list(dict.fromkeys([i for f in files for i in alone[f]] + named)), broken
+
+
+def _from_library(library: str, nodeid: str) -> str:
+    """A node id as the runner keeps them: its file relative to the library (the suite's
+    rootdir is test/, so ids it prints lack that folder)."""
+    return nodeid if os.path.exists(os.path.join(library, nodeid.split("::")[0])) else "test/" + nodeid
 
 
 def _collect(library: str, run_all: bool, paths) -> tuple[list, dict]:
@@ -105,7 +118,7 @@ def _collect(library: str, run_all: bool, paths) -> tuple[list, dict]:
                           capture_output=True, text=True)
     ids = [line.strip() for line in proc.stdout.splitlines() if "::" in line and not line.startswith(" ")]
     # node ids are relative to pytest's rootdir (the suite's pytest.ini puts it in test/); run them from the library
-    ids = [i if os.path.exists(os.path.join(library, i.split("::")[0])) else "test/" + i for i in ids]
+    ids = [_from_library(library, i) for i in ids]
     broken = {}
     for block in proc.stdout.split("_ ERROR collecting ")[1:]:
         path = block.split()[0]
@@ -371,8 +384,25 @@ def suite_bug(item) -> str | None:
     return None
 
 
+def whole_suite_estimate(items: list, population: dict) -> tuple[float, float, list]:
+    """What a sample says of the whole suite: each file's mean seconds per sampled item times
+    the items the file holds (`population`: file -> items collected), summed; (nkicc seconds,
+    the items' own seconds, the files no item was sampled from). A sample takes every K-th item
+    of each file, so a small file's one item stands for its few items, not for K."""
+    last = {i.nodeid: i for i in items}  # (an item run again, under the larger cap, counts once: its last run)
+    by_file = collections.defaultdict(list)
+    for i in last.values():
+        by_file[i.nodeid.split("::")[0]].append(i)
+    nkicc = own = 0.0
+    for path, group in by_file.items():
+        scale = population.get(path, len(group)) / len(group)
+        nkicc += scale * sum(i.nkicc_s for i in group)
+        own += scale * sum(i.seconds for i in group)
+    return nkicc, own, sorted(p for p in population if p not in by_file)
+
+
 def write_report(items: list, out: str, snapshot: str, command: str, wall: float, note: str,
-                 broken: dict | None = None) -> None:
+                 broken: dict | None = None, population: dict | None = None) -> None:
     blocked = [i for i in items if i.status == "failed" and suite_bug(i)]
     c = collections.Counter(i.status for i in items)
     nk = sum(i.nkicc_s for i in items)
@@ -381,7 +411,8 @@ def write_report(items: list, out: str, snapshot: str, command: str, wall: float
              f"**{len(items)} items: {c['passed']} passed, {c['failed'] - len(blocked)} failed, {len(blocked)} "
              f"blocked by the suite's own bugs, {c['timeout']} timed out, {c['skipped']} skipped by the suite.** "
              + (f"Wall time {wall:.0f} s; " if wall else "") + f"The items' own seconds "
-             f"{sum(i.seconds for i in items):.0f} s, of which nkicc (trace, compile, simulate) {nk:.0f} s.", "",
+             f"{sum(i.seconds for i in items):.0f} s, of which nkicc (trace, compile, simulate) {nk:.0f} s."
+             + _estimate_line(items, population), "",
              "### Test files that do not collect (their items are not counted above)", "",
              "| file | error |", "|---|---|"]
     lines += [f"| {p} | {_cell(e)} |" for p, e in sorted((broken or {}).items())]
@@ -422,6 +453,17 @@ def write_report(items: list, out: str, snapshot: str, command: str, wall: float
         f.write(text)
 
 
+def _estimate_line(items: list, population: dict | None) -> str:
+    """For a sample (fewer items run than the files hold): the whole suite's seconds it implies."""
+    if not population or len({i.nodeid for i in items}) >= sum(population.values()):
+        return ""
+    nkicc, own, unsampled = whole_suite_estimate(items, population)
+    return (f" As a sample of the {sum(population.values()):,} items collected, each file weighted by its own "
+            f"item count (its sampled items' mean times its items): nkicc about {nkicc:,.0f} s "
+            f"({nkicc / 3600:.1f} h) for the whole suite, the items' own seconds about {own:,.0f} s"
+            + (f"; {len(unsampled)} files had no item in the sample" if unsampled else "") + ".")
+
+
 def _memory_section(items: list) -> list:
     """Whose memory: the items that ran out of it, by whose code was running, and the
     items where nkicc added the most to what the process held."""
@@ -460,7 +502,17 @@ def regressions(items: list, old_json: str) -> list:
 
 def _journal_items(path: str) -> dict:
     """A run's journal, an item per node id: its last line (a rerun's comes after the first)."""
-    return {i.nodeid: i for i in (Item(**json.loads(line)) for line in open(path) if line.strip())}
+    records = (json.loads(line) for line in open(path) if line.strip())
+    return {i.nodeid: i for i in (Item(**r) for r in records if "nodeid" in r)}
+
+
+def _journal_population(path: str) -> dict:
+    """The items each test file held when the journal's run collected them (its last run's)."""
+    found = {}
+    for line in open(path):
+        if line.startswith('{"collected"'):
+            found = json.loads(line)["collected"]
+    return found
 
 
 def nkicc_commit() -> str:
@@ -486,10 +538,12 @@ def main(args) -> int:
         items = list(_journal_items(args.from_journal).values())
         note = (f"It was stopped before the end: these are the {len(items)} items it finished "
                 f"({args.note or 'see the command'}).")
-        write_report(items, args.out, args.snapshot or snapshot(library), args.command or "(see above)", 0.0, note)
+        population = _journal_population(args.from_journal)
+        write_report(items, args.out, args.snapshot or snapshot(library), args.command or "(see above)", 0.0, note,
+                     population=population)
         with open(args.json, "w") as f:  # (the per-item results, as a finished run writes them; no wall time)
             json.dump({"snapshot": args.snapshot or snapshot(library), "wall_s": None, "not_collected": {},
-                       "items": [asdict(i) for i in items]}, f, indent=0)
+                       "collected": population, "items": [asdict(i) for i in items]}, f, indent=0)
         log(f"{_summary(items)}; wrote {args.out} and {args.json}")
         return 0
     t0 = time.perf_counter()
@@ -504,6 +558,9 @@ def main(args) -> int:
         log(f"resuming: {len(earlier)} items done in {journal}")
     elif os.path.exists(journal):
         os.remove(journal)
+    population = collections.Counter(n.split("::")[0] for n in ids)
+    with open(journal, "a") as f:  # (what a sample stands for, should the run be stopped: --from-journal)
+        f.write(json.dumps({"collected": dict(population)}) + "\n")
     work = chunks(library, ids, args.first, args.timeout, args.mem_gb, args.all, os.path.abspath(journal),
                   args.chunk_items, args.every, {i.nodeid for i in earlier}, nkicc_commit())
     log(f"{len(ids)} items collected; running {sum(len(c.nodeids) for c in work)} in {len(work)} chunks")
@@ -518,7 +575,7 @@ def main(args) -> int:
         print("regression: " + line[:300])
     with open(args.json, "w") as f:
         json.dump({"snapshot": args.snapshot or snapshot(library), "wall_s": wall, "not_collected": broken,
-                   "items": [asdict(i) for i in items]}, f, indent=0)
+                   "collected": dict(population), "items": [asdict(i) for i in items]}, f, indent=0)
     where = f"{args.workers} local Dask workers" if args.workers else f"the Dask cluster {args.cluster}" \
         if args.cluster else "one process at a time"
     ran = f"the first {args.first} items of each test file" if args.first else "every item"
@@ -539,7 +596,7 @@ def main(args) -> int:
         (" --all" if args.all else "") + (f" --workers {args.workers}" if args.workers else "") + \
         f" --timeout {args.timeout:g} --mem-gb {args.mem_gb:g}" + \
         (f" --retry-memory-gb {args.retry_memory_gb:g}" if args.retry_memory_gb else "")
-    write_report(items, args.out, args.snapshot or snapshot(library), command, wall, note, broken)
+    write_report(items, args.out, args.snapshot or snapshot(library), command, wall, note, broken, population)
     os.remove(journal)
     log(f"{_summary(items)}; wrote {args.out} and {args.json}")
     return 1 if worse else 0

@@ -242,3 +242,58 @@ def test_a_chained_failure_is_named_by_the_exception_raised():
             "    def g():\nE   Failed: Timeout (>120.0s) from pytest-timeout.\n")
     assert suite.first_error("", text) == "Failed: Timeout (>120.0s) from pytest-timeout."
     assert suite.first_error("", "E   ValueError: plain\n") == "ValueError: plain"
+
+
+def test_an_item_named_on_the_command_line_runs_alone(tmp_path):
+    """A path that names an item (as a report lists it) is that item, not its whole file;
+    files and folders beside it are collected as before."""
+    suite = load_bench("conformance_suite")
+    lib = tmp_path / "lib"
+    (lib / "test").mkdir(parents=True)
+    (lib / "test" / "conftest.py").write_text(SUITE_CONFTEST)
+    (lib / "test" / "test_a.py").write_text("import pytest\n\n\n@pytest.mark.parametrize('v', [1, 2, 3])\n"
+                                           "def test_a(v):\n    pass\n")
+    (lib / "test" / "test_b.py").write_text("def test_b():\n    pass\n\n\ndef test_c():\n    pass\n")
+    ids, broken = suite.collect(str(lib), False, ("test/test_a.py::test_a[2]",))
+    assert ids == ["test/test_a.py::test_a[2]"] and not broken
+    ids, _ = suite.collect(str(lib), False, ("test/test_a.py::test_a[3]", "test/test_b.py"))
+    assert ids == ["test/test_b.py::test_b", "test/test_b.py::test_c", "test/test_a.py::test_a[3]"]
+    items = [i for c in suite.chunks(str(lib), ids[2:], None, 60, 0, False) for i in suite.run_chunk(c)]
+    assert [(i.nodeid, i.status) for i in items] == [("test/test_a.py::test_a[3]", "passed")]
+
+
+def test_a_sample_stands_for_each_file_by_its_own_item_count():
+    """Every K-th item of each file: a file of 10 items gives one, and so does a file of 1,000.
+    The whole-suite estimate scales each file's sampled mean by the items that file holds, not
+    the sample by K (which would count the small file's item 100 times)."""
+    suite = load_bench("conformance_suite")
+    item = lambda n, nk, s: suite.Item(n, "passed", nkicc_s=nk, seconds=s)  # noqa: E731
+    items = [item("test/big.py::t[0]", 1.0, 2.0), item("test/big.py::t[100]", 3.0, 4.0),
+             item("test/small.py::t[0]", 50.0, 60.0),
+             item("test/small.py::t[0]", 40.0, 50.0)]  # (run again under a larger cap: its last run counts)
+    population = {"test/big.py": 1000, "test/small.py": 10, "test/unsampled.py": 5}
+    nkicc, own, unsampled = suite.whole_suite_estimate(items, population)
+    assert nkicc == pytest.approx(2.0 * 1000 + 40.0 * 10) and own == pytest.approx(3.0 * 1000 + 50.0 * 10)
+    assert unsampled == ["test/unsampled.py"]
+    assert "nkicc about 2,400 s (0.7 h)" in suite._estimate_line(items, population)
+    assert suite._estimate_line(items, {"test/big.py": 2, "test/small.py": 1}) == ""  # (every item ran)
+
+
+def test_a_stopped_samples_journal_knows_what_it_stands_for(tmp_path):
+    """The journal starts with each file's item count, so that a report written from a stopped
+    sample (--from-journal) gives the whole-suite estimate too."""
+    import argparse
+    import json
+    suite = load_bench("conformance_suite")
+    lib = tmp_path / "lib"
+    (lib / "test" / "integration").mkdir(parents=True)
+    journal = tmp_path / "run.jsonl"
+    journal.write_text(json.dumps({"collected": {"test/integration/x/test_x.py": 300}}) + "\n"
+                       + json.dumps({"nodeid": "test/integration/x/test_x.py::t[0]", "status": "passed",
+                                     "nkicc_s": 2.0, "seconds": 3.0}) + "\n")
+    out, js = tmp_path / "report.md", tmp_path / "items.json"
+    args = argparse.Namespace(suite=str(lib), from_journal=str(journal), out=str(out), json=str(js),
+                              snapshot="abc", command="the command", note="a test")
+    assert suite.main(args) == 0
+    assert json.loads(js.read_text())["collected"] == {"test/integration/x/test_x.py": 300}
+    assert "nkicc about 600 s (0.2 h)" in out.read_text()
