@@ -39,6 +39,8 @@ ENV: dict[str, tuple[str, str]] = {
                                  "program"),
     "NKICC_DIALECT": (NEUTRAL, "the NKI version of `import nki` kernels (nkicc run --dialect): in the key "
                                "through the dialect the compile was given (CachePlan.dialect)"),
+    "NKICC_KEEP_FREED_MEMORY": (NEUTRAL, "simulation only (0: leave glibc's malloc thresholds as they are; "
+                                         "simulator/scratch.py): how host memory is reused, never a result"),
     "NKICC_TEST_SEED": (NEUTRAL, "tests only: seed of random test inputs"),
     "NKICC_TIME_SLACK": (NEUTRAL, "tests only: slack on timing assertions"),
     "NKICC_E190_LOG": (NEUTRAL, "debugging: a file that E190 errors are appended to"),

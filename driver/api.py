@@ -25,7 +25,7 @@ from . import dialects, frameworks
 from .simulator.machine import MachineSimulator
 from .ir.numerics import precise_from_env
 from .simulator.plot import plot_timeline
-from .simulator.scratch import small_pages
+from .simulator.scratch import simulating
 from .simulator.ranks import run_ranks as _simulate_ranks
 from .pass_api import BudgetExceeded, Target
 from .cached import CachePlan, cycle_collection_paused
@@ -179,7 +179,7 @@ class CompiledKernel:
         return frozenset(names)
 
     @cycle_collection_paused()  # (a simulator's plans are tens of thousands of objects: 2x on the attention block)
-    @small_pages()
+    @simulating()
     def simulate(self, inputs: dict, simulator: str | None = None, timing: bool | None = None,
                  trace: str | None = None, donated: frozenset = frozenset()):
         """(outputs by name, SimReport or None) of one simulation of the compiled
@@ -281,7 +281,7 @@ class CompiledKernel:
         return args, outs, shared
 
     @cycle_collection_paused()
-    @small_pages()
+    @simulating()
     def run_ranks(self, inputs_by_rank: list[dict], simulator: str | None = None, timing: bool | None = None,
                   trace: str | None = None) -> tuple[list[dict], list]:
         """Simulate the program on len(inputs_by_rank) ranks at once, each with its

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
+import functools
 import itertools
 import math
 import operator
@@ -42,7 +43,26 @@ def user_frame(depth: int = 2):
 def user_loc(depth: int = 2) -> Loc | None:
     """File and line of the innermost frame outside nkicc."""
     f = user_frame(depth + 1)
-    return None if f is None else Loc(f.f_code.co_filename, f.f_lineno)
+    if f is None:
+        return None
+    loc = _locs(f.f_code, f.f_code.co_filename).get(f.f_lasti)
+    return loc if loc is not None else Loc(f.f_code.co_filename, f.f_lineno)
+
+
+@functools.lru_cache(maxsize=4096)
+def _locs(code, filename: str) -> dict[int, Loc]:
+    """Instruction offset -> Loc, for every instruction of `code` that has a line. Every op
+    the tracer emits asks where it came from: a frame's f_lineno decodes the code's line
+    table from its start each time (a library kernel's functions run to hundreds of lines),
+    and each answer was a new Loc. (The file is part of the key: code objects compare equal
+    across files, a notebook cell's run again in a new cell file among them.)"""
+    table = {}
+    for start, end, line in code.co_lines():
+        if line is not None:
+            loc = Loc(filename, line)
+            for offset in range(start, end, 2):
+                table[offset] = loc
+    return table
 
 
 # --- retries -----------------------------------------------------------------

@@ -6,11 +6,20 @@ first write, and in a VM each fault is slow and its cost varies (mm2 at
 run 5-10% faster, docs/benchmarks.md). Arrays given back here are handed out
 again for the same byte size, their pages already mapped. Callers give an array
 back only once nothing reads it (the end of its nest).
+
+The same cost outside the batched path is the C allocator's to avoid: a simulation
+sets glibc to keep freed memory for reuse (keep_freed_memory) and numpy to small
+pages while it runs (small_pages); `simulating()` does both.
 """
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import functools
 import math
+import os
+import platform
+import sys
 import threading
 
 import numpy as np
@@ -54,6 +63,46 @@ class _PageSetting:
 
 
 small_pages = _PageSetting().small
+
+
+# glibc gives a freed block back to the kernel when it was mmap'd (above the mmap threshold) or
+# when the free memory at the top of the heap passes the trim threshold. Its own rule raises both
+# as large blocks are freed, to 32 MiB and 64 MiB at most, but only after a block that size was
+# mmap'd and freed; until then a simulation's temporaries (a [64, 32128] bf16 tile widened to fp32
+# is 8 MiB, and each instruction makes a few) were handed back and faulted in again, page by page.
+# The library's cross-entropy forward (21,504 instructions) took 2.6 M page faults and 3.9 s of
+# system time in a 6 s simulation; at glibc's ceiling from the start, 11 k faults and 2.1 s
+# (docs/conformance.md). Two workers faulting at once slowed each other 3-5x.
+_MMAP_THRESHOLD, _TRIM_THRESHOLD = -3, -1  # mallopt's parameter numbers (malloc.h)
+KEPT_FREED_ENV = "NKICC_KEEP_FREED_MEMORY"  # 0: leave the C allocator's settings as they are
+
+
+@functools.cache  # once per process: glibc has no call that reads the thresholds back
+def keep_freed_memory() -> bool:
+    """Set glibc's mmap and trim thresholds to the ceiling its own rule reaches (32 and 64 MiB),
+    once per process, so that freed temporaries are reused rather than faulted in again. At most
+    64 MiB of free memory stays with each allocator arena (one per thread that allocates, up to
+    glibc's limit). Whether it is set (False: not glibc, a 32-bit build, or
+    NKICC_KEEP_FREED_MEMORY=0)."""
+    done = False
+    if os.environ.get(KEPT_FREED_ENV, "1") != "0" and sys.maxsize > 2 ** 32 \
+            and platform.libc_ver()[0] == "glibc":
+        try:
+            mallopt = ctypes.CDLL(None).mallopt
+            mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+            done = bool(mallopt(_MMAP_THRESHOLD, 32 << 20)) and bool(mallopt(_TRIM_THRESHOLD, 64 << 20))
+        except (OSError, AttributeError):
+            done = False
+    return done
+
+
+@contextlib.contextmanager
+def simulating():
+    """What a simulation sets in the process: freed memory kept (from the first one on) and small
+    pages (while it runs)."""
+    keep_freed_memory()
+    with small_pages():
+        yield
 
 
 class Scratch:

@@ -1,6 +1,11 @@
 """How a kernel is called, as the vendor's simulator defines it: numpy arrays
 or framework tensors in, the same kind out; inputs the kernel writes updated
 in place; the quick start of nki.simulate unchanged."""
+import os
+import platform
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -176,3 +181,43 @@ def test_platform_override_takes_generation_names(monkeypatch, gen, target):
     from nkicc.passes import registry
     monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", gen)
     assert resolve_target(None, registry()).name == target
+
+
+_FAULTS = '''
+import os, resource, sys
+import os
+import platform
+import subprocess
+import sys
+
+import numpy as np
+from nkicc.simulator import scratch
+
+def faults():
+    # a simulation's temporaries: several 8 MiB arrays made and freed together, again and again
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(40):
+        a, b, c = (np.full(1 << 20, k, dtype=np.float64) for k in range(3))
+        del a, b, c
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+print(faults(), scratch.keep_freed_memory(), faults())
+'''
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc",
+                    reason="glibc's allocator settings")
+def test_freed_temporaries_are_reused_not_faulted_in_again():
+    """keep_freed_memory(): after it, arrays made and freed again and again reuse the same
+    pages; before it, glibc gave them back to the kernel and each new one faulted its pages
+    in (the oracle is the kernel's own count of the process's page faults). With
+    NKICC_KEEP_FREED_MEMORY=0 the allocator is left as it is."""
+    def run(**env):
+        out = subprocess.run([sys.executable, "-c", _FAULTS], capture_output=True, text=True, check=True,
+                             env={**os.environ, "NKICC_CACHE": "0", **env}).stdout.split()
+        return int(out[0]), out[1] == "True", int(out[2])
+
+    before, kept, after = run()
+    assert kept and before > 20 * 2048 and after < before / 10, (before, after)
+    before, kept, after = run(NKICC_KEEP_FREED_MEMORY="0")
+    assert not kept and after > before / 2, (before, after)

@@ -112,3 +112,41 @@ def test_an_edited_and_reloaded_kernel_is_read_as_it_now_is(tmp_path):
     assert "after_edit" in _names(second) and "before" not in _names(second)
     assert second.report["loops"]["concrete"] == 0 and second.report["loops"]["rolled"] >= 1
     np.testing.assert_allclose(second.run(a), a * 3.0, rtol=1e-6)
+
+
+def test_an_instructions_line_is_its_frames_line_at_every_kind_of_call_site():
+    """The tracer's locations come from each code object's line table, decoded once; the
+    oracle is the frame's own f_lineno, at call sites inside multi-line expressions,
+    comprehensions, conditional expressions, except and with blocks, and at each level."""
+    from nkicc.language import tracing
+    seen = []
+
+    def probe():
+        f = sys._getframe(1)
+        while f is not None and len(seen) < 10_000:
+            seen.append((tracing._locs(f.f_code, f.f_code.co_filename).get(f.f_lasti), f.f_code.co_filename,
+                         f.f_lineno))
+            f = f.f_back
+        return 1
+
+    def sites():
+        a = [probe()
+             for _ in range(2)]
+        b = (1 +
+             probe())
+        c = probe() if a else \
+            None
+        try:
+            raise ValueError
+        except ValueError:
+            d = probe()
+        with open(os.devnull) as fh:
+            e = {k: probe() for k in
+                 range(2) if fh}
+        return a, b, c, d, e
+
+    sites()
+    assert len(seen) > 20
+    assert all(loc is not None and (loc.file, loc.line) == (file, line) for loc, file, line in seen), \
+        [s for s in seen if s[0] is None or (s[0].file, s[0].line) != s[1:]]
+    assert tracing.user_loc(1).line == sys._getframe().f_lineno
