@@ -410,7 +410,7 @@ def write_report(items: list, out: str, snapshot: str, command: str, wall: float
              f"Made by `{command}` at the library's commit `{snapshot}`. {note}", "",
              f"**{len(items)} items: {c['passed']} passed, {c['failed'] - len(blocked)} failed, {len(blocked)} "
              f"blocked by the suite's own bugs, {c['timeout']} timed out, {c['skipped']} skipped by the suite.** "
-             + (f"Wall time {wall:.0f} s; " if wall else "") + f"The items' own seconds "
+             + (f"Wall time {wall:.0f} s. " if wall else "") + f"The items' own seconds "
              f"{sum(i.seconds for i in items):.0f} s, of which nkicc (trace, compile, simulate) {nk:.0f} s."
              + _estimate_line(items, population), "",
              "### Test files that do not collect (their items are not counted above)", "",
@@ -578,8 +578,9 @@ def main(args) -> int:
                    "collected": dict(population), "items": [asdict(i) for i in items]}, f, indent=0)
     where = f"{args.workers} local Dask workers" if args.workers else f"the Dask cluster {args.cluster}" \
         if args.cluster else "one process at a time"
-    ran = f"the first {args.first} items of each test file" if args.first else "every item"
-    ran += f", every {args.every}th of them" if args.every > 1 else ""
+    ran = f"the first {args.first} items of each test file" if args.first else \
+        f"every {args.every}th item of each test file" if args.every > 1 else "every item"
+    ran += f", every {args.every}th of them" if args.first and args.every > 1 else ""
     commits = collections.Counter(i.commit for i in items if i.commit)
     note = (f"It ran {ran} ({len(items)} of the {len(ids)} collected"
             f"{', large shapes included (NKILIB_SIMULATION_RUN_ALL=1)' if args.all else ''}), {where}, "

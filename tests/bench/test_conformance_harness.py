@@ -131,17 +131,26 @@ def pytest_addoption(parser):
 '''
 
 
+def _suite(tmp_path, conftest: str = "", **files: str):
+    """A library folder holding a suite of our own: test/conftest.py (the suite's options, and
+    `conftest`), and test/NAME.py for each file given."""
+    lib = tmp_path / "lib"
+    (lib / "test").mkdir(parents=True)
+    (lib / "test" / "conftest.py").write_text(SUITE_CONFTEST + conftest)
+    for name, text in files.items():
+        (lib / "test" / f"{name}.py").write_text(text)
+    return lib
+
+
+
 def test_a_pytest_process_that_dies_costs_one_item(tmp_path):
     """An item that kills its pytest process fails with the reason; the items after it run in
     a new process instead of failing with it."""
     suite = load_bench("conformance_suite")
-    lib = tmp_path / "lib"
-    (lib / "test").mkdir(parents=True)
-    (lib / "test" / "conftest.py").write_text(SUITE_CONFTEST)
-    (lib / "test" / "test_x.py").write_text("import os\n\n\ndef test_a():\n    pass\n\n\ndef test_b():\n"
-                                           "    os._exit(3)\n\n\ndef test_c():\n    assert False\n\n\n"
-                                           "def test_d():\n    pass\n\n\ndef test_e():\n"
-                                           "    import numpy\n    numpy.ones(2 ** 50, dtype='u1')\n")
+    lib = _suite(tmp_path, test_x="import os\n\n\ndef test_a():\n    pass\n\n\ndef test_b():\n"
+                                  "    os._exit(3)\n\n\ndef test_c():\n    assert False\n\n\n"
+                                  "def test_d():\n    pass\n\n\ndef test_e():\n"
+                                  "    import numpy\n    numpy.ones(2 ** 50, dtype='u1')\n")
     ids = [f"test/test_x.py::test_{n}" for n in "abcde"]
     items = suite.run_chunk(suite.Chunk(str(lib), ids, 60, 0, False))
     assert [(i.nodeid.rsplit("::", 1)[1], i.status) for i in items] == [
@@ -175,11 +184,8 @@ def test_an_item_that_ran_out_of_memory_runs_again_under_the_larger_cap(tmp_path
     alone, under the larger one; the others keep their first result."""
     import argparse
     suite = load_bench("conformance_suite")
-    lib = tmp_path / "lib"
-    (lib / "test").mkdir(parents=True)
-    (lib / "test" / "conftest.py").write_text(SUITE_CONFTEST)
-    (lib / "test" / "test_m.py").write_text("import numpy\n\n\ndef test_small():\n    pass\n\n\n"
-                                           "def test_big():\n    assert numpy.ones(2 ** 31, dtype='u1').sum() > 0\n")
+    lib = _suite(tmp_path, test_m="import numpy\n\n\ndef test_small():\n    pass\n\n\n"
+                                  "def test_big():\n    assert numpy.ones(2 ** 31, dtype='u1').sum() > 0\n")
     ids = [f"test/test_m.py::test_{n}" for n in ("small", "big")]
     first = suite.run_chunk(suite.Chunk(str(lib), ids, 60, 1.5, False))
     assert [i.status for i in first] == ["passed", "failed"] and suite.ran_out_of_memory(first[1])
@@ -193,14 +199,10 @@ def test_each_file_runs_the_ids_it_collects_alone(tmp_path):
     what was collected before it; the runner takes each file's ids from the file collected
     alone, as the process that runs it collects it, and they all run."""
     suite = load_bench("conformance_suite")
-    lib = tmp_path / "lib"
-    (lib / "test").mkdir(parents=True)
-    (lib / "test" / "conftest.py").write_text(SUITE_CONFTEST + "\nimport random\nrandom.seed(0)\n")
-    (lib / "test" / "test_a.py").write_text("import random\nDRAWN = [random.random() for _ in range(5)]\n\n\n"
-                                           "def test_a():\n    pass\n")
-    (lib / "test" / "test_b.py").write_text("import random\n\nimport pytest\n\n\n"
-                                           "@pytest.mark.parametrize('v', [random.randint(0, 10 ** 9)])\n"
-                                           "def test_b(v):\n    pass\n")
+    lib = _suite(tmp_path, "\nimport random\nrandom.seed(0)\n",
+                 test_a="import random\nDRAWN = [random.random() for _ in range(5)]\n\n\ndef test_a():\n    pass\n",
+                 test_b="import random\n\nimport pytest\n\n\n@pytest.mark.parametrize('v', [random.randint(0, 10 ** 9)])\n"
+                        "def test_b(v):\n    pass\n")
     whole, _ = suite._collect(str(lib), False, ("test",))
     ids, broken = suite.collect(str(lib), False, ("test",))
     assert not broken and len(ids) == len(whole) == 2 and ids != whole  # (b's draw came after a's, whole)
@@ -248,12 +250,9 @@ def test_an_item_named_on_the_command_line_runs_alone(tmp_path):
     """A path that names an item (as a report lists it) is that item, not its whole file;
     files and folders beside it are collected as before."""
     suite = load_bench("conformance_suite")
-    lib = tmp_path / "lib"
-    (lib / "test").mkdir(parents=True)
-    (lib / "test" / "conftest.py").write_text(SUITE_CONFTEST)
-    (lib / "test" / "test_a.py").write_text("import pytest\n\n\n@pytest.mark.parametrize('v', [1, 2, 3])\n"
-                                           "def test_a(v):\n    pass\n")
-    (lib / "test" / "test_b.py").write_text("def test_b():\n    pass\n\n\ndef test_c():\n    pass\n")
+    lib = _suite(tmp_path, test_a="import pytest\n\n\n@pytest.mark.parametrize('v', [1, 2, 3])\n"
+                                  "def test_a(v):\n    pass\n",
+                 test_b="def test_b():\n    pass\n\n\ndef test_c():\n    pass\n")
     ids, broken = suite.collect(str(lib), False, ("test/test_a.py::test_a[2]",))
     assert ids == ["test/test_a.py::test_a[2]"] and not broken
     ids, _ = suite.collect(str(lib), False, ("test/test_a.py::test_a[3]", "test/test_b.py"))
