@@ -258,8 +258,11 @@ class MachineSimulator(HazardChecks):
 
     def _overwrites(self, op: Op, name: str) -> bool:
         """Whether `op` writes every element of tensor `name` without reading
-        it: then poisoning it at its Alloc, just before, can be skipped."""
-        if any(a.tensor == name for a in reads(op)):
+        it: then poisoning it at its Alloc, just before, can be skipped. Not an op
+        that may skip elements at run time (oob_mode.skip: the rows of an
+        out-of-range gather stay as they were, which must be poison, not whatever
+        the memory held)."""
+        if op.attr("oob") == "skip" or any(a.tensor == name for a in reads(op)):
             return False
         size = self.decls[name].size
         for a in writes(op):
