@@ -508,11 +508,8 @@ def _journal_items(path: str) -> dict:
 
 def _journal_population(path: str) -> dict:
     """The items each test file held when the journal's run collected them (its last run's)."""
-    found = {}
-    for line in open(path):
-        if line.startswith('{"collected"'):
-            found = json.loads(line)["collected"]
-    return found
+    records = (json.loads(line) for line in open(path) if line.strip())
+    return next((r["collected"] for r in reversed(list(records)) if "collected" in r), {})
 
 
 def nkicc_commit() -> str:

@@ -72,7 +72,9 @@ small_pages = _PageSetting().small
 # is 8 MiB, and each instruction makes a few) were handed back and faulted in again, page by page.
 # The library's cross-entropy forward (21,504 instructions) took 2.6 M page faults and 3.9 s of
 # system time in a 6 s simulation; at glibc's ceiling from the start, 11 k faults and 2.1 s
-# (docs/conformance.md). Two workers faulting at once slowed each other 3-5x.
+# (docs/conformance.md). A Dask worker's processes start with MALLOC_TRIM_THRESHOLD_=65536 (the
+# nanny's environment), which hands back every large block for good: the suite's items simulated
+# up to 5x slower there than alone.
 _MMAP_THRESHOLD, _TRIM_THRESHOLD = -3, -1  # mallopt's parameter numbers (malloc.h)
 KEPT_FREED_ENV = "NKICC_KEEP_FREED_MEMORY"  # 0: leave the C allocator's settings as they are
 
@@ -84,16 +86,14 @@ def keep_freed_memory() -> bool:
     64 MiB of free memory stays with each allocator arena (one per thread that allocates, up to
     glibc's limit). Whether it is set (False: not glibc, a 32-bit build, or
     NKICC_KEEP_FREED_MEMORY=0)."""
-    done = False
-    if os.environ.get(KEPT_FREED_ENV, "1") != "0" and sys.maxsize > 2 ** 32 \
-            and platform.libc_ver()[0] == "glibc":
-        try:
-            mallopt = ctypes.CDLL(None).mallopt
-            mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-            done = bool(mallopt(_MMAP_THRESHOLD, 32 << 20)) and bool(mallopt(_TRIM_THRESHOLD, 64 << 20))
-        except (OSError, AttributeError):
-            done = False
-    return done
+    if os.environ.get(KEPT_FREED_ENV, "1") == "0" or sys.maxsize <= 2 ** 32 or platform.libc_ver()[0] != "glibc":
+        return False
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    return bool(mallopt(_MMAP_THRESHOLD, 32 << 20)) and bool(mallopt(_TRIM_THRESHOLD, 64 << 20))
 
 
 @contextlib.contextmanager

@@ -142,7 +142,6 @@ def _suite(tmp_path, conftest: str = "", **files: str):
     return lib
 
 
-
 def test_a_pytest_process_that_dies_costs_one_item(tmp_path):
     """An item that kills its pytest process fails with the reason; the items after it run in
     a new process instead of failing with it."""

@@ -184,11 +184,7 @@ def test_platform_override_takes_generation_names(monkeypatch, gen, target):
 
 
 _FAULTS = '''
-import os, resource, sys
-import os
-import platform
-import subprocess
-import sys
+import resource
 
 import numpy as np
 from nkicc.simulator import scratch
